@@ -1,0 +1,59 @@
+"""Actor-critic assembly: stem -> [features, clipped reward, one-hot last action] -> core -> heads.
+
+Inputs are time-major: obs [T, B, ...], reward [T, B], done [T, B] (obs[t] is the
+first observation of a new episode), last_action [T, B] (the action that led to
+obs[t]).  Reward and last action are zeroed where done, so nothing leaks across
+episodes.  Outputs: policy_logits [T, B, A] and baseline [T, B].
+
+``value_stem`` (feedforward models only) gives the baseline its own tower, so the
+value loss does not steer the policy's features (SB3's default for MLP policies).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+
+class ActorCritic(nn.Module):
+    def __init__(self, stem: nn.Module, num_actions: int, core: nn.Module | None = None,
+                 value_stem: nn.Module | None = None):
+        super().__init__()
+        if core is not None and value_stem is not None:
+            raise ValueError("a separate value tower needs a feedforward model (no recurrent core)")
+        self.stem = stem
+        self.value_stem = value_stem
+        self.num_actions = num_actions
+        self.core_input_size = stem.out_size + 1 + num_actions
+        self.core = core
+        if core is not None and core.input_size != self.core_input_size:
+            raise ValueError(f"core input size {core.input_size} != {self.core_input_size}")
+        head_in = core.hidden_size if core is not None else self.core_input_size
+        self.policy = nn.Linear(head_in, num_actions)
+        value_in = value_stem.out_size + 1 + num_actions if value_stem is not None else head_in
+        self.baseline = nn.Linear(value_in, 1)
+
+    def initial_state(self, batch_size: int, device=None) -> tuple:
+        """Recurrent state, every tensor batch-first; () for a feedforward model."""
+        if self.core is None:
+            return ()
+        return self.core.initial_state(batch_size=batch_size, device=device)
+
+    def forward(self, inputs: dict, state: tuple = ()):
+        obs = inputs["obs"]
+        T, B = obs.shape[:2]
+        flat_obs = obs.flatten(0, 1)
+        features = self.stem(flat_obs).view(T, B, -1)
+        not_done = (~inputs["done"]).unsqueeze(-1).to(features.dtype)
+        reward = inputs["reward"].clamp(-1, 1).unsqueeze(-1).to(features.dtype) * not_done
+        last_action = F.one_hot(inputs["last_action"].long(), self.num_actions).to(features.dtype) * not_done
+        x = torch.cat([features, reward, last_action], dim=-1)
+        if self.core is not None:
+            x, state = self.core(x, inputs["done"], state)
+        if self.value_stem is not None:
+            value_features = self.value_stem(flat_obs).view(T, B, -1)
+            value_x = torch.cat([value_features, reward, last_action], dim=-1)
+        else:
+            value_x = x
+        return {"policy_logits": self.policy(x), "baseline": self.baseline(value_x).squeeze(-1)}, state

@@ -1,0 +1,53 @@
+"""IMPALA (Espeholt et al. 2018): V-trace actor-critic over [T+1, B] unrolls."""
+
+from __future__ import annotations
+
+import torch
+from torch.nn import functional as F
+
+from rl_core.losses.impala import impala_loss
+
+
+def sample_actions(policy_logits: torch.Tensor, greedy: bool = False) -> torch.Tensor:
+    """Actions [...] from logits [..., A]: sampled, or argmax when greedy."""
+    if greedy:
+        return policy_logits.argmax(-1)
+    flat = policy_logits.reshape(-1, policy_logits.shape[-1])
+    return torch.multinomial(F.softmax(flat.float(), dim=-1), 1).view(policy_logits.shape[:-1])
+
+
+class ImpalaAgent:
+    """The loss of one learner batch.
+
+    ``batch`` holds the unroll store's fields, [T+1, B, ...]: index t has obs[t],
+    the reward and done that came with it, and the action (with the behaviour
+    policy's logits) that led to it.  So the learner pairs its outputs [:-1]
+    with batch[1:], and bootstraps from its value of the last observation.
+    """
+
+    def __init__(self, flags):
+        self.flags = flags
+
+    def loss(self, model, batch: dict, initial_state: tuple):
+        f = self.flags
+        inputs = {"obs": batch["obs"], "reward": batch["reward"], "done": batch["done"], "last_action": batch["action"]}
+        outputs, _ = model(inputs, initial_state)
+        rewards = batch["reward"][1:]
+        if f.reward_clipping == "abs_one":
+            rewards = rewards.clamp(-1, 1)
+        return impala_loss(
+            behavior_policy_logits=batch["policy_logits"][1:],
+            target_policy_logits=outputs["policy_logits"][:-1],
+            actions=batch["action"][1:],
+            rewards=rewards,
+            dones=batch["done"][1:],
+            values=outputs["baseline"][:-1],
+            bootstrap_value=outputs["baseline"][-1],
+            discounting=f.discounting,
+            baseline_cost=f.baseline_cost,
+            entropy_cost=f.entropy_cost,
+            clip_rho_threshold=f.clip_rho_threshold,
+            clip_pg_rho_threshold=f.clip_pg_rho_threshold,
+            clip_c_threshold=f.clip_c_threshold,
+            lambda_=f.vtrace_lambda,
+        )

@@ -1,0 +1,54 @@
+"""Checkpoints: written atomically, loaded with ``torch.load(weights_only=True)``."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+import torch
+
+from rl_core.errors import UserError
+
+
+def save(path: str, payload: dict) -> None:
+    """Write ``payload`` to ``path`` via a temporary file and a rename."""
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".model.", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(payload, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def load(path: str, map_location="cpu") -> dict:
+    """Load a checkpoint written by :func:`save`; a bad file is one clear UserError."""
+    try:
+        return torch.load(path, map_location=map_location, weights_only=True)
+    except FileNotFoundError:
+        raise UserError(f"checkpoint {path} does not exist: check the path")
+    except Exception as e:  # noqa: BLE001 - corrupt, truncated or foreign files
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise UserError(
+            f"checkpoint {path} cannot be read ({first[:200]}): move it away to start afresh, or pass another --xpid"
+        ) from None
+
+
+SECRET_FLAGS = ("server_secret",)
+
+
+def flags_dict(flags) -> dict:
+    """Flags as plain values, loadable with weights_only=True; secrets left out."""
+    return {
+        k: v
+        for k, v in vars(flags).items()
+        if k not in SECRET_FLAGS and (v is None or isinstance(v, (bool, int, float, str)))
+    }

@@ -1,0 +1,87 @@
+"""The flag set shared by every entry point (launcher, env server, learner).
+
+Names follow torchbeast and the R2AC code.  One parser per environment package:
+these common flags plus the package's own; the three entry modules all parse the
+full set, so the launcher passes its command line to its env servers unchanged.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def make_parser(prog: str | None = None) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description="PolyBeast-style distributed RL")
+    a = p.add_argument
+
+    a("--env", type=str, default=None, help="Environment name.")
+    a("--mode", default="train", choices=["train"], help="Training mode.")
+    a("--xpid", default=None, help="Experiment id (default: env-date-time).")
+    a("--savedir", default="~/logs/torchbeast", help="Root dir where experiment data will be saved.")
+    a("--seed", type=int, default=1, help="Seeds torch, numpy and every environment.")
+    a("--disable_checkpoint", action="store_true", help="Disable saving checkpoint.")
+    a("--checkpoint_every", type=float, default=10.0, metavar="MINUTES", help="Checkpoint period.")
+    a("--log_interval", type=float, default=5.0, metavar="SECONDS", help="Console line and logs.csv row period.")
+
+    g = p.add_argument_group("actors and env servers")
+    g.add_argument("--num_actors", type=int, default=8, metavar="N", help="Total number of environments.")
+    g.add_argument("--num_servers", type=int, default=2, metavar="S", help="Env server processes; each hosts num_actors/num_servers envs.")
+    g.add_argument("--pipes_basename", default="unix:/tmp/polybeast", help="unix:/path (server i at /path.i) or host:port (server i at port+i).")
+    g.add_argument("--server_index", type=int, default=None, help="polybeast_env: run only this server (default: all).")
+    g.add_argument("--server_secret", default=None, help="Shared secret for TCP (default: $POLYBEAST_SECRET; the launcher generates one).")
+    g.add_argument("--connect_timeout", type=float, default=60.0, metavar="SECONDS", help="How long the learner retries connecting to a server.")
+    g.add_argument("--max_message_bytes", type=int, default=256 * 1024 * 1024, help="Larger messages are refused.")
+    g.add_argument("--num_actions", type=int, default=None, help="Default: from the env; a different value is an error.")
+
+    g = p.add_argument_group("learner")
+    g.add_argument("--total_steps", type=int, default=100_000, metavar="T", help="Total environment steps to train for.")
+    g.add_argument("--batch_size", type=int, default=32, metavar="B", help="Learner batch size (unrolls).")
+    g.add_argument("--unroll_length", type=int, default=20, metavar="T", help="The unroll length (time dimension).")
+    g.add_argument("--num_learner_threads", type=int, default=1, metavar="N", help="Number of learner threads.")
+    g.add_argument("--num_inference_threads", type=int, default=1, metavar="N", help="Number of inference threads.")
+    g.add_argument("--max_inference_batch_size", type=int, default=0, help="Envs per inference batch (0: all of them).")
+    g.add_argument("--inference_batch_timeout_ms", type=float, default=1.0, help="How long a batch waits for more requests.")
+    g.add_argument("--max_learner_queue_size", type=int, default=None, metavar="N", help="Unroll chunks queued for the learner (default: 2 batches).")
+    g.add_argument("--disable_cuda", action="store_true", help="Disable CUDA.")
+    g.add_argument("--torch_threads", type=int, default=0, help="torch intra-op threads in the learner process (0: torch's default).")
+
+    g = p.add_argument_group("model")
+    g.add_argument("--mlp_sizes", default="64,64", help="Hidden sizes of the MLP stem for vector observations.")
+    g.add_argument("--value_net", default="shared", choices=["shared", "separate"],
+                   help="Feedforward models: the baseline shares the policy's stem, or has its own.")
+
+    g = p.add_argument_group("loss")
+    g.add_argument("--entropy_cost", type=float, default=0.0006, help="Entropy cost/multiplier.")
+    g.add_argument("--baseline_cost", type=float, default=0.5, help="Baseline cost/multiplier.")
+    g.add_argument("--discounting", type=float, default=0.99, help="Discounting factor.")
+    g.add_argument("--reward_clipping", default="abs_one", choices=["abs_one", "none"], help="Reward clipping.")
+    g.add_argument("--clip_rho_threshold", type=float, default=1.0, help="V-trace rho-bar.")
+    g.add_argument("--clip_pg_rho_threshold", type=float, default=1.0, help="V-trace rho-bar for the policy gradient.")
+    g.add_argument("--clip_c_threshold", type=float, default=1.0, help="V-trace c-bar.")
+    g.add_argument("--vtrace_lambda", type=float, default=1.0, help="V-trace lambda.")
+
+    g = p.add_argument_group("optimizer")
+    g.add_argument("--learning_rate", type=float, default=0.00048, metavar="LR", help="Learning rate.")
+    g.add_argument("--alpha", type=float, default=0.99, help="RMSProp smoothing constant.")
+    g.add_argument("--momentum", type=float, default=0, help="RMSProp momentum.")
+    g.add_argument("--epsilon", type=float, default=0.01, help="RMSProp epsilon.")
+    g.add_argument("--grad_norm_clipping", type=float, default=40.0, help="Global gradient norm clip (0: off).")
+    return p
+
+
+def check(parser: argparse.ArgumentParser, flags: argparse.Namespace) -> None:
+    """Inconsistent flags end with one line naming the cause (parser.error exits 2)."""
+    positive = ["num_actors", "num_servers", "batch_size", "unroll_length", "total_steps",
+                "num_learner_threads", "num_inference_threads"]
+    for name in positive:
+        if getattr(flags, name) <= 0:
+            parser.error(f"--{name} must be positive, got {getattr(flags, name)}")
+    if flags.num_actors % flags.num_servers:
+        parser.error(
+            f"--num_actors ({flags.num_actors}) must be a multiple of --num_servers ({flags.num_servers}): "
+            f"each env server hosts num_actors / num_servers environments"
+        )
+    if flags.server_index is not None and not 0 <= flags.server_index < flags.num_servers:
+        parser.error(f"--server_index {flags.server_index} is not in [0, --num_servers={flags.num_servers})")
+    if not 0 <= flags.discounting <= 1:
+        parser.error(f"--discounting must be in [0, 1], got {flags.discounting}")

@@ -1,0 +1,228 @@
+"""The learner's side of acting: one thread per env server connection.
+
+Each actor thread steps its server's K envs in lock-step: it sends the inputs of
+the K envs to the inference batcher, sends the returned actions to the server,
+and writes every step into an unroll store of T+1 steps.  Index t of the store
+holds obs[t], the reward and done that came with it, and the action that led to
+it with the behaviour policy's logits.  A full unroll goes to the bounded
+learner queue and its last step becomes the first of the next one.  The agent
+state of the K envs lives here (it travels through the batcher) and is stored
+at the start of every unroll for the learner.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+import numpy as np
+import torch
+
+from rl_core.errors import EnvServerError
+from rl_core.runtime import transport as tp
+from rl_core.runtime.batcher import InferenceBatcher
+
+log = logging.getLogger("actor_pool")
+
+
+class RunStats:
+    """Counters and finished episodes shared between threads."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.episodes: list[dict] = []  # since the last log tick
+        self.env_steps = 0
+        self.dropped_unrolls = 0
+        self.reconnects = 0
+
+    def add_episodes(self, episodes: list[dict]) -> None:
+        with self.lock:
+            self.episodes.extend(episodes)
+
+    def take_episodes(self) -> list[dict]:
+        with self.lock:
+            episodes, self.episodes = self.episodes, []
+            return episodes
+
+
+def connect_server(address: tp.Address, flags, secret: bytes | None, stop=None, on_retry=None):
+    """Connect (retrying until --connect_timeout), authenticate over TCP, read HELLO.
+
+    Returns ``(connection, spec)``.
+    """
+    sock = tp.connect(address, flags.connect_timeout, stop, on_retry)
+    if address.kind == "tcp":
+        tp.client_authenticate(sock, secret)
+    conn = tp.Connection(sock, max_bytes=flags.max_message_bytes, poll_s=0.5)
+    kind, msg = conn.recv(stop)
+    if kind != tp.HELLO:
+        conn.close()
+        raise tp.ProtocolError(f"{address} sent {tp.KINDS[kind]} before HELLO")
+    return conn, tp.field_json(msg["spec"])
+
+
+def spec_key(spec: dict) -> tuple:
+    """What every server of a run must agree on."""
+    return (tuple(spec["obs_shape"]), spec["obs_dtype"], str(spec["action"]), spec["num_envs"])
+
+
+class ActorThread:
+    def __init__(
+        self,
+        index: int,
+        address: tp.Address,
+        conn: tp.Connection,
+        spec: dict,
+        flags,
+        secret: bytes | None,
+        batcher: InferenceBatcher,
+        learner_queue,
+        initial_state_fn,
+        stats: RunStats,
+        stop: threading.Event,
+    ):
+        self.index = index
+        self.address = address
+        self.conn = conn
+        self.spec = spec
+        self.flags = flags
+        self.secret = secret
+        self.batcher = batcher
+        self.learner_queue = learner_queue
+        self.initial_state_fn = initial_state_fn
+        self.stats = stats
+        self.stop = stop
+        self.K = spec["num_envs"]
+        self.num_actions = spec["action"]["n"]
+
+    # ------------------------------------------------------------ buffers
+    def _new_store(self) -> dict[str, np.ndarray]:
+        T1, K = self.flags.unroll_length + 1, self.K
+        return {
+            "obs": np.empty((T1, K, *self.spec["obs_shape"]), np.dtype(self.spec["obs_dtype"])),
+            "reward": np.zeros((T1, K), np.float32),
+            "done": np.zeros((T1, K), np.bool_),
+            "action": np.zeros((T1, K), np.int64),
+            "policy_logits": np.zeros((T1, K, self.num_actions), np.float32),
+            "baseline": np.zeros((T1, K), np.float32),
+        }
+
+    def _record_env(self, store, t: int, msg: dict) -> None:
+        store["obs"][t] = msg["obs"]
+        store["reward"][t] = msg["reward"]
+        store["done"][t] = msg["done"]
+        ends = msg["episode_end"]
+        if ends.any():
+            stat_names = [k for k in msg if k.startswith("stat/")]
+            episodes = []
+            for slot in np.flatnonzero(ends):
+                episode = {"return": float(msg["episode_return"][slot]), "length": int(msg["episode_step"][slot])}
+                for name in stat_names:
+                    value = float(msg[name][slot])
+                    if value == value:
+                        episode[name] = value
+                episodes.append(episode)
+            self.stats.add_episodes(episodes)
+
+    def _recv_step(self) -> dict:
+        kind, msg = self.conn.recv(self.stop)
+        if kind == tp.ERROR:
+            slot = int(msg["slot"][0]) if "slot" in msg else -1
+            raise EnvServerError(
+                f"env {slot} of env server {self.index} ({self.address}) raised:\n{tp.field_text(msg['traceback'])}"
+            )
+        if kind != tp.STEP:
+            raise tp.ProtocolError(f"expected STEP, got {tp.KINDS[kind]}")
+        return msg
+
+    # --------------------------------------------------------------- loop
+    def run(self) -> None:
+        while not self.stop.is_set():
+            try:
+                self._act()
+            except (tp.ConnectionClosed, tp.ProtocolError, ConnectionError, OSError) as e:
+                if self.stop.is_set():
+                    return
+                with self.stats.lock:
+                    self.stats.dropped_unrolls += 1
+                    self.stats.reconnects += 1
+                reason = "closed the connection" if isinstance(e, tp.ConnectionClosed) else str(e)
+                log.warning(
+                    "env server %d (%s) %s: dropped its unroll in flight; reconnecting", self.index, self.address, reason
+                )
+                self.conn.close()
+                self.conn, spec = connect_server(self.address, self.flags, self.secret, self.stop)
+                if spec_key(spec) != spec_key(self.spec):
+                    raise tp.ProtocolError(f"env server {self.index} came back with a different spec: {spec}")
+
+    def _act(self) -> None:
+        T, K = self.flags.unroll_length, self.K
+        store = self._new_store()
+        msg = self._recv_step()  # the reset observations, done=True
+        self._record_env(store, 0, msg)
+        state = self.initial_state_fn(K)
+        unroll_state = state
+        t = 0
+        while True:
+            inputs = {
+                "obs": torch.from_numpy(store["obs"][t : t + 1]),
+                "reward": torch.from_numpy(store["reward"][t : t + 1]),
+                "done": torch.from_numpy(store["done"][t : t + 1]),
+                "last_action": torch.from_numpy(store["action"][t : t + 1]),
+            }
+            action, logits, baseline, state = self.batcher.submit(inputs, state, K).wait(self.stop)
+            self.conn.send(tp.ACTION, {"action": action})
+            msg = self._recv_step()
+            t += 1
+            store["action"][t] = action
+            store["policy_logits"][t] = logits
+            store["baseline"][t] = baseline
+            self._record_env(store, t, msg)
+            with self.stats.lock:
+                self.stats.env_steps += K
+            if t == T:
+                unroll = {k: torch.from_numpy(v) for k, v in store.items()}
+                self._put(unroll, unroll_state)
+                last = store
+                store = self._new_store()
+                for key in store:
+                    store[key][0] = last[key][T]
+                unroll_state = state
+                t = 0
+
+    def _put(self, unroll: dict, state: tuple) -> None:
+        item = (unroll, state)
+        while True:
+            try:
+                self.learner_queue.put(item, timeout=0.5)
+                return
+            except Exception:  # queue.Full
+                if self.stop.is_set():
+                    raise tp.Stopped()
+
+
+def inference_loop(batcher: InferenceBatcher, model, lock: threading.Lock, device, stop: threading.Event) -> None:
+    """Answer batched requests with the inference model (central inference)."""
+    from rl_core.agents.impala import sample_actions
+
+    while True:
+        requests = batcher.get_batch(stop)
+        sizes = [r.size for r in requests]
+        inputs = {k: torch.cat([r.inputs[k] for r in requests], dim=1).to(device, non_blocking=True) for k in requests[0].inputs}
+        states = requests[0].state
+        if len(states):
+            states = tuple(torch.cat([r.state[i] for r in requests], dim=0) for i in range(len(states)))
+        with lock, torch.inference_mode():
+            outputs, new_state = model(inputs, states)
+            action = sample_actions(outputs["policy_logits"])
+        action = action[0].cpu().numpy()
+        logits = outputs["policy_logits"][0].float().cpu().numpy()
+        baseline = outputs["baseline"][0].float().cpu().numpy()
+        split_state = [torch.split(s, sizes, dim=0) for s in new_state] if len(new_state) else []
+        start = 0
+        for i, (request, size) in enumerate(zip(requests, sizes)):
+            end = start + size
+            state_i = tuple(s[i] for s in split_state)
+            request.set_result((action[start:end], logits[start:end], baseline[start:end], state_i))
+            start = end

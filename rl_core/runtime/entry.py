@@ -1,0 +1,137 @@
+"""The three entry points every environment package exposes, written once.
+
+An environment package is a module with ``add_flags(parser)``, optional
+``check_flags(parser, flags)``, and ``create_env(flags, seed) -> gymnasium.Env``;
+its ``polybeast.py``, ``polybeast_env.py`` and ``polybeast_learner.py`` call
+``launcher_main``, ``env_main`` and ``learner_main`` with it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import signal
+import sys
+import threading
+
+from rl_core import flags as flags_lib
+from rl_core.errors import UserError
+from rl_core.run_log import setup_logging
+from rl_core.runtime import transport as tp
+
+log = logging.getLogger("entry")
+
+
+def parse_flags(env_pkg, argv=None, prog=None):
+    parser = flags_lib.make_parser(prog)
+    env_pkg.add_flags(parser)
+    flags = parser.parse_args(argv)
+    flags_lib.check(parser, flags)
+    if hasattr(env_pkg, "check_flags"):
+        env_pkg.check_flags(parser, flags)
+    return flags
+
+
+def _fail(message: str) -> "NoReturn":  # noqa: F821
+    print(f"error: {message}", file=sys.stderr, flush=True)
+    sys.exit(2)
+
+
+def env_main(env_pkg, argv=None) -> None:
+    """``python -m <pkg>.polybeast_env``: one server with --server_index, else all of them."""
+    argv = sys.argv[1:] if argv is None else argv
+    flags = parse_flags(env_pkg, argv, prog=f"python -m {env_pkg.__package__}.polybeast_env")
+    setup_logging(None)
+    if flags.server_index is None:
+        _run_all_servers(env_pkg, flags, argv)
+        return
+    from rl_core.runtime.env_server import (
+        ENV_ERROR_EXIT_CODE, EnvError, EnvServer, env_seed, install_termination_handlers, watch_parent,
+    )
+
+    install_termination_handlers()
+    i = flags.server_index
+    secret = flags.server_secret or os.environ.get("POLYBEAST_SECRET")
+    server = None
+    try:
+        address = tp.server_address(flags.pipes_basename, i)
+        if address.kind == "tcp" and not secret:
+            raise UserError("a TCP env server needs a shared secret: pass --server_secret or set POLYBEAST_SECRET")
+        K = flags.num_actors // flags.num_servers
+        seeds = [env_seed(flags.seed, i, slot) for slot in range(K)]
+        fns = [(lambda s=s: env_pkg.create_env(flags, s)) for s in seeds]
+        server = EnvServer(address, fns, seeds, server_index=i, secret=secret.encode() if secret else None,
+                           max_bytes=flags.max_message_bytes, env_name=flags.env or "")
+        parent = os.environ.get("POLYBEAST_PARENT_PID")
+        if parent:
+            watch_parent(int(parent), server.remove_socket_file)
+        server.serve_forever()
+    except UserError as e:
+        if server is not None:
+            server.close()
+        _fail(str(e))
+    except EnvError:
+        sys.exit(ENV_ERROR_EXIT_CODE)
+
+
+def _run_all_servers(env_pkg, flags, argv) -> None:
+    """Start --num_servers single-server processes and keep them running until signalled."""
+    from rl_core.runtime.supervisor import ServerSupervisor
+
+    module = f"{env_pkg.__package__}.polybeast_env"
+    supervisor = ServerSupervisor(module, argv, flags.num_servers, flags.pipes_basename, flags.server_secret)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    supervisor.start_all()
+    try:
+        while not stop.wait(0.5):
+            supervisor.poll()
+    except (UserError, RuntimeError) as e:
+        supervisor.stop_all()
+        _fail(str(e))
+    supervisor.stop_all()
+
+
+def learner_main(env_pkg, argv=None) -> None:
+    """``python -m <pkg>.polybeast_learner``: the learner alone, against running servers."""
+    from rl_core.runtime.train import train
+
+    flags = parse_flags(env_pkg, argv, prog=f"python -m {env_pkg.__package__}.polybeast_learner")
+    sys.exit(train(flags, env_pkg))
+
+
+def launcher_main(env_pkg, argv=None) -> None:
+    """``python -m <pkg>.polybeast``: env servers as child processes plus the learner."""
+    from rl_core.runtime.supervisor import ServerSupervisor
+    from rl_core.runtime.train import train
+
+    argv = sys.argv[1:] if argv is None else argv
+    flags = parse_flags(env_pkg, argv, prog=f"python -m {env_pkg.__package__}.polybeast")
+    try:
+        first = tp.server_address(flags.pipes_basename, 0)
+    except UserError as e:
+        _fail(str(e))
+    if first.kind == "tcp" and not (flags.server_secret or os.environ.get("POLYBEAST_SECRET")):
+        flags.server_secret = secrets.token_hex(32)
+    module = f"{env_pkg.__package__}.polybeast_env"
+    # The secret reaches the servers through the environment, not their command line.
+    server_argv = _without_flag(argv, "--server_secret")
+    supervisor = ServerSupervisor(module, server_argv, flags.num_servers, flags.pipes_basename, flags.server_secret)
+    sys.exit(train(flags, env_pkg, supervisor))
+
+
+def _without_flag(argv: list[str], name: str) -> list[str]:
+    out, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+            continue
+        if arg == name:
+            skip = True
+            continue
+        if arg.startswith(name + "="):
+            continue
+        out.append(arg)
+    return out

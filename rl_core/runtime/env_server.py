@@ -1,0 +1,285 @@
+"""An env server: one process hosting K environments for one learner connection.
+
+Protocol (see transport.py for the framing): on connect the server sends HELLO
+(the spec as JSON) and a STEP with every env freshly reset (done=True); then, for
+each ACTION message of K actions it steps the K envs and answers one STEP:
+
+    obs [K, ...]         observation after the step (the reset one where done)
+    reward [K] f32       reward of the step
+    done [K] bool        the training episode ended at this step
+    episode_end [K] bool the logged episode ended (differs from done for e.g.
+                         Atari's episodic life: env info["episode_end"])
+    episode_step [K] i32, episode_return [K] f32
+                         running counters; where episode_end, the finished episode's
+    stat/<name> [K] f32  extra statistics an env puts in info["episode_stats"] at
+                         the end of an episode (NaN for the other envs)
+
+A malformed, truncated or oversized message drops the connection with a logged
+reason, and the server waits for the next learner.  An exception inside an env
+is sent to the learner as an ERROR carrying the traceback, and the server exits.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+import traceback
+from typing import Callable, Sequence
+
+import numpy as np
+
+from rl_core.runtime import transport as tp
+
+log = logging.getLogger("env_server")
+
+ENV_ERROR_EXIT_CODE = 3
+
+
+def env_seed(run_seed: int, server_index: int, slot: int) -> int:
+    """A distinct, repeatable seed per (run, server, slot)."""
+    return int(np.random.SeedSequence([run_seed, server_index, slot]).generate_state(1)[0])
+
+
+def space_spec(space) -> dict:
+    """A JSON description of a gymnasium action space."""
+    from gymnasium import spaces
+
+    if isinstance(space, spaces.Discrete):
+        return {"kind": "discrete", "n": int(space.n)}
+    if isinstance(space, spaces.Box):
+        return {
+            "kind": "box",
+            "shape": list(space.shape),
+            "low": np.asarray(space.low, np.float64).ravel().tolist(),
+            "high": np.asarray(space.high, np.float64).ravel().tolist(),
+        }
+    raise TypeError(f"action space {space} is not supported (Discrete or Box)")
+
+
+class EnvError(Exception):
+    def __init__(self, slot: int, text: str):
+        super().__init__(text)
+        self.slot = slot
+        self.text = text
+
+
+class EnvServer:
+    """Hosts ``len(env_fns)`` environments at ``address``; serves learners one at a time."""
+
+    def __init__(
+        self,
+        address: tp.Address,
+        env_fns: Sequence[Callable[[], object]],
+        seeds: Sequence[int],
+        server_index: int = 0,
+        secret: bytes | None = None,
+        max_bytes: int = tp.DEFAULT_MAX_BYTES,
+        env_name: str = "",
+    ):
+        if address.kind == "tcp" and not secret:
+            raise ValueError("a TCP env server needs a secret")
+        self.address = address
+        self.server_index = server_index
+        self.secret = secret
+        self.max_bytes = max_bytes
+        self.envs = [fn() for fn in env_fns]
+        self.seeds = list(seeds)
+        self.num_envs = len(self.envs)
+        self.env_name = env_name
+        self._first_reset = True
+        obs, _ = self.envs[0].reset(seed=self.seeds[0])
+        self._first_obs0 = np.asarray(obs)
+        self.obs_shape = self._first_obs0.shape
+        self.obs_dtype = self._first_obs0.dtype
+        self.action_spec = space_spec(self.envs[0].action_space)
+        self._listener: socket.socket | None = None
+        self.connections_served = 0
+
+    # ------------------------------------------------------------- spec
+    def spec(self) -> dict:
+        return {
+            "num_envs": self.num_envs,
+            "obs_shape": list(self.obs_shape),
+            "obs_dtype": self.obs_dtype.str,
+            "action": self.action_spec,
+            "server_index": self.server_index,
+            "env_name": self.env_name,
+        }
+
+    # ----------------------------------------------------------- serving
+    def serve_forever(self, stop: threading.Event | None = None) -> None:
+        self._listener = tp.listen(self.address)
+        self._listener.settimeout(0.5)
+        log.info("env server %d: %d envs at %s", self.server_index, self.num_envs, self.address)
+        try:
+            while stop is None or not stop.is_set():
+                try:
+                    sock, _ = self._listener.accept()
+                except socket.timeout:
+                    continue
+                self._serve_one(sock, stop)
+        finally:
+            self.close()
+
+    def _serve_one(self, sock: socket.socket, stop) -> None:
+        peer = "learner"
+        try:
+            if self.address.kind == "tcp":
+                tp.server_authenticate(sock, self.secret)
+            conn = tp.Connection(sock, max_bytes=self.max_bytes, poll_s=1.0)
+            self.connections_served += 1
+            self._serve(conn, stop)
+        except tp.ConnectionClosed:
+            log.info("env server %d: %s disconnected; waiting for the next", self.server_index, peer)
+        except tp.ProtocolError as e:
+            log.warning("env server %d: dropped connection: %s", self.server_index, e)
+        except (ConnectionError, BrokenPipeError) as e:
+            log.info("env server %d: connection lost (%s); waiting for the next", self.server_index, e)
+        except tp.Stopped:
+            pass
+        except EnvError as e:
+            log.error("env server %d: env %d raised:\n%s", self.server_index, e.slot, e.text)
+            try:
+                conn.send(tp.ERROR, {"slot": np.array([e.slot], np.int32), "traceback": tp.text_field(e.text)})
+            except OSError:
+                pass
+            raise
+        finally:
+            try:
+                sock.close()
+            except OSError:
+                pass
+
+    def _reset(self, slot: int) -> np.ndarray:
+        env = self.envs[slot]
+        try:
+            if self._first_reset:
+                if slot == 0:
+                    return self._first_obs0
+                obs, _ = env.reset(seed=self.seeds[slot])
+            else:
+                obs, _ = env.reset()
+        except Exception:
+            raise EnvError(slot, traceback.format_exc())
+        return obs
+
+    def _serve(self, conn: tp.Connection, stop) -> None:
+        K = self.num_envs
+        conn.send(tp.HELLO, {"spec": tp.json_field(self.spec())})
+        obs = np.empty((K, *self.obs_shape), self.obs_dtype)
+        reward = np.zeros(K, np.float32)
+        done = np.ones(K, np.bool_)
+        episode_end = np.zeros(K, np.bool_)
+        episode_step = np.zeros(K, np.int32)
+        episode_return = np.zeros(K, np.float32)
+        for slot in range(K):
+            obs[slot] = self._reset(slot)
+        self._first_reset = False
+        out_step = np.zeros(K, np.int32)
+        out_return = np.zeros(K, np.float32)
+        fields = {
+            "obs": obs,
+            "reward": reward,
+            "done": done,
+            "episode_end": episode_end,
+            "episode_step": out_step,
+            "episode_return": out_return,
+        }
+        conn.send(tp.STEP, fields)
+        action_spec = self.action_spec
+        if action_spec["kind"] == "discrete":
+            n_actions, action_shape = action_spec["n"], (K,)
+        else:
+            n_actions, action_shape = None, (K, *action_spec["shape"])
+        while True:
+            kind, msg = conn.recv(stop)
+            if kind != tp.ACTION or "action" not in msg:
+                raise tp.ProtocolError(f"expected ACTION, got {tp.KINDS[kind]} with fields {sorted(msg)}")
+            actions = msg["action"]
+            if actions.shape != action_shape:
+                raise tp.ProtocolError(f"action shape {actions.shape} != expected {action_shape}")
+            if n_actions is not None:
+                if actions.dtype.kind not in "iu":
+                    raise tp.ProtocolError(f"discrete actions must be integers, got {actions.dtype}")
+                if actions.size and (actions.min() < 0 or actions.max() >= n_actions):
+                    raise tp.ProtocolError(f"action out of range [0, {n_actions})")
+                actions = actions.tolist()
+            stats: dict[str, np.ndarray] = {}
+            for slot, env in enumerate(self.envs):
+                try:
+                    o, r, terminated, truncated, info = env.step(actions[slot])
+                except Exception:
+                    raise EnvError(slot, traceback.format_exc())
+                d = bool(terminated or truncated)
+                episode_return[slot] += r
+                episode_step[slot] += 1
+                end = bool(info.get("episode_end", d)) if info else d
+                reward[slot] = r
+                done[slot] = d
+                episode_end[slot] = end
+                out_step[slot] = episode_step[slot]
+                out_return[slot] = episode_return[slot]
+                if end:
+                    episode_step[slot] = 0
+                    episode_return[slot] = 0.0
+                    extra = info.get("episode_stats") if info else None
+                    if extra:
+                        for name, value in extra.items():
+                            arr = stats.get(name)
+                            if arr is None:
+                                arr = stats[name] = np.full(K, np.nan, np.float32)
+                            arr[slot] = value
+                obs[slot] = self._reset(slot) if d else o
+            if stats:
+                message = dict(fields)
+                message.update({f"stat/{k}": v for k, v in stats.items()})
+                conn.send(tp.STEP, message)
+            else:
+                conn.send(tp.STEP, fields)
+
+    def remove_socket_file(self) -> None:
+        if self.address.kind == "unix":
+            try:
+                os.unlink(self.address.path)
+            except FileNotFoundError:
+                pass
+
+    def close(self) -> None:
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
+            self.remove_socket_file()
+        for env in self.envs:
+            try:
+                env.close()
+            except Exception:
+                pass
+        self.envs = []
+
+
+def watch_parent(parent_pid: int, on_orphan: Callable[[], None]) -> None:
+    """End this process when its launcher goes away (it may have been SIGKILLed)."""
+
+    def loop():
+        while True:
+            if os.getppid() != parent_pid:
+                on_orphan()
+                os._exit(0)
+            time.sleep(0.5)
+
+    threading.Thread(target=loop, name="parent-watch", daemon=True).start()
+
+
+def install_termination_handlers() -> None:
+    """SIGTERM/SIGINT end the server through SystemExit, so ``finally`` cleans up."""
+
+    def handler(signum, frame):
+        sys.exit(0)
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)

@@ -1,0 +1,124 @@
+"""Learner threads: [T+1, B] batches from the learner queue -> loss -> optimizer step.
+
+Actor threads enqueue unroll chunks of K envs each; ``UnrollBatcher`` cuts and
+joins them into batches of exactly B columns.  After every optimizer step the
+new weights are published to the inference model.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+
+import torch
+from torch import nn
+
+from rl_core.runtime.transport import Stopped
+
+
+class UnrollBatcher:
+    """Joins (unroll [T+1, K, ...], state [K, ...]) chunks into batches of B columns."""
+
+    def __init__(self, learner_queue: queue.Queue, batch_size: int):
+        self.queue = learner_queue
+        self.batch_size = batch_size
+        self._lock = threading.Lock()
+        self._leftover: list[tuple[dict, tuple, int]] = []
+
+    def _get(self, stop: threading.Event):
+        while True:
+            try:
+                unroll, state = self.queue.get(timeout=0.5)
+                return unroll, state, next(iter(unroll.values())).shape[1]
+            except queue.Empty:
+                if stop.is_set():
+                    raise Stopped()
+
+    def next_batch(self, stop: threading.Event) -> tuple[dict, tuple]:
+        with self._lock:
+            chunks, total = self._leftover, sum(c[2] for c in self._leftover)
+            self._leftover = []
+            while total < self.batch_size:
+                chunk = self._get(stop)
+                chunks.append(chunk)
+                total += chunk[2]
+        B = self.batch_size
+        keys = chunks[0][0].keys()
+        batch = {k: torch.cat([c[0][k] for c in chunks], dim=1) for k in keys}
+        n_state = len(chunks[0][1])
+        state = tuple(torch.cat([c[1][i] for c in chunks], dim=0) for i in range(n_state))
+        if total > B:
+            rest = ({k: v[:, B:] for k, v in batch.items()}, tuple(s[B:] for s in state), total - B)
+            with self._lock:
+                self._leftover.insert(0, rest)
+            batch = {k: v[:, :B] for k, v in batch.items()}
+            state = tuple(s[:B] for s in state)
+        return batch, state
+
+
+class Learner:
+    def __init__(self, flags, model: nn.Module, inference_model: nn.Module, inference_lock: threading.Lock,
+                 agent, optimizer, scheduler, batcher: UnrollBatcher, device, stop: threading.Event, step: int = 0):
+        self.flags = flags
+        self.model = model
+        self.inference_model = inference_model
+        self.inference_lock = inference_lock
+        self.agent = agent
+        self.optimizer = optimizer
+        self.scheduler = scheduler
+        self.batcher = batcher
+        self.device = device
+        self.stop = stop
+        self.lock = threading.Lock()  # one optimizer step at a time
+        self.step = step
+        self.learner_steps = 0
+        self.stats_lock = threading.Lock()
+        self._stats_sum: dict[str, float] = {}
+        self._stats_n = 0
+        self.learn_seconds = 0.0
+
+    def take_stats(self) -> dict[str, float]:
+        with self.stats_lock:
+            n = max(self._stats_n, 1)
+            stats = {k: v / n for k, v in self._stats_sum.items()}
+            self._stats_sum, self._stats_n = {}, 0
+        return stats
+
+    def publish_weights(self) -> None:
+        with self.inference_lock, torch.no_grad():
+            for dst, src in zip(self.inference_model.state_dict().values(), self.model.state_dict().values()):
+                dst.copy_(src)
+
+    def learn(self, batch: dict, state: tuple) -> dict[str, float]:
+        """One optimizer step on a batch already on the device."""
+        f = self.flags
+        with self.lock:
+            start = time.perf_counter()
+            loss, stats = self.agent.loss(self.model, batch, state)
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            max_norm = f.grad_norm_clipping if f.grad_norm_clipping > 0 else float("inf")
+            grad_norm = nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
+            self.optimizer.step()
+            self.scheduler.step()
+            self.publish_weights()
+            self.step += f.unroll_length * batch["reward"].shape[1]
+            self.learner_steps += 1
+            self.learn_seconds += time.perf_counter() - start
+            stats = dict(stats, grad_norm=float(grad_norm), learning_rate=self.scheduler.get_last_lr()[0])
+        with self.stats_lock:
+            for k, v in stats.items():
+                self._stats_sum[k] = self._stats_sum.get(k, 0.0) + float(v)
+            self._stats_n += 1
+        return stats
+
+    def loop(self) -> None:
+        f = self.flags
+        while not self.stop.is_set():
+            batch, state = self.batcher.next_batch(self.stop)
+            batch = {k: v.to(self.device, non_blocking=True) for k, v in batch.items()}
+            state = tuple(s.to(self.device, non_blocking=True) for s in state)
+            self.learn(batch, state)
+            if self.step >= f.total_steps:
+                self.stop.set()

@@ -1,0 +1,99 @@
+"""Env server processes started, watched and restarted by the launcher."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from rl_core.errors import UserError
+from rl_core.runtime import transport as tp
+from rl_core.runtime.env_server import ENV_ERROR_EXIT_CODE
+
+log = logging.getLogger("supervisor")
+
+USER_ERROR_EXIT_CODE = 2
+MAX_RESTARTS_PER_MINUTE = 5
+
+
+class ServerSupervisor:
+    """Runs ``python -m <module> <argv> --server_index i`` for i in range(num_servers)."""
+
+    def __init__(self, module: str, argv: list[str], num_servers: int, basename: str, secret: str | None):
+        self.module = module
+        self.argv = list(argv)
+        self.num_servers = num_servers
+        self.addresses = [tp.server_address(basename, i) for i in range(num_servers)]
+        self.env = dict(os.environ, POLYBEAST_PARENT_PID=str(os.getpid()))
+        if secret:
+            self.env["POLYBEAST_SECRET"] = secret
+        self.procs: list[subprocess.Popen | None] = [None] * num_servers
+        self.restarts = 0
+        self._recent: list[list[float]] = [[] for _ in range(num_servers)]
+        self._env_error_since: float | None = None
+
+    def _start(self, i: int) -> None:
+        cmd = [sys.executable, "-m", self.module, *self.argv, "--server_index", str(i)]
+        self.procs[i] = subprocess.Popen(cmd, env=self.env, stdin=subprocess.DEVNULL, start_new_session=True)
+
+    def start_all(self) -> None:
+        for i in range(self.num_servers):
+            self._start(i)
+
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.procs if p is not None]
+
+    def poll(self, env_error_reported: bool = False) -> None:
+        """Restart servers that died; raise when one cannot be kept running."""
+        now = time.monotonic()
+        for i, proc in enumerate(self.procs):
+            if proc is None or proc.poll() is None:
+                continue
+            code = proc.returncode
+            if code == USER_ERROR_EXIT_CODE:
+                raise UserError(f"env server {i} could not start (its error is above)")
+            if code == ENV_ERROR_EXIT_CODE:
+                # The traceback travels to the learner as an ERROR message; give it a moment.
+                self._env_error_since = self._env_error_since or now
+                if not env_error_reported and now - self._env_error_since > 3.0:
+                    raise RuntimeError(f"env server {i} exited after an environment raised (traceback above)")
+                continue
+            recent = [t for t in self._recent[i] if now - t < 60.0] + [now]
+            self._recent[i] = recent
+            if len(recent) > MAX_RESTARTS_PER_MINUTE:
+                raise RuntimeError(f"env server {i} died {len(recent)} times within a minute (last exit code {code})")
+            log.warning("env server %d (pid %d) exited with code %s; restarting it", i, proc.pid, code)
+            self._cleanup_socket(i)
+            self.restarts += 1
+            self._start(i)
+
+    def _cleanup_socket(self, i: int) -> None:
+        address = self.addresses[i]
+        if address.kind == "unix":
+            try:
+                os.unlink(address.path)
+            except FileNotFoundError:
+                pass
+
+    def stop_all(self, timeout: float = 5.0) -> None:
+        """SIGTERM every server, SIGKILL what is left after ``timeout``, remove socket files."""
+        for proc in self.procs:
+            if proc is not None and proc.poll() is None:
+                try:
+                    proc.send_signal(signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        deadline = time.monotonic() + timeout
+        for proc in self.procs:
+            if proc is None:
+                continue
+            try:
+                proc.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        for i in range(self.num_servers):
+            self._cleanup_socket(i)

@@ -1,0 +1,48 @@
+"""Threads whose first error ends the run, whichever thread raised it."""
+
+from __future__ import annotations
+
+import threading
+import traceback
+from typing import Callable
+
+from rl_core.runtime.transport import Stopped
+
+
+class ErrorBox:
+    """Holds the first exception raised by any supervised thread and sets ``stop``."""
+
+    def __init__(self, stop: threading.Event):
+        self.stop = stop
+        self._lock = threading.Lock()
+        self.error: BaseException | None = None
+        self.thread_name = ""
+        self.text = ""
+
+    def put(self, thread_name: str, error: BaseException) -> None:
+        with self._lock:
+            if self.error is None:
+                self.error = error
+                self.thread_name = thread_name
+                self.text = "".join(traceback.format_exception(error))
+        self.stop.set()
+
+    def raise_if_set(self) -> None:
+        if self.error is not None:
+            raise self.error
+
+
+def start_thread(name: str, target: Callable[[], None], errors: ErrorBox) -> threading.Thread:
+    """Run ``target`` in a daemon thread; an exception goes to ``errors`` and stops the run."""
+
+    def body():
+        try:
+            target()
+        except Stopped:
+            pass
+        except BaseException as e:  # noqa: BLE001 - every error must reach the main thread
+            errors.put(name, e)
+
+    thread = threading.Thread(target=body, name=name, daemon=True)
+    thread.start()
+    return thread

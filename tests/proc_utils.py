@@ -1,0 +1,81 @@
+"""Starting the real entry points as processes, and looking at what they leave behind."""
+
+import glob
+import os
+import signal
+import subprocess
+import sys
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def start(module: str, *args: str, output: str) -> subprocess.Popen:
+    """Start ``python -m module args`` from the repo root; stdout and stderr go to ``output``."""
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    with open(output, "w") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", module, *args], cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT
+        )
+
+
+def read(path: str) -> str:
+    with open(path) as f:
+        return f.read()
+
+
+def run(module: str, *args: str, output: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    proc = start(module, *args, output=output)
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        raise AssertionError(f"{module} did not finish within {timeout} s:\n{read(output)[-3000:]}")
+    return subprocess.CompletedProcess(proc.args, proc.returncode, read(output), None)
+
+
+def children(pid: int) -> list[int]:
+    """Processes whose parent is ``pid`` (from /proc)."""
+    found = []
+    for stat in glob.glob("/proc/[0-9]*/stat"):
+        try:
+            with open(stat) as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.split("/")[2]))
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+        return state != "Z"
+    except OSError:
+        return False
+
+
+def wait_for(predicate, timeout: float, what: str, interval: float = 0.2):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def csv_rows(path: str) -> list[dict]:
+    import csv
+
+    if not os.path.exists(path):
+        return []
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def interrupt(proc: subprocess.Popen, sig=signal.SIGINT) -> None:
+    proc.send_signal(sig)

@@ -1,0 +1,222 @@
+"""The polybeast runtime end to end: real launcher, env server processes and sockets."""
+
+import json
+import os
+import signal
+import socket
+import time
+
+import pytest
+import torch
+
+from tests.proc_utils import alive, children, csv_rows, read, run, start, wait_for
+
+GYM = "torchbeast_gym.polybeast"
+
+
+def common(tmp_path, xpid="run", **overrides):
+    flags = {
+        "env": "CartPole-v1",
+        "num_actors": 8,
+        "num_servers": 2,
+        "batch_size": 8,
+        "unroll_length": 20,
+        "pipes_basename": f"unix:{tmp_path}/pipe",
+        "savedir": str(tmp_path / "runs"),
+        "xpid": xpid,
+        "log_interval": 1,
+        "learning_rate": 0.002,
+    }
+    flags.update(overrides)
+    return [f"--{k}={v}" for k, v in flags.items()]
+
+
+def sockets_left(tmp_path):
+    return [p for p in os.listdir(tmp_path) if p.startswith("pipe")]
+
+
+def test_num_actors_must_be_a_multiple_of_num_servers(tmp_path):
+    result = run(GYM, *common(tmp_path, num_actors=5, num_servers=2), output=str(tmp_path / "out"), timeout=60)
+    assert result.returncode == 2
+    last = result.stdout.strip().splitlines()[-1]
+    assert "--num_actors (5) must be a multiple of --num_servers (2)" in last
+    assert not sockets_left(tmp_path)
+
+
+def test_unknown_flag_and_unknown_env_are_one_clear_line(tmp_path):
+    result = run(GYM, *common(tmp_path), "--no_such_flag=1", output=str(tmp_path / "out1"), timeout=60)
+    assert result.returncode == 2
+    assert "unrecognized arguments: --no_such_flag=1" in result.stdout.strip().splitlines()[-1]
+
+    start_time = time.monotonic()
+    result = run(GYM, *common(tmp_path, env="NoSuchEnv-v0"), output=str(tmp_path / "out2"), timeout=60)
+    assert result.returncode == 2
+    assert time.monotonic() - start_time < 30  # not the 60 s connect timeout
+    assert "unknown gymnasium environment 'NoSuchEnv-v0'" in result.stdout
+    assert "Traceback" not in result.stdout
+    assert not sockets_left(tmp_path)
+
+
+def test_train_writes_logs_and_checkpoint_then_resumes(tmp_path):
+    result = run(GYM, *common(tmp_path, total_steps=20_000), output=str(tmp_path / "out1"), timeout=120)
+    assert result.returncode == 0, result.stdout[-3000:]
+    rundir = tmp_path / "runs" / "run"
+    for name in ["out.log", "logs.csv", "meta.json", "model.tar"]:
+        assert (rundir / name).exists(), name
+    assert any(p.startswith("events.out.tfevents") for p in os.listdir(rundir))
+    meta = json.loads((rundir / "meta.json").read_text())
+    assert meta["success"] is True and meta["flags"]["total_steps"] == 20_000 and meta["end"]
+    rows = csv_rows(str(rundir / "logs.csv"))
+    assert rows and int(rows[-1]["step"]) >= 20_000
+    assert {"sps", "return_last_100", "total_loss", "inference_batch", "learner_queue"} <= set(rows[-1])
+    assert "Step " in read(str(rundir / "out.log"))
+    ckpt = torch.load(rundir / "model.tar", weights_only=True)
+    first_step = ckpt["step"]
+    assert first_step >= 20_000 and ckpt["flags"]["xpid"] == "run"
+    lr_end_first = ckpt["optimizer_state_dict"]["param_groups"][0]["lr"]
+    assert not sockets_left(tmp_path)
+
+    # Same xpid, more steps: resumes step counter, optimizer and schedule.
+    result = run(GYM, *common(tmp_path, total_steps=40_000), output=str(tmp_path / "out2"), timeout=120)
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert f"resumed from {rundir}/model.tar at step {first_step}" in result.stdout
+    ckpt2 = torch.load(rundir / "model.tar", weights_only=True)
+    assert ckpt2["step"] >= 40_000
+    assert ckpt2["learner_steps"] > ckpt["learner_steps"]
+    assert ckpt2["scheduler_state_dict"]["last_epoch"] == ckpt2["learner_steps"]
+    assert ckpt2["optimizer_state_dict"]["state"][0]["step"] > ckpt["optimizer_state_dict"]["state"][0]["step"]
+    # The schedule continued where it stopped rather than starting again at the initial lr.
+    assert lr_end_first < 0.002
+
+
+def test_corrupt_checkpoint_is_one_line_and_kept(tmp_path):
+    rundir = tmp_path / "runs" / "run"
+    rundir.mkdir(parents=True)
+    (rundir / "model.tar").write_bytes(b"not a checkpoint")
+    result = run(GYM, *common(tmp_path, total_steps=5_000), output=str(tmp_path / "out"), timeout=60)
+    assert result.returncode == 2
+    assert "checkpoint" in result.stdout and "cannot be read" in result.stdout
+    assert (rundir / "model.tar").read_bytes() == b"not a checkpoint"
+    assert not sockets_left(tmp_path)
+
+
+def test_killed_server_is_restarted_and_training_finishes(tmp_path):
+    out = str(tmp_path / "out")
+    proc = start(GYM, *common(tmp_path, total_steps=300_000), output=out)
+    try:
+        rows_path = str(tmp_path / "runs" / "run" / "logs.csv")
+        wait_for(lambda: csv_rows(rows_path) and int(csv_rows(rows_path)[-1]["step"]) > 0, 60, "training to start")
+        servers = wait_for(lambda: len(children(proc.pid)) == 2 and children(proc.pid), 10, "two servers")
+        killed = servers[0]
+        os.kill(killed, signal.SIGKILL)
+        killed_at = time.monotonic()
+        wait_for(lambda: "exited with code -9; restarting it" in read(out), 5, "the launcher to notice")
+        assert time.monotonic() - killed_at < 5
+        proc.wait(timeout=240)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    text = read(out)
+    assert proc.returncode == 0, text[-3000:]
+    rows = csv_rows(rows_path)
+    assert int(rows[-1]["step"]) >= 300_000
+    assert int(rows[-1]["server_restarts"]) == 1
+    assert int(rows[-1]["dropped_unrolls"]) >= 1
+    assert "dropped its unroll in flight; reconnecting" in text
+    assert not sockets_left(tmp_path)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_signal_checkpoints_and_leaves_no_child_or_socket(tmp_path, sig):
+    out = str(tmp_path / "out")
+    proc = start(GYM, *common(tmp_path, total_steps=10**9), output=out)
+    try:
+        rows_path = str(tmp_path / "runs" / "run" / "logs.csv")
+        wait_for(lambda: csv_rows(rows_path) and int(csv_rows(rows_path)[-1]["step"]) > 0, 60, "training to start")
+        servers = children(proc.pid)
+        assert len(servers) == 2 and len(sockets_left(tmp_path)) == 2
+        proc.send_signal(sig)
+        sent = time.monotonic()
+        proc.wait(timeout=15)
+        assert time.monotonic() - sent < 15
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    text = read(out)
+    assert proc.returncode == 0, text[-3000:]
+    assert not any(alive(pid) for pid in servers)
+    assert not sockets_left(tmp_path)
+    rundir = tmp_path / "runs" / "run"
+    assert torch.load(rundir / "model.tar", weights_only=True)["step"] > 0
+    meta = json.loads((rundir / "meta.json").read_text())
+    assert meta["reason"] == "interrupted" and meta["success"] is False
+
+
+def test_env_exception_stops_the_run_with_its_traceback(tmp_path):
+    result = run(
+        GYM,
+        *common(tmp_path, env="tests.crashing_env:Crashing-v0", total_steps=10**9),
+        output=str(tmp_path / "out"),
+        timeout=60,
+    )
+    assert result.returncode == 1
+    assert "boom: the env broke at its step 300" in result.stdout
+    assert "crashing_env.py" in result.stdout  # the env's traceback reached the learner
+    assert "error in thread actor-" in result.stdout
+    meta = json.loads((tmp_path / "runs" / "run" / "meta.json").read_text())
+    assert meta["success"] is False and "boom" in meta["reason"]
+    assert not sockets_left(tmp_path)
+
+
+def test_env_servers_and_learner_run_separately(tmp_path):
+    env_out = str(tmp_path / "env_out")
+    flags = common(tmp_path, total_steps=10_000)
+    servers = start("torchbeast_gym.polybeast_env", *flags, output=env_out)
+    try:
+        wait_for(lambda: len(sockets_left(tmp_path)) == 2, 30, "both servers to listen")
+        result = run("torchbeast_gym.polybeast_learner", *flags, output=str(tmp_path / "learner_out"), timeout=120)
+        assert result.returncode == 0, result.stdout[-3000:]
+        assert int(csv_rows(str(tmp_path / "runs" / "run" / "logs.csv"))[-1]["step"]) >= 10_000
+        # The servers wait for the next learner.
+        assert servers.poll() is None and len(sockets_left(tmp_path)) == 2
+        grandchildren = children(servers.pid)
+        servers.send_signal(signal.SIGTERM)
+        servers.wait(timeout=15)
+    finally:
+        if servers.poll() is None:
+            servers.kill()
+    assert not any(alive(pid) for pid in grandchildren)
+    assert not sockets_left(tmp_path)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_tcp_servers_with_generated_secret(tmp_path):
+    port = free_port()
+    result = run(
+        GYM,
+        *common(tmp_path, pipes_basename=f"127.0.0.1:{port}", num_servers=1, total_steps=10_000),
+        output=str(tmp_path / "out"),
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert int(csv_rows(str(tmp_path / "runs" / "run" / "logs.csv"))[-1]["step"]) >= 10_000
+    # The generated secret never appears on a command line or in the saved flags.
+    meta = json.loads((tmp_path / "runs" / "run" / "meta.json").read_text())
+    assert "--server_secret" not in " ".join(meta["argv"])
+    assert "server_secret" not in meta["flags"]
+
+
+def test_learner_without_servers_times_out_naming_the_address(tmp_path):
+    result = run(
+        "torchbeast_gym.polybeast_learner",
+        *common(tmp_path, connect_timeout=1),
+        output=str(tmp_path / "out"),
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert f"could not connect to env server at unix:{tmp_path}/pipe.0 within 1 s" in result.stdout

@@ -1,0 +1,282 @@
+"""Transport: every dtype and shape in use round-trips; bad peers are refused."""
+
+import os
+import socket
+import stat
+import struct
+import threading
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from rl_core.errors import UserError
+from rl_core.runtime import transport as tp
+from rl_core.runtime.env_server import EnvServer, env_seed
+
+
+def socketpair():
+    a, b = socket.socketpair()
+    return tp.Connection(a, poll_s=0.2, frame_timeout_s=2.0), tp.Connection(b, poll_s=0.2, frame_timeout_s=2.0)
+
+
+ARRAYS = {
+    "atari_obs": np.random.default_rng(0).integers(0, 255, (8, 4, 84, 84), dtype=np.uint8),
+    "procgen_obs": np.random.default_rng(1).integers(0, 255, (4, 64, 64, 3), dtype=np.uint8),
+    "vector_obs": np.random.default_rng(2).standard_normal((16, 4)).astype(np.float32),
+    "reward": np.array([0.5, -1.0, 3.25], np.float32),
+    "done": np.array([True, False, True]),
+    "episode_step": np.array([1, 2, 3], np.int32),
+    "action": np.array([0, 5, 17], np.int64),
+    "continuous_action": np.random.default_rng(3).standard_normal((3, 6)).astype(np.float32),
+    "float64": np.linspace(0, 1, 7),
+    "float16": np.ones((2, 3), np.float16),
+    "int8": np.array([-3, 4], np.int8),
+    "int16": np.array([[-300]], np.int16),
+    "uint16": np.array([65535], np.uint16),
+    "uint32": np.array([2**32 - 1], np.uint32),
+    "scalar": np.array(7.5, np.float32),
+    "empty": np.zeros((0, 3), np.float32),
+    "text": tp.text_field("traceback: héllo"),
+}
+
+
+def send_in_thread(conn, kind, fields):
+    thread = threading.Thread(target=conn.send, args=(kind, fields))
+    thread.start()
+    return thread
+
+
+def test_every_dtype_and_shape_round_trips():
+    a, b = socketpair()
+    sender = send_in_thread(a, tp.STEP, ARRAYS)
+    kind, got = b.recv()
+    sender.join()
+    assert kind == tp.STEP
+    assert list(got) == list(ARRAYS)
+    for name, array in ARRAYS.items():
+        assert got[name].dtype == array.dtype, name
+        assert got[name].shape == array.shape, name
+        np.testing.assert_array_equal(got[name], array)
+    assert tp.field_text(got["text"]) == "traceback: héllo"
+
+
+def test_non_contiguous_and_json_fields():
+    a, b = socketpair()
+    strided = np.arange(24, dtype=np.int32).reshape(4, 6)[:, ::2]
+    a.send(tp.HELLO, {"spec": tp.json_field({"obs_shape": [4, 84, 84]}), "strided": strided})
+    kind, got = b.recv()
+    assert kind == tp.HELLO
+    assert tp.field_json(got["spec"]) == {"obs_shape": [4, 84, 84]}
+    np.testing.assert_array_equal(got["strided"], strided)
+
+
+def test_large_message_round_trips_through_partial_sends():
+    a, b = socketpair()
+    big = np.random.default_rng(4).integers(0, 255, (64, 4, 84, 84), dtype=np.uint8)  # 1.8 MB
+    sender = send_in_thread(a, tp.STEP, {"obs": big})
+    kind, got = b.recv()
+    sender.join()
+    np.testing.assert_array_equal(got["obs"], big)
+
+
+def test_unsupported_dtype_is_refused_at_send():
+    a, _ = socketpair()
+    with pytest.raises(TypeError):
+        a.send(tp.STEP, {"x": np.array(["a"], dtype=object)})
+
+
+@pytest.mark.parametrize(
+    "payload, reason",
+    [
+        (struct.pack("<H", 1) + b"\x05obs", "field name runs past"),  # descriptor cut short
+        (struct.pack("<HB", 1, 1) + b"x" + struct.pack("<B", 2), "malformed"),
+        (struct.pack("<HB", 1, 1) + b"x" + struct.pack("<BB", 99, 0), "unknown dtype"),
+        (struct.pack("<HB", 1, 1) + b"x" + struct.pack("<BBI", 2, 1, 100) + b"\0" * 3, "runs past"),
+        (struct.pack("<HB", 0, 0) + b"junk", "trailing"),
+    ],
+)
+def test_decode_refuses_malformed_payloads(payload, reason):
+    with pytest.raises(tp.ProtocolError, match=reason):
+        tp.decode(payload)
+
+
+def test_oversized_bad_magic_and_truncated_frames_are_refused():
+    a, b = socketpair()
+    b.max_bytes = 1000
+    a.send(tp.STEP, {"x": np.zeros(2000, np.uint8)})
+    with pytest.raises(tp.ProtocolError, match="exceeds the limit"):
+        b.recv()
+
+    a, b = socketpair()
+    a.sock.sendall(b"GARBAGE!" + b"\0" * 100)
+    with pytest.raises(tp.ProtocolError, match="not a polybeast peer"):
+        b.recv()
+
+    a, b = socketpair()
+    buffers = tp.encode(tp.STEP, {"x": np.zeros(100, np.uint8)})
+    whole = b"".join(bytes(x) for x in buffers)
+    a.sock.sendall(whole[:40])
+    a.close()
+    with pytest.raises(tp.ProtocolError, match="truncated"):
+        b.recv()
+
+
+def test_stalled_frame_times_out():
+    a, b = socketpair()
+    b.frame_timeout_s = 0.5
+    whole = b"".join(bytes(x) for x in tp.encode(tp.STEP, {"x": np.zeros(100, np.uint8)}))
+    a.sock.sendall(whole[:20])  # and then nothing
+    with pytest.raises(tp.ProtocolError, match="stalled"):
+        b.recv()
+
+
+def test_clean_close_and_stop():
+    a, b = socketpair()
+    stop = threading.Event()
+    stop.set()
+    with pytest.raises(tp.Stopped):
+        b.recv(stop)
+    a.close()
+    with pytest.raises(tp.ConnectionClosed):
+        b.recv()
+
+
+def test_addresses():
+    assert tp.server_address("unix:/tmp/x", 3) == tp.Address("unix", path="/tmp/x.3")
+    assert tp.server_address("localhost:4000", 2) == tp.Address("tcp", host="localhost", port=4002)
+    for bad in ["/tmp/x", "unix:", "host:notaport", "host:70000"]:
+        with pytest.raises(UserError):
+            tp.parse_address(bad)
+
+
+def test_connect_timeout_names_the_address(tmp_path):
+    address = tp.Address("unix", path=str(tmp_path / "nobody"))
+    with pytest.raises(UserError, match=f"env server at unix:{tmp_path}/nobody within 0.3 s"):
+        tp.connect(address, timeout=0.3)
+
+
+# ----------------------------------------------------------------- server
+
+
+def make_server(address, secret=None, k=2):
+    seeds = [env_seed(0, 0, i) for i in range(k)]
+    return EnvServer(address, [lambda: gym.make("CartPole-v1")] * k, seeds, secret=secret)
+
+
+def serve_in_thread(server):
+    stop = threading.Event()
+    thread = threading.Thread(target=server.serve_forever, args=(stop,), daemon=True)
+    thread.start()
+    return stop, thread
+
+
+def client(address, secret=None):
+    sock = tp.connect(address, timeout=5)
+    if address.kind == "tcp":
+        tp.client_authenticate(sock, secret)
+    conn = tp.Connection(sock, poll_s=0.2, frame_timeout_s=5)
+    kind, hello = conn.recv()
+    assert kind == tp.HELLO
+    kind, first = conn.recv()
+    assert kind == tp.STEP and first["done"].all()
+    return conn, tp.field_json(hello["spec"])
+
+
+def step_ok(conn, k=2):
+    conn.send(tp.ACTION, {"action": np.zeros(k, np.int64)})
+    kind, msg = conn.recv()
+    assert kind == tp.STEP
+    assert msg["obs"].shape == (k, 4) and msg["obs"].dtype == np.float32
+    assert msg["reward"].tolist() == [1.0] * k
+    return msg
+
+
+def test_unix_socket_is_owner_only_and_removed(tmp_path):
+    address = tp.Address("unix", path=str(tmp_path / "srv.0"))
+    server = make_server(address)
+    stop, thread = serve_in_thread(server)
+    conn, spec = client(address)
+    mode = stat.S_IMODE(os.stat(address.path).st_mode)
+    assert mode == 0o600, oct(mode)
+    assert spec["num_envs"] == 2 and spec["action"] == {"kind": "discrete", "n": 2}
+    assert spec["obs_shape"] == [4]
+    step_ok(conn)
+    conn.close()
+    stop.set()
+    thread.join(5)
+    assert not os.path.exists(address.path)
+
+
+@pytest.mark.parametrize("bad", ["truncated", "garbage", "wrong_action", "oversized"])
+def test_bad_client_is_dropped_and_next_client_served(tmp_path, bad):
+    address = tp.Address("unix", path=str(tmp_path / "srv.0"))
+    server = make_server(address)
+    server.max_bytes = 4096
+    stop, thread = serve_in_thread(server)
+    conn, _ = client(address)
+    step_ok(conn)
+    if bad == "truncated":
+        whole = b"".join(bytes(x) for x in tp.encode(tp.ACTION, {"action": np.zeros(2, np.int64)}))
+        conn.sock.sendall(whole[:13])
+        conn.close()
+    elif bad == "garbage":
+        conn.sock.sendall(os.urandom(64))
+    elif bad == "wrong_action":
+        conn.send(tp.ACTION, {"action": np.array([0, 7], np.int64)})  # 7 is out of range
+    else:
+        conn.send(tp.ACTION, {"action": np.zeros(10_000, np.int64)})
+    if bad != "truncated":
+        # The server drops the connection: the client sees it closed.
+        with pytest.raises((tp.ConnectionClosed, ConnectionError)):
+            conn.recv()
+        conn.close()
+    conn2, _ = client(address)
+    step_ok(conn2)
+    assert server.connections_served == 2
+    conn2.close()
+    stop.set()
+    thread.join(5)
+
+
+def test_tcp_requires_the_shared_secret():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    address = tp.Address("tcp", host="127.0.0.1", port=port)
+    server = make_server(address, secret=b"s3cret")
+    stop, thread = serve_in_thread(server)
+
+    # A peer with the wrong secret is refused ...
+    sock = tp.connect(address, timeout=5)
+    with pytest.raises(tp.ProtocolError):
+        tp.client_authenticate(sock, b"wrong")
+    sock.close()
+    # ... and so is one that ignores authentication and sends a message.
+    sock = tp.connect(address, timeout=5)
+    conn = tp.Connection(sock, poll_s=0.2, frame_timeout_s=5)
+    conn.sock.recv(64)  # the challenge
+    conn.send(tp.ACTION, {"action": np.zeros(2, np.int64)})
+    with pytest.raises((tp.ConnectionClosed, ConnectionError, tp.ProtocolError)):
+        conn.recv()
+    conn.close()
+    assert server.connections_served == 0
+    # The next proper client is served.
+    conn, _ = client(address, secret=b"s3cret")
+    step_ok(conn)
+    assert server.connections_served == 1
+    conn.close()
+    stop.set()
+    thread.join(5)
+
+
+def test_stale_socket_file_is_replaced_and_live_one_refused(tmp_path):
+    path = tmp_path / "srv.0"
+    stale = socket.socket(socket.AF_UNIX)
+    stale.bind(str(path))
+    stale.close()  # a file nobody listens on
+    address = tp.Address("unix", path=str(path))
+    listener = tp.listen(address)
+    with pytest.raises(UserError, match="in use by another server"):
+        tp.listen(address)
+    listener.close()
