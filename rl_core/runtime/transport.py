@@ -210,10 +210,10 @@ def server_authenticate(sock: socket.socket, secret: bytes, timeout: float = 10.
     try:
         nonce = secrets.token_bytes(_NONCE_BYTES)
         sock.sendall(AUTH_TAG + nonce)
-        reply = _recv_exact_raw(sock, len(AUTH_TAG) + 2 * _NONCE_BYTES)
-        if reply[: len(AUTH_TAG)] != AUTH_TAG:
+        if _recv_exact_raw(sock, len(AUTH_TAG)) != AUTH_TAG:
             raise ProtocolError("peer did not speak the authentication protocol")
-        mac, client_nonce = reply[len(AUTH_TAG) : len(AUTH_TAG) + 32], reply[len(AUTH_TAG) + 32 :]
+        reply = _recv_exact_raw(sock, 2 * _NONCE_BYTES)
+        mac, client_nonce = reply[:32], reply[32:]
         if not hmac.compare_digest(mac, _mac(secret, b"client", nonce)):
             raise ProtocolError("peer failed authentication (wrong --server_secret)")
         sock.sendall(_mac(secret, b"server", client_nonce))

@@ -1,0 +1,118 @@
+"""Vision stems: image observations [N, C, H, W] -> features [N, out_size].
+
+uint8 observations are scaled by 1/255 inside; float observations are used as
+given. Any leading dims are accepted ([T, B, C, H, W] -> [T, B, out_size]).
+The fc layer's input size is found by a dry run of the conv trunk on the
+observation shape given at construction, so any image size works.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+from torch import nn
+
+__all__ = ["AtariNetStem", "ResNetStem"]
+
+
+def _check_obs_shape(obs_shape: Sequence[int]) -> tuple[int, int, int]:
+    obs_shape = tuple(int(d) for d in obs_shape)
+    if len(obs_shape) != 3 or min(obs_shape) < 1:
+        raise ValueError(f"obs_shape must be (C, H, W), got {obs_shape}")
+    return obs_shape  # type: ignore[return-value]
+
+
+def _conv_out_size(trunk: nn.Module, obs_shape: tuple[int, int, int]) -> int:
+    with torch.no_grad():
+        return trunk(torch.zeros(1, *obs_shape)).numel()
+
+
+class _Stem(nn.Module):
+    obs_shape: tuple[int, int, int]
+    out_size: int
+
+    def _prepare(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Size]:
+        if tuple(obs.shape[-3:]) != self.obs_shape:
+            raise ValueError(f"expected observations [..., {self.obs_shape}], got {tuple(obs.shape)}")
+        lead = obs.shape[:-3]
+        x = obs.reshape(-1, *self.obs_shape)
+        x = x.float() / 255.0 if x.dtype == torch.uint8 else x.float()
+        return x, lead
+
+    def trunk(self, x: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        x, lead = self._prepare(obs)
+        x = self.trunk(x).flatten(1)
+        x = torch.relu(self.fc(x))
+        return x.reshape(*lead, self.out_size)
+
+
+class AtariNetStem(_Stem):
+    """torchbeast's AtariNet convs (Mnih et al. 2015): 32x8x8/4, 64x4x4/2, 64x3x3/1, ReLU; fc 512 + ReLU."""
+
+    def __init__(self, obs_shape: Sequence[int], out_size: int = 512):
+        super().__init__()
+        self.obs_shape = _check_obs_shape(obs_shape)
+        self.out_size = out_size
+        channels = self.obs_shape[0]
+        self.conv1 = nn.Conv2d(channels, 32, kernel_size=8, stride=4)
+        self.conv2 = nn.Conv2d(32, 64, kernel_size=4, stride=2)
+        self.conv3 = nn.Conv2d(64, 64, kernel_size=3, stride=1)
+        self.conv_out_size = _conv_out_size(self.trunk, self.obs_shape)
+        self.fc = nn.Linear(self.conv_out_size, out_size)
+
+    def trunk(self, x: torch.Tensor) -> torch.Tensor:
+        x = torch.relu(self.conv1(x))
+        x = torch.relu(self.conv2(x))
+        return torch.relu(self.conv3(x))
+
+
+class _ResidualBlock(nn.Module):
+    """x + conv(relu(conv(relu(x))))."""
+
+    def __init__(self, channels: int):
+        super().__init__()
+        self.conv1 = nn.Conv2d(channels, channels, kernel_size=3, stride=1, padding=1)
+        self.conv2 = nn.Conv2d(channels, channels, kernel_size=3, stride=1, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.conv2(torch.relu(self.conv1(torch.relu(x))))
+
+
+class _ResNetStage(nn.Module):
+    """conv3x3 -> maxpool 3x3 stride 2 (padding 1) -> 2 residual blocks."""
+
+    def __init__(self, in_channels: int, channels: int):
+        super().__init__()
+        self.conv = nn.Conv2d(in_channels, channels, kernel_size=3, stride=1, padding=1)
+        self.pool = nn.MaxPool2d(kernel_size=3, stride=2, padding=1)
+        self.res1 = _ResidualBlock(channels)
+        self.res2 = _ResidualBlock(channels)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.res2(self.res1(self.pool(self.conv(x))))
+
+
+class ResNetStem(_Stem):
+    """The IMPALA deep ResNet (Espeholt et al. 2018), as in torchbeast's polybeast Net.
+
+    Stages of 16, 32, 32 channels; then ReLU, fc 256 + ReLU.
+    """
+
+    def __init__(self, obs_shape: Sequence[int], channels: Sequence[int] = (16, 32, 32), out_size: int = 256):
+        super().__init__()
+        self.obs_shape = _check_obs_shape(obs_shape)
+        self.out_size = out_size
+        stages, in_channels = [], self.obs_shape[0]
+        for c in channels:
+            stages.append(_ResNetStage(in_channels, c))
+            in_channels = c
+        self.stages = nn.Sequential(*stages)
+        self.conv_out_size = _conv_out_size(self.trunk, self.obs_shape)
+        self.fc = nn.Linear(self.conv_out_size, out_size)
+
+    def trunk(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.stages(x))

@@ -1,0 +1,123 @@
+"""Actor thread, inference batcher and unroll batching against a real env server."""
+
+import queue
+import threading
+import types
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from models.mlp import MLPStem
+from models.policy import ActorCritic
+from rl_core.runtime import transport as tp
+from rl_core.runtime.actor_pool import ActorThread, RunStats, connect_server, inference_loop
+from rl_core.runtime.batcher import InferenceBatcher
+from rl_core.runtime.env_server import EnvServer
+from rl_core.runtime.learner import UnrollBatcher
+from rl_core.runtime.threads import ErrorBox, start_thread
+
+T, K = 5, 3
+
+
+def flags(**kw):
+    base = dict(unroll_length=T, connect_timeout=5, max_message_bytes=1 << 20)
+    base.update(kw)
+    return types.SimpleNamespace(**base)
+
+
+class Recorder(gym.Wrapper):
+    """CartPole that records every action it receives and every obs it returns."""
+
+    def __init__(self, log):
+        super().__init__(gym.make("CartPole-v1"))
+        self.log = log
+
+    def reset(self, **kw):
+        obs, info = self.env.reset(**kw)
+        self.log.append(("reset", None, obs.copy()))
+        return obs, info
+
+    def step(self, action):
+        obs, r, term, trunc, info = self.env.step(action)
+        self.log.append(("step", int(action), obs.copy()))
+        return obs, r, term, trunc, info
+
+
+def test_unrolls_overlap_by_one_step_and_align_actions(tmp_path):
+    logs = [[] for _ in range(K)]
+    address = tp.Address("unix", path=str(tmp_path / "srv.0"))
+    server = EnvServer(address, [lambda i=i: Recorder(logs[i]) for i in range(K)], seeds=list(range(K)))
+    server_stop = threading.Event()
+    threading.Thread(target=server.serve_forever, args=(server_stop,), daemon=True).start()
+
+    model = ActorCritic(MLPStem((4,), (16,)), num_actions=2)
+    stop = threading.Event()
+    errors = ErrorBox(stop)
+    batcher = InferenceBatcher(max_batch_size=K, timeout_s=0.001)
+    learner_queue = queue.Queue(maxsize=3)
+    conn, spec = connect_server(address, flags(), None)
+    stats = RunStats()
+    actor = ActorThread(0, address, conn, spec, flags(), None, batcher, learner_queue,
+                        lambda n: model.initial_state(n), stats, stop)
+    start_thread("inference", lambda: inference_loop(batcher, model, threading.Lock(), "cpu", stop), errors)
+    start_thread("actor", actor.run, errors)
+    unrolls = [learner_queue.get(timeout=20) for _ in range(3)]
+    stop.set()
+    server_stop.set()
+    assert errors.error is None
+
+    for (u1, _), (u2, _) in zip(unrolls, unrolls[1:]):
+        assert u1["obs"].shape == (T + 1, K, 4)
+        for key in u1:
+            torch.testing.assert_close(u2[key][0], u1[key][T])  # overlap by one step
+
+    # Stitch the three unrolls into one timeline and compare with what the envs saw.
+    timeline = {k: torch.cat([unrolls[0][0][k]] + [u[k][1:] for u, _ in unrolls[1:]]) for k in unrolls[0][0]}
+    steps = 3 * T
+    for slot in range(K):
+        events = logs[slot]
+        assert events[0][0] == "reset"
+        np.testing.assert_array_equal(timeline["obs"][0, slot].numpy(), events[0][2])
+        i = 1
+        for t in range(1, steps + 1):
+            kind, action, obs = events[i]
+            assert kind == "step"
+            assert timeline["action"][t, slot].item() == action  # index t holds the action that led to obs[t]
+            if timeline["done"][t, slot]:
+                i += 1
+                assert events[i][0] == "reset"
+                obs = events[i][2]  # obs[t] is the next episode's first observation
+            np.testing.assert_array_equal(timeline["obs"][t, slot].numpy(), obs)
+            i += 1
+    # The behaviour logits stored at t are the model's output on obs[t-1].
+    with torch.no_grad():
+        inputs = {"obs": timeline["obs"][:-1], "reward": timeline["reward"][:-1],
+                  "done": timeline["done"][:-1], "last_action": timeline["action"][:-1]}
+        out, _ = model(inputs, ())
+    torch.testing.assert_close(timeline["policy_logits"][1:], out["policy_logits"], rtol=1e-5, atol=1e-5)
+    assert stats.env_steps >= steps * K
+
+
+def test_inference_batcher_merges_requests_up_to_max():
+    batcher = InferenceBatcher(max_batch_size=8, timeout_s=0.05)
+    stop = threading.Event()
+    requests = [batcher.submit({"x": torch.zeros(1, 3)}, (), 3) for _ in range(3)]
+    batch = batcher.get_batch(stop)
+    assert [r.size for r in batch] == [3, 3]  # 9 envs would exceed 8
+    assert batcher.get_batch(stop) == [requests[2]]
+
+
+def test_unroll_batcher_cuts_chunks_into_batches_of_b():
+    q = queue.Queue()
+    for i in range(5):  # 5 chunks of K=3 columns = 15 columns
+        q.put(({"x": torch.full((T + 1, 3), float(i))}, (torch.full((3, 2), float(i)),)))
+    batcher = UnrollBatcher(q, batch_size=4)
+    stop = threading.Event()
+    columns = []
+    for _ in range(3):
+        batch, (state,) = batcher.next_batch(stop)
+        assert batch["x"].shape == (T + 1, 4) and state.shape == (4, 2)
+        torch.testing.assert_close(batch["x"][0], state[:, 0])  # state travels with its column
+        columns += batch["x"][0].tolist()
+    assert columns == [0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3]

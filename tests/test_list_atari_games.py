@@ -1,0 +1,43 @@
+import importlib.util
+from pathlib import Path
+
+from torchbeast_atari import env as atari_env
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _load_script():
+    spec = importlib.util.spec_from_file_location("list_atari_games", REPO / "scripts" / "list_atari_games.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_committed_list_matches_the_installed_ale():
+    script = _load_script()
+    games = script.list_games()
+    committed = (REPO / "list_atari_games.txt").read_text()
+    assert script.render(games) == committed, "stale list: run python scripts/list_atari_games.py"
+    names = dict(games)
+    assert names["PongNoFrameskip-v4"] == 6
+    assert names["BreakoutNoFrameskip-v4"] == 4
+    assert names["MontezumaRevengeNoFrameskip-v4"] == 18
+    # multiplayer-only ROMs that the ALE refuses are left out
+    assert "CombatNoFrameskip-v4" not in names
+    assert len(games) > 100
+    # the env module reads the same table
+    assert atari_env.atari_games() == names
+
+
+def test_env_asks_the_ale_when_the_list_file_is_absent(monkeypatch, tmp_path):
+    monkeypatch.setattr(atari_env, "GAMES_LIST", tmp_path / "missing.txt")
+    monkeypatch.setattr(atari_env.ale_py.roms, "get_all_rom_ids", lambda: ["breakout", "combat", "pong"])
+    atari_env.atari_games.cache_clear()
+    atari_env._games_by_key.cache_clear()
+    try:
+        # combat is refused by the ALE (multiplayer only) and left out, as in the script
+        assert atari_env.atari_games() == {"BreakoutNoFrameskip-v4": 4, "PongNoFrameskip-v4": 6}
+        assert atari_env.canonical_env_id("ALE/Pong-v5") == "PongNoFrameskip-v4"
+    finally:
+        atari_env.atari_games.cache_clear()
+        atari_env._games_by_key.cache_clear()
