@@ -5,20 +5,43 @@ from __future__ import annotations
 from rl_core.errors import UserError
 
 
-def build_model(flags, spec: dict):
+def core_kind(flags) -> str | None:
+    """--use_lstm / --use_quasi_lstm (--use_elstm) / --use_rtrl -> make_core's kind, None: feedforward."""
+    if getattr(flags, "use_rtrl", False):
+        return "rtrl_elstm"
+    if getattr(flags, "use_quasi_lstm", False):
+        return "elstm"
+    if getattr(flags, "use_lstm", False):
+        return "lstm"
+    return None
+
+
+def build_stem(flags, obs_shape: tuple):
     from models.mlp import MLPStem
+    from models.vision import AtariNetStem, ResNetStem
+
+    if len(obs_shape) == 1:
+        sizes = tuple(int(s) for s in str(flags.mlp_sizes).split(",") if s)
+        return MLPStem(obs_shape, sizes)
+    if len(obs_shape) == 3:
+        return {"atari": AtariNetStem, "resnet": ResNetStem}[flags.model](obs_shape)
+    raise UserError(f"observation shape {obs_shape} has no stem: vectors take the MLP, [C, H, W] images the CNNs")
+
+
+def build_model(flags, spec: dict):
     from models.policy import ActorCritic
+    from models.recurrent import make_core
 
     obs_shape = tuple(spec["obs_shape"])
     action = spec["action"]
     if action["kind"] != "discrete":
         raise UserError(f"action space {action['kind']} needs an agent with continuous actions; IMPALA takes discrete ones")
+    stem = build_stem(flags, obs_shape)
+    kind = core_kind(flags)
+    core = None
+    if kind is not None:
+        core = make_core(kind, input_size=stem.out_size + 1 + action["n"], hidden_size=flags.hidden_size)
     value_stem = None
-    if len(obs_shape) == 1:
-        sizes = tuple(int(s) for s in str(flags.mlp_sizes).split(",") if s)
-        stem = MLPStem(obs_shape, sizes)
-        if flags.value_net == "separate":
-            value_stem = MLPStem(obs_shape, sizes)
-    else:
-        raise UserError(f"observation shape {obs_shape} has no stem yet: vector observations take the MLP")
-    return ActorCritic(stem, action["n"], core=None, value_stem=value_stem)
+    if flags.value_net == "separate" and kind is None and len(obs_shape) == 1:
+        value_stem = build_stem(flags, obs_shape)
+    return ActorCritic(stem, action["n"], core=core, value_stem=value_stem)

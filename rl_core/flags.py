@@ -46,6 +46,18 @@ def make_parser(prog: str | None = None) -> argparse.ArgumentParser:
     g.add_argument("--torch_threads", type=int, default=0, help="torch intra-op threads in the learner process (0: torch's default).")
 
     g = p.add_argument_group("model")
+    g.add_argument("--model", default="atari", choices=["atari", "resnet"],
+                   help="Image stem: AtariNet (Mnih et al. 2015) or the IMPALA deep ResNet.")
+    g.add_argument("--use_lstm", action="store_true", help="LSTM core.")
+    g.add_argument("--use_quasi_lstm", "--use_elstm", dest="use_quasi_lstm", action="store_true",
+                   help="eLSTM (QuasiLSTM) core trained by truncated BPTT.")
+    g.add_argument("--use_rtrl", action="store_true", help="eLSTM core trained by exact RTRL.")
+    g.add_argument("--hidden_size", type=int, default=256, help="Recurrent core size.")
+    g.add_argument("--load_conv_net_from", default=None, metavar="PATH",
+                   help="Initialise the image stem from this model.tar (conv, and fc unless --not_load_fc).")
+    g.add_argument("--not_load_fc", action="store_true", help="With --load_conv_net_from: keep the stem's fc fresh.")
+    g.add_argument("--freeze_conv", action="store_true", help="Do not train the stem's conv layers.")
+    g.add_argument("--freeze_fc", action="store_true", help="Do not train the stem's fc layer.")
     g.add_argument("--mlp_sizes", default="64,64", help="Hidden sizes of the MLP stem for vector observations.")
     g.add_argument("--value_net", default="shared", choices=["shared", "separate"],
                    help="Feedforward models: the baseline shares the policy's stem, or has its own.")
@@ -83,5 +95,11 @@ def check(parser: argparse.ArgumentParser, flags: argparse.Namespace) -> None:
         )
     if flags.server_index is not None and not 0 <= flags.server_index < flags.num_servers:
         parser.error(f"--server_index {flags.server_index} is not in [0, --num_servers={flags.num_servers})")
+    if flags.use_lstm and (flags.use_quasi_lstm or flags.use_rtrl):
+        parser.error("--use_lstm cannot be combined with --use_quasi_lstm/--use_rtrl: choose one core")
+    if flags.not_load_fc and not flags.load_conv_net_from:
+        parser.error("--not_load_fc needs --load_conv_net_from PATH")
+    if flags.hidden_size <= 0:
+        parser.error(f"--hidden_size must be positive, got {flags.hidden_size}")
     if not 0 <= flags.discounting <= 1:
         parser.error(f"--discounting must be in [0, 1], got {flags.discounting}")

@@ -506,3 +506,45 @@ def create_env(
     if probes:
         env = EpisodeStats(env, probes)
     return FrameStack(env, FRAME_STACK)
+
+
+# ------------------------------------------------------- package interface
+
+
+def add_flags(parser) -> None:
+    """Atari's flags and defaults (torchbeast's, with T=20, B=32 and 16 envs on 2 servers)."""
+    g = parser.add_argument_group("atari")
+    g.add_argument("--disable_episodic_life", action="store_true",
+                   help="A lost life does not end the training episode.")
+    g.add_argument("--sticky_actions", type=float, default=0.0, metavar="P",
+                   help="Probability of repeating the previous action (RND runs use 0.25).")
+    g.add_argument("--full_action_space", action="store_true", help="All 18 actions instead of the minimal set.")
+    g.add_argument("--max_episode_frames", type=int, default=108_000, help="Emulator frames per game at most.")
+    g.add_argument("--noop_max", type=int, default=30, help="Up to this many no-ops at the start of a game.")
+    parser.set_defaults(env="PongNoFrameskip-v4", model="atari", num_actors=16, num_servers=2,
+                        batch_size=32, unroll_length=20, total_steps=50_000_000)
+
+
+def check_flags(parser, flags) -> None:
+    try:
+        flags.env = canonical_env_id(flags.env)
+        n = num_actions(flags.env, flags.full_action_space)
+    except UserError as e:
+        parser.error(str(e))
+    if flags.num_actions is not None and flags.num_actions != n:
+        parser.error(f"--num_actions {flags.num_actions} disagrees with {flags.env}'s {n} actions: drop the flag")
+    if not 0.0 <= flags.sticky_actions < 1.0:
+        parser.error(f"--sticky_actions must be in [0, 1), got {flags.sticky_actions}")
+
+
+def make_env(flags, seed: int) -> gymnasium.Env:
+    """The env an env server hosts, from the run's flags."""
+    return create_env(
+        flags.env,
+        seed,
+        episodic_life=not flags.disable_episodic_life,
+        sticky_actions=flags.sticky_actions,
+        full_action_space=flags.full_action_space,
+        max_episode_frames=flags.max_episode_frames,
+        noop_max=flags.noop_max,
+    )

@@ -12,7 +12,7 @@ def add_flags(parser) -> None:
     parser.set_defaults(env="CartPole-v1", value_net="separate")
 
 
-def create_env(flags, seed: int) -> gym.Env:
+def make_env(flags, seed: int) -> gym.Env:
     """The gymnasium env ``flags.env``; seeded by the env server's first reset(seed)."""
     try:
         env = gym.make(flags.env)

@@ -1,7 +1,7 @@
 """The three entry points every environment package exposes, written once.
 
 An environment package is a module with ``add_flags(parser)``, optional
-``check_flags(parser, flags)``, and ``create_env(flags, seed) -> gymnasium.Env``;
+``check_flags(parser, flags)``, and ``make_env(flags, seed) -> gymnasium.Env``;
 its ``polybeast.py``, ``polybeast_env.py`` and ``polybeast_learner.py`` call
 ``launcher_main``, ``env_main`` and ``learner_main`` with it.
 """
@@ -60,7 +60,7 @@ def env_main(env_pkg, argv=None) -> None:
             raise UserError("a TCP env server needs a shared secret: pass --server_secret or set POLYBEAST_SECRET")
         K = flags.num_actors // flags.num_servers
         seeds = [env_seed(flags.seed, i, slot) for slot in range(K)]
-        fns = [(lambda s=s: env_pkg.create_env(flags, s)) for s in seeds]
+        fns = [(lambda s=s: env_pkg.make_env(flags, s)) for s in seeds]
         server = EnvServer(address, fns, seeds, server_index=i, secret=secret.encode() if secret else None,
                            max_bytes=flags.max_message_bytes, env_name=flags.env or "")
         parent = os.environ.get("POLYBEAST_PARENT_PID")

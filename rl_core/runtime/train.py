@@ -158,14 +158,20 @@ class Training:
         spec = self._connect_all()
         self._check_num_actions(spec)
         self.spec = spec
+        self.run_log.write_meta(flags=checkpoint.flags_dict(f), env_spec=spec)
         self.device = select_device(f)
         from models import build_model
 
-        model = build_model(f, spec).to(self.device)
+        from models.pretrained import apply_flags
+
+        model = build_model(f, spec)
+        apply_flags(model, f)
+        model = model.to(self.device)
         inference_model = copy.deepcopy(model)
         inference_model.eval()
+        trainable = [p for p in model.parameters() if p.requires_grad]
         optimizer = torch.optim.RMSprop(
-            model.parameters(), lr=f.learning_rate, momentum=f.momentum, eps=f.epsilon, alpha=f.alpha
+            trainable, lr=f.learning_rate, momentum=f.momentum, eps=f.epsilon, alpha=f.alpha
         )
         steps_per_update = f.unroll_length * f.batch_size
 

@@ -1,0 +1,87 @@
+"""torchbeast_atari through the real runtime: Pong on 2 env servers, checkpoints, resume."""
+
+import json
+import os
+
+import pytest
+import torch
+
+from tests.proc_utils import csv_rows, read, run
+
+ATARI = "torchbeast_atari.polybeast"
+
+
+def atari_flags(tmp_path, xpid, **overrides):
+    flags = {
+        "env": "PongNoFrameskip-v4",
+        "num_actors": 4,
+        "num_servers": 2,
+        "batch_size": 4,
+        "unroll_length": 20,
+        "pipes_basename": f"unix:{tmp_path}/pipe_{xpid}",
+        "savedir": str(tmp_path / "runs"),
+        "xpid": xpid,
+        "log_interval": 1,
+    }
+    flags.update(overrides)
+    return [f"--{k}={v}" if v is not True else f"--{k}" for k, v in flags.items()]
+
+
+def test_pong_on_two_servers_checkpoints_and_resumes(tmp_path):
+    args = atari_flags(tmp_path, "pong", total_steps=3000, use_lstm=True, hidden_size=64)
+    result = run(ATARI, *args, output=str(tmp_path / "out1"), timeout=180)
+    assert result.returncode == 0, result.stdout[-3000:]
+    rundir = tmp_path / "runs" / "pong"
+    ckpt = torch.load(rundir / "model.tar", weights_only=True)
+    assert ckpt["step"] >= 3000 and ckpt["flags"]["env"] == "PongNoFrameskip-v4"
+    assert "stem.conv1.weight" in ckpt["model_state_dict"]
+    assert any(k.startswith("core.") for k in ckpt["model_state_dict"])  # the LSTM core was trained
+    rows = csv_rows(str(rundir / "logs.csv"))
+    assert int(rows[-1]["step"]) >= 3000 and float(rows[-1]["env_steps"]) >= 3000
+    meta = json.loads((rundir / "meta.json").read_text())
+    assert meta["success"] is True and meta["flags"]["num_actions"] == 6
+
+    args = atari_flags(tmp_path, "pong", total_steps=6000, use_lstm=True, hidden_size=64)
+    result = run(ATARI, *args, output=str(tmp_path / "out2"), timeout=180)
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert f"resumed from {rundir}/model.tar at step {ckpt['step']}" in result.stdout
+    assert torch.load(rundir / "model.tar", weights_only=True)["step"] >= 6000
+
+
+@pytest.mark.parametrize("core", ["use_quasi_lstm", "use_rtrl"])
+def test_pretrained_frozen_stem_with_each_core(tmp_path, core):
+    first = atari_flags(tmp_path, "source", total_steps=400)
+    assert run(ATARI, *first, output=str(tmp_path / "out1"), timeout=180).returncode == 0
+    source = torch.load(tmp_path / "runs" / "source" / "model.tar", weights_only=True)["model_state_dict"]
+    path = str(tmp_path / "runs" / "source" / "model.tar")
+    args = atari_flags(tmp_path, "frozen", total_steps=1200, hidden_size=32, load_conv_net_from=path,
+                       freeze_conv=True, **{core: True})
+    result = run(ATARI, *args, output=str(tmp_path / "out2"), timeout=180)
+    assert result.returncode == 0, result.stdout[-3000:]
+    trained = torch.load(tmp_path / "runs" / "frozen" / "model.tar", weights_only=True)["model_state_dict"]
+    for name in ["stem.conv1.weight", "stem.conv2.weight", "stem.conv3.bias"]:
+        assert torch.equal(trained[name], source[name]), name
+    assert not torch.equal(trained["stem.fc.weight"], source["stem.fc.weight"])  # loaded, then trained
+
+
+def test_num_actions_flag_must_match_the_game(tmp_path):
+    result = run(ATARI, *atari_flags(tmp_path, "x", num_actions=4), output=str(tmp_path / "out"), timeout=60)
+    assert result.returncode == 2
+    assert "--num_actions 4 disagrees with PongNoFrameskip-v4's 6 actions" in result.stdout.strip().splitlines()[-1]
+    result = run(ATARI, *atari_flags(tmp_path, "y", env="NoSuchGame"), output=str(tmp_path / "out2"), timeout=60)
+    assert result.returncode == 2
+    assert "unknown Atari game 'NoSuchGame'" in result.stdout.strip().splitlines()[-1]
+
+
+def test_montezuma_rooms_are_logged_like_the_return(tmp_path):
+    args = atari_flags(tmp_path, "mz", env="ALE/MontezumaRevenge-v5", total_steps=1500, max_episode_frames=400,
+                       sticky_actions=0.25, log_interval=0.5)
+    result = run(ATARI, *args, output=str(tmp_path / "out"), timeout=180)
+    assert result.returncode == 0, result.stdout[-3000:]
+    rows = csv_rows(str(tmp_path / "runs" / "mz" / "logs.csv"))
+    rooms = [float(r["stat/rooms_visited"]) for r in rows if r.get("stat/rooms_visited") not in (None, "", "nan")]
+    assert rooms and all(value >= 1 for value in rooms)
+    lengths = [float(r["mean_episode_length"]) for r in rows if r["mean_episode_length"] != "nan"]
+    assert lengths and max(lengths) <= 100  # 400 frames = 100 agent steps per game
+    assert "rooms_visited" in read(str(tmp_path / "runs" / "mz" / "logs.csv"))
+    assert os.path.exists(tmp_path / "runs" / "mz" / "model.tar")
