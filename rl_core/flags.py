@@ -15,13 +15,33 @@ def make_parser(prog: str | None = None) -> argparse.ArgumentParser:
     a = p.add_argument
 
     a("--env", type=str, default=None, help="Environment name.")
-    a("--mode", default="train", choices=["train"], help="Training mode.")
+    a("--mode", default="train", choices=["train", "test"],
+      help="train, or test: run the final-test protocol on --checkpoint.")
+    a("--checkpoint", default=None, metavar="PATH", help="With --mode test: the model.tar to evaluate.")
+    a("--dry_run", action="store_true", help="Parse and check the flags, print the configuration, exit.")
     a("--xpid", default=None, help="Experiment id (default: env-date-time).")
     a("--savedir", default="~/logs/torchbeast", help="Root dir where experiment data will be saved.")
     a("--seed", type=int, default=1, help="Seeds torch, numpy and every environment.")
     a("--disable_checkpoint", action="store_true", help="Disable saving checkpoint.")
     a("--checkpoint_every", type=float, default=10.0, metavar="MINUTES", help="Checkpoint period.")
     a("--log_interval", type=float, default=5.0, metavar="SECONDS", help="Console line and logs.csv row period.")
+
+    g = p.add_argument_group("dashboards, validation and the final test")
+    g.add_argument("--use_wandb", action="store_true", help="Log to Weights & Biases (WANDB_MODE=offline works).")
+    g.add_argument("--project_name", default="torchbeast", help="wandb project.")
+    g.add_argument("--validate_every", type=float, default=0.0, metavar="MINUTES", help="Validate this often (0: off).")
+    g.add_argument("--validate_step_every", type=int, default=0, metavar="STEPS",
+                   help="Validate each time the step count crosses a multiple of this (0: off).")
+    g.add_argument("--disable_validation", action="store_true", help="No validation during training.")
+    g.add_argument("--valid_num_episodes", type=int, default=10, help="Episodes per validation.")
+    g.add_argument("--valid_sample", action="store_true", help="Sample actions in validation and test (default: greedy).")
+    g.add_argument("--save_extra_checkpoint", type=int, default=0, metavar="STEPS",
+                   help="Keep model_extra.tar from when the step count first reaches this (0: off).")
+    g.add_argument("--record_video", action="store_true", help="Save the first validation and test episodes as video.")
+    g.add_argument("--disable_final_test", action="store_true", help="Skip the final test when training ends.")
+    g.add_argument("--test_runs", type=int, default=0, help="Final test: runs per group (0: the protocol's).")
+    g.add_argument("--test_episodes", type=int, default=0, help="Final test: episodes per run (0: the protocol's).")
+    g.add_argument("--test_num_envs", type=int, default=8, help="Envs played in parallel in validation and test.")
 
     g = p.add_argument_group("actors and env servers")
     g.add_argument("--num_actors", type=int, default=8, metavar="N", help="Total number of environments.")
@@ -97,6 +117,10 @@ def check(parser: argparse.ArgumentParser, flags: argparse.Namespace) -> None:
         parser.error(f"--server_index {flags.server_index} is not in [0, --num_servers={flags.num_servers})")
     if flags.use_lstm and (flags.use_quasi_lstm or flags.use_rtrl):
         parser.error("--use_lstm cannot be combined with --use_quasi_lstm/--use_rtrl: choose one core")
+    if flags.mode == "test" and not flags.checkpoint:
+        parser.error("--mode test needs --checkpoint PATH (a model.tar)")
+    if flags.valid_num_episodes <= 0 or flags.test_num_envs <= 0:
+        parser.error("--valid_num_episodes and --test_num_envs must be positive")
     if flags.not_load_fc and not flags.load_conv_net_from:
         parser.error("--not_load_fc needs --load_conv_net_from PATH")
     if flags.hidden_size <= 0:

@@ -7,10 +7,12 @@ import datetime
 import json
 import logging
 import os
+import re
 import subprocess
 import sys
 
 from rl_core import checkpoint
+from rl_core.errors import UserError
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -61,6 +63,7 @@ class RunLog:
             "success": None,
         }
         self.write_meta()
+        self.wandb_run = self._init_wandb(flags) if getattr(flags, "use_wandb", False) else None
         self._tb = None
         try:
             from torch.utils.tensorboard import SummaryWriter
@@ -68,6 +71,39 @@ class RunLog:
             self._tb = SummaryWriter(log_dir=rundir)
         except ImportError:  # tensorboard is in requirements.txt; keep running without it
             logging.getLogger("run_log").warning("tensorboard is not installed: no event files")
+
+    def _init_wandb(self, flags):
+        """A wandb run named and identified by the xpid (so a resumed run continues it)."""
+        try:
+            import wandb
+        except ImportError:
+            raise UserError("--use_wandb needs wandb: python -m pip install -r requirements.txt") from None
+        run_id = re.sub(r"[^A-Za-z0-9_-]", "-", flags.xpid)[:64]
+        try:
+            return wandb.init(project=flags.project_name or "torchbeast", name=flags.xpid, id=run_id,
+                              dir=self.rundir, config=checkpoint.flags_dict(flags), resume="allow")
+        except Exception as e:  # noqa: BLE001 - wandb raises many kinds
+            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            raise UserError(f"wandb could not start ({first[:200]}): log in, or set WANDB_MODE=offline") from None
+
+    def set_summary(self, values: dict) -> None:
+        if self.wandb_run is not None:
+            for key, value in values.items():
+                self.wandb_run.summary[key] = value
+
+    def log_video(self, key: str, path: str, step: int) -> None:
+        if self.wandb_run is not None:
+            import wandb
+
+            self.wandb_run.log({key: wandb.Video(path, format=path.rsplit(".", 1)[-1])}, step=step)
+
+    def log_scalars(self, values: dict, step: int) -> None:
+        """Scalars outside the logs.csv cadence (validation, final test): TensorBoard and wandb."""
+        if self._tb is not None:
+            for key, value in values.items():
+                self._tb.add_scalar(key, value, step)
+        if self.wandb_run is not None:
+            self.wandb_run.log(dict(values), step=step)
 
     def write_meta(self, **updates) -> None:
         self.meta.update(updates)
@@ -93,16 +129,21 @@ class RunLog:
             os.replace(tmp, self.csv_path)
         with open(self.csv_path, "a", newline="") as f:
             csv.DictWriter(f, fieldnames=self.fields).writerow(row)
+        step = row.get("step", 0)
+        numbers = {k: v for k, v in row.items() if k != "step" and isinstance(v, (int, float)) and v == v}
         if self._tb is not None:
-            step = row.get("step", 0)
-            for key, value in row.items():
-                if key != "step" and isinstance(value, (int, float)) and value == value:
-                    self._tb.add_scalar(key, value, step)
+            for key, value in numbers.items():
+                self._tb.add_scalar(key, value, step)
+        if self.wandb_run is not None:
+            self.wandb_run.log(dict(numbers, step=step), step=step)
 
     def close(self) -> None:
         if self._tb is not None:
             self._tb.close()
             self._tb = None
+        if self.wandb_run is not None:
+            self.wandb_run.finish()
+            self.wandb_run = None
 
     def finish(self, success: bool, reason: str) -> None:
         self.write_meta(end=datetime.datetime.now().isoformat(timespec="seconds"), success=success, reason=reason)

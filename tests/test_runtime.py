@@ -26,6 +26,7 @@ def common(tmp_path, xpid="run", **overrides):
         "xpid": xpid,
         "log_interval": 1,
         "learning_rate": 0.002,
+        "test_episodes": 4,
     }
     flags.update(overrides)
     return [f"--{k}={v}" for k, v in flags.items()]

@@ -548,3 +548,21 @@ def make_env(flags, seed: int) -> gymnasium.Env:
         max_episode_frames=flags.max_episode_frames,
         noop_max=flags.noop_max,
     )
+
+
+def make_test_env(flags, seed: int, record: bool = False) -> gymnasium.Env:
+    """Whole games for validation and the final test: no episodic life."""
+    return create_env(
+        flags.env,
+        seed,
+        episodic_life=False,
+        sticky_actions=flags.sticky_actions,
+        full_action_space=flags.full_action_space,
+        max_episode_frames=flags.max_episode_frames,
+        noop_max=flags.noop_max,
+    )
+
+
+def test_protocol(flags) -> list[dict]:
+    """DeepMind's protocol: 5 runs of 30 whole games, each run its own seeds; mean and std over runs."""
+    return [{"name": f"run{i}", "episodes": 30, "group": "test", "overrides": {}} for i in range(5)]

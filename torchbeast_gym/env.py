@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import gymnasium as gym
 from gymnasium import spaces
 
@@ -12,10 +14,10 @@ def add_flags(parser) -> None:
     parser.set_defaults(env="CartPole-v1", value_net="separate")
 
 
-def make_env(flags, seed: int) -> gym.Env:
+def make_env(flags, seed: int, render_mode: str | None = None) -> gym.Env:
     """The gymnasium env ``flags.env``; seeded by the env server's first reset(seed)."""
     try:
-        env = gym.make(flags.env)
+        env = gym.make(flags.env, render_mode=render_mode) if render_mode else gym.make(flags.env)
     except gym.error.Error as e:
         raise UserError(
             f"unknown gymnasium environment '{flags.env}' ({type(e).__name__}): check the id, "
@@ -29,3 +31,16 @@ def make_env(flags, seed: int) -> gym.Env:
         raise UserError(f"{flags.env}: observation space {env.observation_space} is not a Box")
     env.action_space.seed(seed)
     return env
+
+
+def make_test_env(flags, seed: int, record: bool = False) -> gym.Env:
+    """The same env; rendering frames when a video is recorded."""
+    if record:  # pygame renders off-screen; keep SDL from probing audio and displays
+        os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
+        os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+    return make_env(flags, seed, render_mode="rgb_array" if record else None)
+
+
+def test_protocol(flags) -> list[dict]:
+    """One run of 100 episodes."""
+    return [{"name": "test", "episodes": 100, "group": "test", "overrides": {}}]

@@ -23,14 +23,33 @@ from rl_core.runtime import transport as tp
 log = logging.getLogger("entry")
 
 
-def parse_flags(env_pkg, argv=None, prog=None):
+def make_parser(env_pkg, prog=None):
     parser = flags_lib.make_parser(prog)
     env_pkg.add_flags(parser)
+    return parser
+
+
+def parse_flags(env_pkg, argv=None, prog=None, parser=None):
+    """Parse and check; ``--dry_run`` prints the configuration and exits 0."""
+    parser = parser or make_parser(env_pkg, prog)
     flags = parser.parse_args(argv)
     flags_lib.check(parser, flags)
     if hasattr(env_pkg, "check_flags"):
         env_pkg.check_flags(parser, flags)
+    if flags.dry_run:
+        print(f"{parser.prog}: configuration")
+        for key, value in sorted(vars(flags).items()):
+            if key != "server_secret":
+                print(f"  --{key}={value}")
+        sys.exit(0)
     return flags
+
+
+def _maybe_test_mode(env_pkg, flags, parser, argv) -> None:
+    if flags.mode == "test":
+        from rl_core.runtime.test_mode import evaluate_checkpoint
+
+        sys.exit(evaluate_checkpoint(flags, env_pkg, parser, argv))
 
 
 def _fail(message: str) -> "NoReturn":  # noqa: F821
@@ -98,7 +117,10 @@ def learner_main(env_pkg, argv=None) -> None:
     """``python -m <pkg>.polybeast_learner``: the learner alone, against running servers."""
     from rl_core.runtime.train import train
 
-    flags = parse_flags(env_pkg, argv, prog=f"python -m {env_pkg.__package__}.polybeast_learner")
+    argv = sys.argv[1:] if argv is None else argv
+    parser = make_parser(env_pkg, prog=f"python -m {env_pkg.__package__}.polybeast_learner")
+    flags = parse_flags(env_pkg, argv, parser=parser)
+    _maybe_test_mode(env_pkg, flags, parser, argv)
     sys.exit(train(flags, env_pkg))
 
 
@@ -108,7 +130,9 @@ def launcher_main(env_pkg, argv=None) -> None:
     from rl_core.runtime.train import train
 
     argv = sys.argv[1:] if argv is None else argv
-    flags = parse_flags(env_pkg, argv, prog=f"python -m {env_pkg.__package__}.polybeast")
+    parser = make_parser(env_pkg, prog=f"python -m {env_pkg.__package__}.polybeast")
+    flags = parse_flags(env_pkg, argv, parser=parser)
+    _maybe_test_mode(env_pkg, flags, parser, argv)
     try:
         first = tp.server_address(flags.pipes_basename, 0)
     except UserError as e:

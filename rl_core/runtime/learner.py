@@ -77,6 +77,7 @@ class Learner:
         self._stats_sum: dict[str, float] = {}
         self._stats_n = 0
         self.learn_seconds = 0.0
+        self.on_step = None  # called with (step before, step after) after each update, outside the lock
 
     def take_stats(self) -> dict[str, float]:
         with self.stats_lock:
@@ -103,14 +104,18 @@ class Learner:
             self.optimizer.step()
             self.scheduler.step()
             self.publish_weights()
+            previous_step = self.step
             self.step += f.unroll_length * batch["reward"].shape[1]
             self.learner_steps += 1
             self.learn_seconds += time.perf_counter() - start
             stats = dict(stats, grad_norm=float(grad_norm), learning_rate=self.scheduler.get_last_lr()[0])
+            crossed = (previous_step, self.step)
         with self.stats_lock:
             for k, v in stats.items():
                 self._stats_sum[k] = self._stats_sum.get(k, 0.0) + float(v)
             self._stats_n += 1
+        if self.on_step is not None:
+            self.on_step(*crossed)
         return stats
 
     def loop(self) -> None:

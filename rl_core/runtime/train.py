@@ -16,7 +16,7 @@ import time
 import numpy as np
 import torch
 
-from rl_core import checkpoint
+from rl_core import checkpoint, evaluation
 from rl_core.agents.impala import ImpalaAgent
 from rl_core.errors import UserError
 from rl_core.run_log import RunLog, setup_logging
@@ -59,7 +59,9 @@ class Training:
         self.env_pkg = env_pkg
         self.supervisor = supervisor
         self.stop = threading.Event()
+        self.test_stop = threading.Event()
         self.errors = ErrorBox(self.stop)
+        self.validation: Validation | None = None
         self.threads: list[threading.Thread] = []
         self.connections: list[tp.Connection] = []
         self.interrupted = False
@@ -72,6 +74,7 @@ class Training:
             self.interrupted = True
             log.info("received %s: stopping (final checkpoint, then exit)", signal.Signals(signum).name)
             self.stop.set()
+            self.test_stop.set()
 
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGINT, handler)
@@ -101,6 +104,19 @@ class Training:
         self.addresses, self.secret = addresses, secret
         return specs[0]
 
+    def _check_can_record(self) -> None:
+        """--record_video fails at the start, not at the first validation or the final test."""
+        try:
+            env = evaluation.make_test_env_fn(self.env_pkg, self.flags, {}, record=True)(0)
+            obs, _ = env.reset(seed=0)
+            frame = evaluation.frame_of(env, obs)
+            env.close()
+        except Exception as e:  # noqa: BLE001
+            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            raise UserError(f"--record_video: the env cannot render frames ({first[:200]})") from None
+        if frame is None:
+            raise UserError("--record_video: the env gives neither rgb_array frames nor image observations")
+
     def _check_num_actions(self, spec: dict) -> None:
         f = self.flags
         if spec["action"]["kind"] == "discrete":
@@ -117,7 +133,11 @@ class Training:
         self.rundir = os.path.join(os.path.expanduser(f.savedir), f.xpid)
         os.makedirs(self.rundir, exist_ok=True)
         setup_logging(self.rundir)
-        self.run_log = RunLog(self.rundir, f)
+        try:
+            self.run_log = RunLog(self.rundir, f)
+        except UserError as e:
+            log.error("error: %s", e)
+            return 2
         self.checkpoint_path = os.path.join(self.rundir, "model.tar")
         self._signals()
         reason, status = "finished", 0
@@ -142,7 +162,17 @@ class Training:
                 log.error("error in thread %s:\n%s", where, text)
         finally:
             self._shutdown(save=status == 0 and getattr(self, "learner", None) is not None)
-            self.run_log.finish(success=status == 0 and reason == "finished", reason=reason)
+        trained = getattr(self, "learner", None) is not None and hasattr(self, "start_time")
+        if status == 0 and reason == "finished" and trained and not f.disable_final_test:
+            try:
+                self.run_final_test()
+            except UserError as e:
+                reason, status = f"error: {e}", 2
+                log.error("error: %s", e)
+            except Exception as e:  # noqa: BLE001
+                reason, status = f"error in the final test: {type(e).__name__}: {e}", 1
+                log.exception("error in the final test")
+        self.run_log.finish(success=status == 0 and reason == "finished", reason=reason)
         if status == 0:
             log.info("%s at step %d; run directory %s", reason, getattr(self, "learner", None) and self.learner.step or 0, self.rundir)
         return status
@@ -157,6 +187,8 @@ class Training:
             self.supervisor.start_all()
         spec = self._connect_all()
         self._check_num_actions(spec)
+        if f.record_video:
+            self._check_can_record()
         self.spec = spec
         self.run_log.write_meta(flags=checkpoint.flags_dict(f), env_spec=spec)
         self.device = select_device(f)
@@ -195,6 +227,7 @@ class Training:
             UnrollBatcher(self.learner_queue, f.batch_size), self.device, self.stop, step=step,
         )
         self.learner.learner_steps = learner_steps
+        self.learner.on_step = self._after_update
         if step >= f.total_steps:
             log.info("checkpoint is already at step %d >= --total_steps %d", step, f.total_steps)
             return
@@ -235,9 +268,16 @@ class Training:
         log.info("resumed from %s at step %d", self.checkpoint_path, step)
         return step, int(state.get("learner_steps", 0))
 
-    def save_checkpoint(self) -> None:
+    def _after_update(self, previous_step: int, step: int) -> None:
+        """Runs in the learner thread: model_extra.tar exactly at the update crossing the step."""
+        every = self.flags.save_extra_checkpoint
+        if every and previous_step < every <= step:
+            self.save_checkpoint(os.path.join(self.rundir, "model_extra.tar"))
+
+    def save_checkpoint(self, path: str | None = None) -> None:
         if self.flags.disable_checkpoint:
             return
+        path = path or self.checkpoint_path
         learner = self.learner
         with learner.lock:
             payload = {
@@ -248,8 +288,8 @@ class Training:
                 "step": learner.step,
                 "learner_steps": learner.learner_steps,
             }
-            checkpoint.save(self.checkpoint_path, payload)
-        log.info("saved checkpoint %s at step %d", self.checkpoint_path, learner.step)
+            checkpoint.save(path, payload)
+        log.info("saved checkpoint %s at step %d", path, learner.step)
 
     # ------------------------------------------------------- supervision
     def _supervise(self) -> None:
@@ -258,6 +298,7 @@ class Training:
         self.start_time = start
         self._last = (start, self.learner.step)
         self._returns = collections.deque(maxlen=100)
+        self.validation = Validation(self)
         while not self.stop.is_set():
             self.stop.wait(0.25)
             if self.supervisor is not None:
@@ -266,6 +307,7 @@ class Training:
                 except BaseException as e:  # noqa: BLE001
                     self.errors.put("supervisor", e)
             now = time.monotonic()
+            self.validation.poll(now)
             if now - last_log >= f.log_interval:
                 last_log = now
                 self.log_tick()
@@ -300,6 +342,8 @@ class Training:
             "env_steps": self.stats.env_steps,
         }
         row.update(learner.take_stats())
+        if self.validation is not None:
+            row["valid_mean_return"] = self.validation.take_for_row()
         stat_names = sorted({k for e in episodes for k in e if k.startswith("stat/")})
         for name in stat_names:
             row[name] = float(np.mean([e[name] for e in episodes if name in e]))
@@ -341,6 +385,127 @@ class Training:
             conn.close()
         if self.supervisor is not None:
             self.supervisor.stop_all()
+
+
+    # -------------------------------------------------------- final test
+    def run_final_test(self) -> None:
+        """The package's final-test protocol on the trained model: final_test.json, logs, wandb summary."""
+        f = self.flags
+        log.info("final test of the model at step %d", self.learner.step)
+        record = os.path.join(self.rundir, "test_first_episode") if f.record_video else None
+        result = evaluation.final_test(self.learner.model, self.env_pkg, f, self.device, record, self.test_stop)
+        if self.test_stop.is_set():
+            log.info("final test interrupted: nothing written")
+            return
+        result.update(step=self.learner.step, xpid=f.xpid, checkpoint=self.checkpoint_path)
+        evaluation.write_json(os.path.join(self.rundir, "final_test.json"), result)
+        report_final_test(result, self.run_log, self.learner.step)
+
+
+def report_final_test(result: dict, run_log, step: int) -> None:
+    for run in result["runs"]:
+        log.info("final test %s: mean return %.2f over %d episodes", run["name"], run["mean_return"], run["episodes"])
+    scalars, summary = {}, {}
+    for group, g in result["groups"].items():
+        log.info("final test [%s]: mean %.2f, std %.2f over %d runs", group, g["mean"], g["std"], g["runs"])
+        scalars[f"final_test/{group}_mean"] = g["mean"]
+        summary.update({f"final_test/{group}/mean": g["mean"], f"final_test/{group}/std": g["std"],
+                        f"final_test/{group}/runs": g["runs"]})
+    run_log.log_scalars(scalars, step)
+    run_log.set_summary(summary)
+    if result.get("video"):
+        run_log.log_video("video/test", result["video"], step)
+
+
+class Validation:
+    """Validation during training on a frozen copy of the weights, in its own thread.
+
+    Triggered every --validate_every minutes and whenever the step count crosses a
+    multiple of --validate_step_every; one at a time (a trigger while one runs is
+    skipped).  Keeps model_best_val.tar.
+    """
+
+    def __init__(self, training: Training):
+        self.t = training
+        f = training.flags
+        self.enabled = not f.disable_validation and (f.validate_every > 0 or f.validate_step_every > 0)
+        self.last_time = time.monotonic()
+        self.last_step = training.learner.step
+        self.thread: threading.Thread | None = None
+        self.result: dict | None = None
+        self.for_row = float("nan")
+        self.count = 0
+        self.best_path = os.path.join(training.rundir, "model_best_val.tar")
+        self.best = float("-inf")
+        if os.path.exists(self.best_path):
+            self.best = float(checkpoint.load(self.best_path).get("valid_return", float("-inf")))
+
+    def take_for_row(self) -> float:
+        value, self.for_row = self.for_row, float("nan")
+        return value
+
+    def poll(self, now: float) -> None:
+        if not self.enabled:
+            return
+        self._collect()
+        f, step = self.t.flags, self.t.learner.step
+        due = f.validate_every > 0 and now - self.last_time >= f.validate_every * 60
+        due = due or evaluation.crossed(self.last_step, step, f.validate_step_every)
+        self.last_step = step
+        if due:
+            self.last_time = now
+            self._start()
+
+    def _start(self) -> None:
+        t, f = self.t, self.t.flags
+        if self.thread is not None and self.thread.is_alive():
+            log.info("validation still running: skipping this one")
+            return
+        with t.learner.lock:  # a consistent snapshot; the learner goes on at once
+            model = copy.deepcopy(t.learner.model)
+            step = t.learner.step
+        model.eval()
+        record = f.record_video and self.count == 0
+        self.count += 1
+
+        def run():
+            frames = [] if record else None
+            seeds = [evaluation.env_seed(f.seed, evaluation.TEST_SEED_OFFSET - 1, i) for i in range(f.test_num_envs)]
+            env_fn = evaluation.make_test_env_fn(t.env_pkg, f, {}, record=record)
+            episodes = evaluation.play(model, env_fn, seeds, f.valid_num_episodes, greedy=not f.valid_sample,
+                                       device=t.device, record_frames=frames, stop=t.stop)
+            video = None
+            if frames:
+                from rl_core.video import write_video
+
+                video = write_video(frames, os.path.join(t.rundir, "valid_first_episode"))
+            if len(episodes) == f.valid_num_episodes:
+                self.result = {"step": step, "model": model, "video": video,
+                               "mean_return": float(np.mean([e["return"] for e in episodes]))}
+
+        log.info("validation of the model at step %d started", step)
+        self.thread = start_thread("validation", run, t.errors)
+        t.threads.append(self.thread)
+
+    def _collect(self) -> None:
+        result, self.result = self.result, None
+        if result is None:
+            return
+        t = self.t
+        mean = result["mean_return"]
+        log.info("validation at step %d: mean return %.2f over %d episodes", result["step"], mean,
+                 t.flags.valid_num_episodes)
+        self.for_row = mean
+        t.run_log.log_scalars({"valid/mean_return": mean}, t.learner.step)
+        if result["video"]:
+            t.run_log.log_video("video/valid", result["video"], t.learner.step)
+        if mean > self.best:
+            self.best = mean
+            checkpoint.save(self.best_path, {
+                "model_state_dict": {k: v.detach().cpu() for k, v in result["model"].state_dict().items()},
+                "flags": checkpoint.flags_dict(t.flags), "step": result["step"], "valid_return": mean,
+            })
+            log.info("new best validation return %.2f: saved %s", mean, self.best_path)
 
 
 def train(flags, env_pkg, supervisor=None) -> int:

@@ -1,0 +1,73 @@
+"""``--mode test --checkpoint PATH``: the package's final-test protocol on a saved model."""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import os
+
+import numpy as np
+import torch
+
+from rl_core import checkpoint, evaluation
+from rl_core.errors import UserError
+from rl_core.run_log import RunLog, setup_logging
+from rl_core.runtime.env_server import space_spec
+
+log = logging.getLogger("test_mode")
+
+
+def explicit_dests(parser, argv: list[str]) -> set[str]:
+    """The flags written on the command line (the rest may come from the checkpoint)."""
+    given = set()
+    for action in parser._actions:
+        for option in action.option_strings:
+            if any(arg == option or arg.startswith(option + "=") for arg in argv):
+                given.add(action.dest)
+    return given
+
+
+def local_spec(env) -> dict:
+    obs, _ = env.reset(seed=0)
+    obs = np.asarray(obs)
+    return {"obs_shape": list(obs.shape), "obs_dtype": obs.dtype.str, "action": space_spec(env.action_space)}
+
+
+def evaluate_checkpoint(flags, env_pkg, parser, argv: list[str]) -> int:
+    setup_logging(None)
+    try:
+        saved = checkpoint.load(flags.checkpoint)
+        given = explicit_dests(parser, argv)
+        for key, value in saved.get("flags", {}).items():
+            if key not in given and hasattr(flags, key) and key not in ("mode", "checkpoint"):
+                setattr(flags, key, value)
+        from models import build_model
+
+        probe = evaluation.make_test_env_fn(env_pkg, flags, {}, record=False)(0)
+        spec = local_spec(probe)
+        probe.close()
+        model = build_model(flags, spec)
+        try:
+            model.load_state_dict(saved["model_state_dict"])
+        except (KeyError, RuntimeError) as e:
+            first = str(e).strip().splitlines()[0]
+            raise UserError(f"{flags.checkpoint} does not fit the model its flags describe ({first[:160]})") from None
+        device = torch.device("cuda" if torch.cuda.is_available() and not flags.disable_cuda else "cpu")
+        model = model.to(device).eval()
+        outdir = os.path.dirname(os.path.abspath(flags.checkpoint))
+        stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+        record = os.path.join(outdir, f"eval-{stamp}-first_episode") if flags.record_video else None
+        log.info("testing %s (step %s) on %s", flags.checkpoint, saved.get("step"), flags.env)
+        result = evaluation.final_test(model, env_pkg, flags, device, record)
+    except UserError as e:
+        log.error("error: %s", e)
+        return 2
+    result.update(step=saved.get("step"), checkpoint=os.path.abspath(flags.checkpoint), env=flags.env)
+    path = os.path.join(outdir, f"eval-{stamp}.json")
+    evaluation.write_json(path, result)
+    for run in result["runs"]:
+        log.info("test %s: mean return %.2f over %d episodes", run["name"], run["mean_return"], run["episodes"])
+    for group, g in result["groups"].items():
+        log.info("test [%s]: mean %.2f, std %.2f over %d runs", group, g["mean"], g["std"], g["runs"])
+    log.info("wrote %s", path)
+    return 0

@@ -1,0 +1,186 @@
+"""Experiment lifecycle: dashboards, validation, final test, eval-only runs, videos, plots."""
+
+import glob
+import json
+import os
+import re
+import struct
+
+import pytest
+import torch
+
+from rl_core.evaluation import crossed
+from tests.proc_utils import csv_rows, read, run
+
+GYM = "torchbeast_gym.polybeast"
+ATARI = "torchbeast_atari.polybeast"
+
+
+def gym_flags(tmp_path, xpid="run", **overrides):
+    flags = {
+        "env": "CartPole-v1", "num_actors": 8, "num_servers": 2, "batch_size": 8, "unroll_length": 20,
+        "learning_rate": 0.003, "entropy_cost": 0.01, "pipes_basename": f"unix:{tmp_path}/pipe_{xpid}",
+        "savedir": str(tmp_path / "runs"), "xpid": xpid, "log_interval": 1, "test_episodes": 6,
+    }
+    flags.update(overrides)
+    return [f"--{k}" if v is True else f"--{k}={v}" for k, v in flags.items()]
+
+
+def wandb_records(run_dir):
+    """History rows, config and summary of an offline wandb run, read from its .wandb file."""
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    (path,) = glob.glob(os.path.join(run_dir, "wandb", "offline-run-*", "run-*.wandb"))
+    data = open(path, "rb").read()
+    assert data[:4] == b":W&B"
+    pos, payloads, partial = 7, [], b""
+    while pos + 7 <= len(data):  # LevelDB-style log: 32 KiB blocks of typed chunks
+        left = 32768 - pos % 32768
+        if left < 7:
+            pos += left
+            continue
+        _, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
+        if kind == 0:
+            pos += left
+            continue
+        chunk = data[pos + 7:pos + 7 + length]
+        pos += 7 + length
+        if kind == 1:
+            payloads.append(chunk)
+        elif kind == 2:
+            partial = chunk
+        elif kind == 3:
+            partial += chunk
+        elif kind == 4:
+            payloads.append(partial + chunk)
+    history, config, summary = [], {}, {}
+    for payload in payloads:
+        record = pb.Record()
+        record.ParseFromString(payload)
+        which = record.WhichOneof("record_type")
+        if which == "history":
+            history.append({"/".join(i.nested_key) or i.key: json.loads(i.value_json) for i in record.history.item})
+        elif which in ("run", "config"):
+            updates = record.run.config.update if which == "run" else record.config.update
+            for item in updates:
+                config[item.key] = json.loads(item.value_json)
+        elif which == "summary":
+            for item in record.summary.update:
+                summary["/".join(item.nested_key) or item.key] = json.loads(item.value_json)
+    return history, config, summary
+
+
+def test_wandb_offline_tensorboard_final_test_and_video(tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    args = gym_flags(tmp_path, use_wandb=True, project_name="tests", total_steps=20_000, record_video=True)
+    result = run(GYM, *args, output=str(tmp_path / "out"), timeout=180)
+    assert result.returncode == 0, result.stdout[-3000:]
+    rundir = tmp_path / "runs" / "run"
+
+    final = json.loads((rundir / "final_test.json").read_text())
+    assert final["runs"][0]["episodes"] == 6 and len(final["runs"][0]["returns"]) == 6
+    assert final["groups"]["test"]["mean"] == pytest.approx(final["runs"][0]["mean_return"])
+    assert final["step"] >= 20_000 and final["greedy"] is True
+    assert final["video"].endswith("test_first_episode.mp4") and os.path.getsize(final["video"]) > 1000
+    assert "final test [test]: mean" in read(str(rundir / "out.log"))
+
+    history, config, summary = wandb_records(str(rundir))
+    logged_steps = [h["step"] for h in history if "sps" in h]
+    csv_steps = [int(r["step"]) for r in csv_rows(str(rundir / "logs.csv"))]
+    assert logged_steps == csv_steps  # one wandb row per logs.csv row
+    assert {"sps", "total_loss", "return_last_100", "learner_queue"} <= set(history[0])
+    assert config["total_steps"] == 20_000 and config["env"] == "CartPole-v1"
+    assert "server_secret" not in config
+    assert summary["final_test/test/mean"] == pytest.approx(final["groups"]["test"]["mean"])
+    videos = [h for h in history if "video/test/_type" in h]
+    assert videos and videos[0]["video/test/_type"] == "video-file" and videos[0]["video/test/path"].endswith(".mp4")
+    assert any(h.get("final_test/test_mean") == pytest.approx(final["groups"]["test"]["mean"]) for h in history)
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(rundir))
+    events.Reload()
+    assert "sps" in events.Tags()["scalars"] and "final_test/test_mean" in events.Tags()["scalars"]
+    assert [e.step for e in events.Scalars("sps")] == csv_steps
+
+
+def test_validation_crossing_semantics():
+    assert crossed(9_990, 10_010, 10_000)  # crossed without landing on it
+    assert crossed(9_999, 10_000, 10_000)
+    assert not crossed(10_000, 10_500, 10_000)
+    assert crossed(19_000, 31_000, 10_000)  # two multiples in one jump: fires once
+    assert not crossed(0, 10**9, 0)  # 0 means off
+
+
+def test_validation_best_and_extra_checkpoints(tmp_path):
+    args = gym_flags(tmp_path, total_steps=40_000, validate_step_every=10_000, valid_num_episodes=3,
+                     save_extra_checkpoint=15_000, disable_final_test=True)
+    result = run(GYM, *args, output=str(tmp_path / "out"), timeout=180)
+    assert result.returncode == 0, result.stdout[-3000:]
+    rundir = tmp_path / "runs" / "run"
+    text = read(str(rundir / "out.log"))
+    started = [int(s) for s in re.findall(r"validation of the model at step (\d+) started", text)]
+    # Once per crossed multiple of 10k (a trigger while one runs would be skipped), never every loop.
+    assert 2 <= len(started) <= 4
+    assert len({s // 10_000 for s in started}) == len(started)
+    results = [float(x) for x in re.findall(r"validation at step \d+: mean return ([\d.]+)", text)]
+    assert results
+    best = torch.load(rundir / "model_best_val.tar", weights_only=True)
+    assert best["valid_return"] == pytest.approx(max(results), abs=0.01)
+    assert best["step"] in started
+    extra = torch.load(rundir / "model_extra.tar", weights_only=True)
+    assert 15_000 <= extra["step"] < 15_000 + 8 * 20  # the update that crossed it
+    rows = csv_rows(str(rundir / "logs.csv"))
+    assert [float(r["valid_mean_return"]) for r in rows if r["valid_mean_return"] != "nan"]
+    assert not (rundir / "final_test.json").exists()
+
+
+@pytest.mark.parametrize("package", ["gym", "atari"])
+def test_eval_only_mode_on_a_saved_checkpoint(tmp_path, package):
+    if package == "gym":
+        module, train_args = GYM, gym_flags(tmp_path, total_steps=5_000, disable_final_test=True)
+        test_args = ["--test_episodes=4"]
+    else:
+        module = ATARI
+        train_args = [f"--pipes_basename=unix:{tmp_path}/pipe", f"--savedir={tmp_path}/runs", "--xpid=run",
+                      "--num_actors=2", "--num_servers=1", "--batch_size=2", "--total_steps=200",
+                      "--disable_final_test", "--use_lstm", "--hidden_size=32"]
+        test_args = ["--test_runs=2", "--test_episodes=1", "--max_episode_frames=200", "--test_num_envs=1"]
+    result = run(module, *train_args, output=str(tmp_path / "train_out"), timeout=180)
+    assert result.returncode == 0, result.stdout[-3000:]
+    ckpt = tmp_path / "runs" / "run" / "model.tar"
+    result = run(module, "--mode=test", f"--checkpoint={ckpt}", *test_args, output=str(tmp_path / "out"), timeout=180)
+    assert result.returncode == 0, result.stdout[-3000:]
+    (path,) = glob.glob(str(tmp_path / "runs" / "run" / "eval-*.json"))
+    out = json.loads(open(path).read())
+    runs = out["runs"]
+    assert len(runs) == (1 if package == "gym" else 2)
+    assert all(r["episodes"] == len(r["returns"]) for r in runs)
+    assert out["step"] == torch.load(ckpt, weights_only=True)["step"]
+    if package == "atari":  # whole games of at most 200 frames = 50 agent steps, Pong's score is in [-21, 21]
+        assert all(-21 <= x <= 21 for r in runs for x in r["returns"])
+    assert "test [test]: mean" in result.stdout
+
+
+def test_eval_only_errors_are_one_line(tmp_path):
+    result = run(GYM, "--mode=test", output=str(tmp_path / "out1"), timeout=60)
+    assert result.returncode == 2 and "--mode test needs --checkpoint PATH" in result.stdout.strip().splitlines()[-1]
+    result = run(GYM, "--mode=test", f"--checkpoint={tmp_path}/none.tar", output=str(tmp_path / "out2"), timeout=60)
+    assert result.returncode == 2 and "does not exist" in result.stdout.strip().splitlines()[-1]
+
+
+def test_plot_draws_two_runs_even_in_progress(tmp_path):
+    for xpid in ["a", "b"]:
+        args = gym_flags(tmp_path, xpid=xpid, total_steps=8_000, disable_final_test=True)
+        assert run(GYM, *args, output=str(tmp_path / f"out_{xpid}"), timeout=120).returncode == 0
+    # A row still being written (a run in progress) is skipped, not an error.
+    with open(tmp_path / "runs" / "b" / "logs.csv", "a") as f:
+        f.write("9999,1.0")
+    out = tmp_path / "curves.png"
+    result = run("rl_core.plot", str(tmp_path / "runs" / "a"), str(tmp_path / "runs" / "b"), f"--out={out}",
+                 output=str(tmp_path / "plot_out"), timeout=60)
+    assert result.returncode == 0, result.stdout
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 10_000
+    result = run("rl_core.plot", str(tmp_path / "nowhere"), f"--out={out}", output=str(tmp_path / "o2"), timeout=60)
+    assert result.returncode == 2 and "has no logs.csv" in result.stdout

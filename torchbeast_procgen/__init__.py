@@ -1,0 +1,1 @@
+"""Procgen games (envpool) for the polybeast runtime: env.py plus the three entry modules."""

@@ -1,0 +1,503 @@
+"""Procgen (Cobbe et al. 2020) through envpool's C++ build of the 16 games.
+
+``create_env`` returns a gymnasium env with the full action space (15
+actions) and 64x64 RGB observations, channel-first uint8 ``[3, 64, 64]``, as the
+R2AC code's ``wrap_pytorch(gym.make("procgen:procgen-<game>-v0", ...))``: no
+frame skip, no frame stack, raw rewards (the learner clips them).
+
+Each env is one envpool pool of ``num_envs=1``: envpool batches internally,
+but the env server steps one gymnasium env per slot, and a pool of one costs
+little more than procgen's own step (``python -m torchbeast_procgen.env``
+prints the steps/s of one env in one process).
+
+Levels, as in procgen: ``num_levels=0`` draws level seeds from the whole
+31-bit range; otherwise each episode plays a level drawn uniformly from
+``[start_level, start_level + num_levels)``.  The env's ``seed`` seeds that
+draw, so the same (seed, num_levels, start_level, distribution_mode) give the
+same sequence of levels and the same frames.  envpool fixes seeds when a pool
+is built, so ``reset(seed=s)`` builds a fresh pool seeded with ``s`` (cheap:
+well under a millisecond).
+
+Names: ``--env chaser``, ``--env procgen:procgen-chaser-v0`` (the spelling of
+the published R2AC scripts), ``procgen-chaser-v0`` and ``Chaser`` are one game;
+the canonical name is the bare lower-case game name ``"chaser"``.
+
+Episode statistics (``info["episode_stats"]`` at the end of an episode):
+``level_complete`` (1.0 when the level was solved, procgen's
+``prev_level_complete``) and, in multi-task runs, ``return_<game>``, so each
+game's returns are logged as their own column.
+
+The final test of the R2AC code (``full_test`` in its procgen learner) is
+described as data by :func:`final_test_level_sets`: the training levels and the
+three held-out sets starting at levels 1000, 1200 and 1400, 200 levels and 200
+episodes each.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Any
+
+import gymnasium
+import numpy as np
+from gymnasium import spaces
+
+from rl_core.errors import UserError
+
+__all__ = [
+    "DISTRIBUTION_MODES",
+    "FINAL_TEST_NUM_EPISODES",
+    "FINAL_TEST_NUM_LEVELS",
+    "FINAL_TEST_START_LEVELS",
+    "GAME_MODES",
+    "LevelSet",
+    "MULTI_ENV_ORDER",
+    "MULTI_ENV_ORDER_MEMORY",
+    "NUM_ACTIONS",
+    "OBS_SHAPE",
+    "PROCGEN_GAMES",
+    "ProcgenEnv",
+    "add_flags",
+    "canonical_game",
+    "check_flags",
+    "create_env",
+    "final_test_level_sets",
+    "game_for_env",
+    "make_env",
+    "make_eval_env",
+    "multi_env_games",
+]
+
+NUM_ACTIONS = 15
+OBS_SHAPE = (3, 64, 64)
+DISTRIBUTION_MODES = ("easy", "hard", "extreme", "memory", "exploration")
+
+# The 16 games, alphabetical; the modes each supports in procgen 0.10
+# (procgen/src/games/*.cpp; envpool registers the same set).
+GAME_MODES: dict[str, tuple[str, ...]] = {
+    "bigfish": ("easy", "hard"),
+    "bossfight": ("easy", "hard"),
+    "caveflyer": ("easy", "hard", "memory", "exploration"),
+    "chaser": ("easy", "hard", "extreme"),
+    "climber": ("easy", "hard", "exploration"),
+    "coinrun": ("easy", "hard", "exploration"),
+    "dodgeball": ("easy", "hard", "extreme", "memory"),
+    "fruitbot": ("easy", "hard"),
+    "heist": ("easy", "hard", "memory", "exploration"),
+    "jumper": ("easy", "hard", "memory", "exploration"),
+    "leaper": ("easy", "hard", "extreme", "exploration"),
+    "maze": ("easy", "hard", "memory", "exploration"),
+    "miner": ("easy", "hard", "memory"),
+    "ninja": ("easy", "hard", "exploration"),
+    "plunder": ("easy", "hard"),
+    "starpilot": ("easy", "hard", "extreme"),
+}
+PROCGEN_GAMES: tuple[str, ...] = tuple(GAME_MODES)
+
+# The game order of --multi_env: the R2AC code's ("interesting first") lists, so
+# that --multi_env N trains on the same N games as the published runs.
+MULTI_ENV_ORDER: tuple[str, ...] = (
+    "bigfish", "fruitbot", "maze", "leaper", "plunder", "starpilot", "miner", "bossfight",
+    "caveflyer", "chaser", "climber", "coinrun", "dodgeball", "heist", "jumper", "ninja",
+)
+MULTI_ENV_ORDER_MEMORY: tuple[str, ...] = ("dodgeball", "heist", "maze", "miner", "caveflyer", "jumper")
+
+DEFAULT_GAME = "chaser"
+
+# The final test of the R2AC code: 200 episodes on 200 levels from each start level.
+FINAL_TEST_START_LEVELS = (1000, 1200, 1400)
+FINAL_TEST_NUM_LEVELS = 200
+FINAL_TEST_NUM_EPISODES = 200
+_EVAL_SEED_TAG = 0x7E57  # keeps evaluation env seeds apart from training env seeds
+
+_INT32_MAX = 2**31 - 1
+
+
+# --------------------------------------------------------------------------
+# Names
+
+
+_NAME_RE = re.compile(r"^(?:procgen:)?(?:procgen-)?(?P<game>[a-z]+)(?:-v\d+)?$", re.IGNORECASE)
+
+
+def canonical_game(name: str) -> str:
+    """``"chaser"`` for ``"chaser"``, ``"procgen:procgen-chaser-v0"``, ``"procgen-chaser-v0"``, ``"Chaser"``.
+
+    Raises ``UserError`` for anything that is not one of the 16 games.
+    """
+    m = _NAME_RE.match(name.strip()) if isinstance(name, str) else None
+    game = m.group("game").lower() if m else None
+    if game not in GAME_MODES:
+        raise UserError(
+            f"unknown Procgen game {name!r}: use one of {', '.join(PROCGEN_GAMES)} "
+            f"(or procgen:procgen-<game>-v0)"
+        )
+    return game
+
+
+def check_distribution_mode(game: str, mode: str) -> None:
+    """``UserError`` unless ``game`` has ``mode`` in procgen."""
+    if mode not in DISTRIBUTION_MODES:
+        raise UserError(f"unknown --distribution_mode {mode!r}: use one of {', '.join(DISTRIBUTION_MODES)}")
+    if mode not in GAME_MODES[game]:
+        have = [g for g in PROCGEN_GAMES if mode in GAME_MODES[g]]
+        raise UserError(
+            f"--distribution_mode {mode} does not exist for {game} (it has {', '.join(GAME_MODES[game])}); "
+            f"{mode} exists for {', '.join(have)}"
+        )
+
+
+def _task_id(game: str, mode: str) -> str:
+    return f"{game.capitalize()}{mode.capitalize()}-v0"
+
+
+def _envpool_seed(seed: int) -> int:
+    """envpool takes int32 seeds; run seeds are 32-bit unsigned."""
+    return int(seed) % _INT32_MAX
+
+
+# --------------------------------------------------------------------------
+# The env
+
+
+class ProcgenEnv(gymnasium.Env):
+    """One Procgen game instance: observations uint8 ``[3, 64, 64]``, 15 actions.
+
+    ``terminated`` when the game ends the episode (death, level solved);
+    ``truncated`` at the game's time limit (procgen's per-game timeout,
+    e.g. 1000 steps for chaser).  Info keys: ``level_seed`` (the level being
+    played), ``prev_level_complete``, ``elapsed_step``; at the end of an
+    episode ``episode_stats`` (see the module docstring).
+    """
+
+    metadata = {"render_modes": ["rgb_array"]}
+
+    def __init__(
+        self,
+        game: str,
+        seed: int | None = None,
+        *,
+        num_levels: int = 0,
+        start_level: int = 0,
+        distribution_mode: str = "hard",
+        per_game_return: bool = False,
+        render_mode: str | None = None,
+    ):
+        self.game = canonical_game(game)
+        check_distribution_mode(self.game, distribution_mode)
+        if num_levels < 0 or start_level < 0:
+            raise UserError(f"num_levels and start_level must be >= 0, got {num_levels} and {start_level}")
+        if start_level + num_levels > _INT32_MAX:
+            raise UserError(f"start_level + num_levels must stay below 2**31, got {start_level + num_levels}")
+        self.num_levels = int(num_levels)
+        self.start_level = int(start_level)
+        self.distribution_mode = distribution_mode
+        self.per_game_return = per_game_return
+        self.render_mode = render_mode
+        self.task_id = _task_id(self.game, distribution_mode)
+        self.observation_space = spaces.Box(0, 255, OBS_SHAPE, np.uint8)
+        self.action_space = spaces.Discrete(NUM_ACTIONS)
+        self._action = np.zeros(1, np.int32)
+        self._pool = None
+        self._last_obs = np.zeros(OBS_SHAPE, np.uint8)
+        self._return = 0.0
+        if seed is None:
+            seed = int(np.random.SeedSequence().generate_state(1)[0])
+        self._build(seed)
+
+    def _build(self, seed: int) -> None:
+        import envpool
+
+        if self._pool is not None:
+            self._pool.close()
+        self._pool = envpool.make_gymnasium(
+            self.task_id,
+            num_envs=1,
+            batch_size=1,
+            num_threads=1,
+            seed=_envpool_seed(seed),
+            num_levels=self.num_levels,
+            start_level=self.start_level,
+        )
+        self._seed = int(seed)
+        self._fresh = True  # no episode played since the pool was built
+
+    @staticmethod
+    def _info(raw: dict) -> dict[str, Any]:
+        return {
+            "level_seed": int(raw["level_seed"][0]),
+            "prev_level_seed": int(raw["prev_level_seed"][0]),
+            "prev_level_complete": bool(raw["prev_level_complete"][0]),
+            "elapsed_step": int(raw["elapsed_step"][0]),
+        }
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        if seed is not None and not (self._fresh and int(seed) == self._seed):
+            self._build(seed)
+        self._fresh = False
+        obs, raw = self._pool.reset()
+        self._return = 0.0
+        self._last_obs = obs[0].copy()
+        return self._last_obs, self._info(raw)
+
+    def step(self, action):
+        self._action[0] = action
+        obs, reward, terminated, truncated, raw = self._pool.step(self._action)
+        r = float(reward[0])
+        self._return += r
+        terminated, truncated = bool(terminated[0]), bool(truncated[0])
+        info = self._info(raw)
+        if terminated or truncated:
+            stats = {"level_complete": float(info["prev_level_complete"])}
+            if self.per_game_return:
+                stats[f"return_{self.game}"] = self._return
+            info["episode_stats"] = stats
+        self._last_obs = obs[0].copy()
+        return self._last_obs, r, terminated, truncated, info
+
+    def render(self):
+        if self.render_mode == "rgb_array":
+            return self._last_obs.transpose(1, 2, 0).copy()
+        return None
+
+    def close(self):
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
+
+
+def create_env(
+    game: str,
+    seed: int | None,
+    *,
+    num_levels: int = 0,
+    start_level: int = 0,
+    distribution_mode: str = "hard",
+    per_game_return: bool = False,
+) -> ProcgenEnv:
+    """A seeded Procgen env; observations uint8 ``[3, 64, 64]``, 15 actions."""
+    return ProcgenEnv(
+        game,
+        seed,
+        num_levels=num_levels,
+        start_level=start_level,
+        distribution_mode=distribution_mode,
+        per_game_return=per_game_return,
+    )
+
+
+# --------------------------------------------------------------------------
+# Multi-task runs
+
+
+def multi_env_games(n: int, distribution_mode: str = "hard") -> tuple[str, ...]:
+    """The games of ``--multi_env n``: the first ``n`` of the R2AC order that have ``distribution_mode``.
+
+    ``memory`` uses the R2AC code's own memory list; the other modes filter
+    :data:`MULTI_ENV_ORDER` by what each game supports.
+    """
+    order = MULTI_ENV_ORDER_MEMORY if distribution_mode == "memory" else MULTI_ENV_ORDER
+    order = tuple(g for g in order if distribution_mode in GAME_MODES[g])
+    if not 1 <= n <= len(order):
+        raise UserError(
+            f"--multi_env {n}: with --distribution_mode {distribution_mode} it must be in 1..{len(order)} "
+            f"({', '.join(order)})"
+        )
+    return order[:n]
+
+
+def game_for_env(games: tuple[str, ...], server_index: int, slot: int, envs_per_server: int) -> str:
+    """The game of env ``slot`` of server ``server_index``: global env index modulo the number of games.
+
+    The global index is ``server_index * envs_per_server + slot`` (envs numbered
+    server by server), so consecutive envs cycle through the games; with
+    ``num_actors`` a multiple of the number of games (``check_flags`` insists)
+    every game gets ``num_actors / N`` envs, on every server as evenly as
+    ``envs_per_server`` allows.  E.g. 48 envs, 8 servers (6 each), 4 games:
+    server 0 hosts games 0 1 2 3 0 1, server 1 hosts 2 3 0 1 2 3, ...
+    """
+    return games[(server_index * envs_per_server + slot) % len(games)]
+
+
+def _slot_of_seed(flags, seed: int) -> tuple[int, int] | None:
+    """(server, slot) whose env seed the env server derived as ``seed``; None if none matches."""
+    from rl_core.runtime.env_server import env_seed
+
+    server = flags.server_index or 0
+    for slot in range(flags.num_actors // flags.num_servers):
+        if env_seed(flags.seed, server, slot) == seed:
+            return server, slot
+    return None
+
+
+# --------------------------------------------------------------------------
+# Final test protocol
+
+
+@dataclasses.dataclass(frozen=True)
+class LevelSet:
+    """One set of the final test: ``num_episodes`` episodes on levels ``[start_level, start_level + num_levels)``.
+
+    ``held_out``: no level of the set was a training level (False when training
+    used every level, ``--num_levels 0``).  ``seed`` seeds the evaluation env
+    (which level each episode plays), distinct from every training env seed.
+    """
+
+    name: str
+    start_level: int
+    num_levels: int
+    num_episodes: int
+    distribution_mode: str
+    held_out: bool
+    seed: int
+
+
+def _eval_seed(run_seed: int, index: int) -> int:
+    return int(np.random.SeedSequence([run_seed, _EVAL_SEED_TAG, index]).generate_state(1)[0])
+
+
+def final_test_level_sets(flags) -> list[LevelSet]:
+    """The level sets of the R2AC final test for a run with these flags.
+
+    ``train``: 200 episodes on the first 200 training levels (``--start_level``,
+    at most ``--num_levels`` of them; the R2AC code hard-codes levels 0-199,
+    which is this for its ``--start_level 0 --num_levels 500``); then
+    ``test_1000``, ``test_1200``, ``test_1400``: 200 episodes on 200 levels from
+    each start level.  ``--distribution_mode exploration`` plays one fixed
+    level per game, so there is only the ``train`` set.
+    """
+    mode = flags.distribution_mode
+    train_levels = min(FINAL_TEST_NUM_LEVELS, flags.num_levels) if flags.num_levels else FINAL_TEST_NUM_LEVELS
+    sets = [LevelSet("train", flags.start_level, train_levels, FINAL_TEST_NUM_EPISODES, mode, False,
+                     _eval_seed(flags.seed, 0))]
+    if mode == "exploration":
+        return sets
+    for i, start in enumerate(FINAL_TEST_START_LEVELS, start=1):
+        overlaps = flags.num_levels == 0 or (
+            start < flags.start_level + flags.num_levels and flags.start_level < start + FINAL_TEST_NUM_LEVELS
+        )
+        sets.append(LevelSet(f"test_{start}", start, FINAL_TEST_NUM_LEVELS, FINAL_TEST_NUM_EPISODES, mode,
+                             not overlaps, _eval_seed(flags.seed, i)))
+    return sets
+
+
+def make_eval_env(flags, level_set: LevelSet, game: str | None = None) -> ProcgenEnv:
+    """The env that plays ``level_set`` for ``game`` (default: the run's game; pass each game of a multi-task run)."""
+    game = game or _games(flags)[0]
+    return create_env(
+        game,
+        level_set.seed,
+        num_levels=0 if level_set.distribution_mode == "exploration" else level_set.num_levels,
+        start_level=0 if level_set.distribution_mode == "exploration" else level_set.start_level,
+        distribution_mode=level_set.distribution_mode,
+    )
+
+
+# ------------------------------------------------------- package interface
+
+
+def add_flags(parser) -> None:
+    """Procgen's flags, and the defaults of the R2AC Procgen runs (README of IDSIA/rtrl-elstm)."""
+    g = parser.add_argument_group("procgen")
+    g.add_argument("--num_levels", type=int, default=0, metavar="N",
+                   help="Levels to train on (0: unlimited, as procgen; the R2AC runs use 500).")
+    g.add_argument("--start_level", type=int, default=0, metavar="N", help="First training level.")
+    g.add_argument("--distribution_mode", default="hard", choices=DISTRIBUTION_MODES,
+                   help="Procgen distribution mode (extreme, memory, exploration exist for some games only).")
+    g.add_argument("--multi_env", type=int, default=1, metavar="N",
+                   help="Train on the first N games of the R2AC order (bigfish, fruitbot, maze, leaper, plunder, "
+                        "starpilot, ...; memory mode: dodgeball, heist, maze, miner, caveflyer, jumper); "
+                        "env i of the run plays game i mod N. Excludes --env.")
+    parser.set_defaults(
+        model="resnet", num_actors=48, num_servers=8, batch_size=32, unroll_length=50,
+        total_steps=200_000_000, learning_rate=0.0006, entropy_cost=0.01, epsilon=0.01,
+        grad_norm_clipping=40.0, hidden_size=256,
+    )
+
+
+def _games(flags) -> tuple[str, ...]:
+    if flags.multi_env > 1:
+        return multi_env_games(flags.multi_env, flags.distribution_mode)
+    return (canonical_game(flags.env),)
+
+
+def check_flags(parser, flags) -> None:
+    if flags.num_levels < 0:
+        parser.error(f"--num_levels must be >= 0 (0: unlimited), got {flags.num_levels}")
+    if flags.start_level < 0:
+        parser.error(f"--start_level must be >= 0, got {flags.start_level}")
+    if flags.start_level + flags.num_levels > _INT32_MAX:
+        parser.error("--start_level + --num_levels must stay below 2**31")
+    if flags.distribution_mode == "exploration" and (flags.num_levels or flags.start_level):
+        parser.error("--distribution_mode exploration plays one fixed level per game: drop --num_levels/--start_level")
+    if flags.multi_env < 1:
+        parser.error(f"--multi_env must be >= 1, got {flags.multi_env}")
+    try:
+        if flags.multi_env > 1:
+            if flags.env is not None:
+                parser.error(f"--env {flags.env} and --multi_env {flags.multi_env} exclude each other: "
+                             f"--multi_env N trains on the first N games of the R2AC order")
+            games = multi_env_games(flags.multi_env, flags.distribution_mode)
+            if flags.num_actors % len(games):
+                parser.error(f"--num_actors ({flags.num_actors}) must be a multiple of --multi_env "
+                             f"({len(games)}) so that every game gets the same number of envs")
+            flags.env = ",".join(games)
+        else:
+            flags.env = canonical_game(flags.env or DEFAULT_GAME)
+            games = (flags.env,)
+        for game in games:
+            check_distribution_mode(game, flags.distribution_mode)
+    except UserError as e:
+        parser.error(str(e))
+    if flags.num_actions is not None and flags.num_actions != NUM_ACTIONS:
+        parser.error(f"--num_actions {flags.num_actions} disagrees with Procgen's {NUM_ACTIONS} actions: "
+                     f"drop the flag")
+
+
+def make_env(flags, seed: int, game: str | None = None) -> ProcgenEnv:
+    """The env an env server hosts, from the run's flags.
+
+    In a multi-task run the game follows from the env's place in the run
+    (:func:`game_for_env`); the env server passes only the seed, and the seed
+    says which slot of this server (``--server_index``) it is.  A seed of no
+    slot (an env made outside a server) plays ``games[seed % N]`` unless
+    ``game`` is given.
+    """
+    games = _games(flags)
+    if game is None:
+        if len(games) == 1:
+            game = games[0]
+        else:
+            where = _slot_of_seed(flags, seed)
+            if where is None:
+                game = games[seed % len(games)]
+            else:
+                game = game_for_env(games, where[0], where[1], flags.num_actors // flags.num_servers)
+    return create_env(
+        game,
+        seed,
+        num_levels=flags.num_levels,
+        start_level=flags.start_level,
+        distribution_mode=flags.distribution_mode,
+        per_game_return=len(games) > 1,
+    )
+
+
+if __name__ == "__main__":  # a quick throughput figure: python -m torchbeast_procgen.env [game] [steps]
+    import sys
+    import time
+
+    name = sys.argv[1] if len(sys.argv) > 1 else DEFAULT_GAME
+    n = int(sys.argv[2]) if len(sys.argv) > 2 else 20_000
+    env = create_env(name, 0)
+    env.reset()
+    rng = np.random.default_rng(0)
+    actions = rng.integers(NUM_ACTIONS, size=n)
+    start = time.perf_counter()
+    for a in actions:
+        _, _, term, trunc, _ = env.step(int(a))
+        if term or trunc:
+            env.reset()
+    print(f"{name}: {n / (time.perf_counter() - start):.0f} steps/s (one env, one process)")
