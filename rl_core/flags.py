@@ -63,6 +63,9 @@ def make_parser(prog: str | None = None) -> argparse.ArgumentParser:
     g.add_argument("--inference_batch_timeout_ms", type=float, default=1.0, help="How long a batch waits for more requests.")
     g.add_argument("--max_learner_queue_size", type=int, default=None, metavar="N", help="Unroll chunks queued for the learner (default: 2 batches).")
     g.add_argument("--disable_cuda", action="store_true", help="Disable CUDA.")
+    g.add_argument("--single_gpu", action="store_true",
+                   help="Learner and inference on one device (what this learner always does; "
+                        "accepted so the R2AC scripts run unchanged).")
     g.add_argument("--torch_threads", type=int, default=0, help="torch intra-op threads in the learner process (0: torch's default).")
 
     g = p.add_argument_group("model")

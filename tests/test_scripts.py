@@ -1,0 +1,34 @@
+"""Every experiment script passes `bash -n` and its flags parse (--dry_run prints the configuration)."""
+
+import glob
+import os
+import re
+import subprocess
+
+import pytest
+
+from tests.proc_utils import REPO
+
+SCRIPTS = sorted(glob.glob(os.path.join(REPO, "scripts", "*.sh")))
+
+
+def test_there_is_a_script_per_experiment():
+    names = {os.path.basename(p) for p in SCRIPTS}
+    assert {"atari_qbert_rtrl.sh", "atari_pong_impala.sh"} <= names
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=os.path.basename)
+def test_script_parses_and_its_flags_parse(script, tmp_path):
+    assert subprocess.run(["bash", "-n", script], capture_output=True).returncode == 0
+    text = open(script).read()
+    assert not re.search(r"^\s*SEED=\s*$", text, re.M), "SEED must default to a number"
+    env = dict(os.environ, SAVE_DIR=str(tmp_path))
+    env.pop("SEED", None)
+    result = subprocess.run(["bash", script, "--dry_run"], cwd=REPO, env=env, capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    config = dict(line.strip()[2:].split("=", 1) for line in result.stdout.splitlines()[1:] if line.startswith("  --"))
+    assert config["seed"].isdigit()
+    assert config["savedir"] == str(tmp_path)
+    assert all(value != "" for value in config.values()), "no empty flag values"
+    assert "use_wandb" in config and "xpid" in config and config["xpid"] != "None"
