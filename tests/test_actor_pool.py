@@ -6,10 +6,12 @@ import types
 
 import gymnasium as gym
 import numpy as np
+import pytest
 import torch
 
 from models.mlp import MLPStem
 from models.policy import ActorCritic
+from models.recurrent import make_core
 from rl_core.runtime import transport as tp
 from rl_core.runtime.actor_pool import ActorThread, RunStats, connect_server, inference_loop
 from rl_core.runtime.batcher import InferenceBatcher
@@ -44,14 +46,17 @@ class Recorder(gym.Wrapper):
         return obs, r, term, trunc, info
 
 
-def test_unrolls_overlap_by_one_step_and_align_actions(tmp_path):
+@pytest.mark.parametrize("core", [None, "lstm", "elstm", "rtrl_elstm"])
+def test_unrolls_overlap_by_one_step_and_align_actions(tmp_path, core):
     logs = [[] for _ in range(K)]
     address = tp.Address("unix", path=str(tmp_path / "srv.0"))
     server = EnvServer(address, [lambda i=i: Recorder(logs[i]) for i in range(K)], seeds=list(range(K)))
     server_stop = threading.Event()
     threading.Thread(target=server.serve_forever, args=(server_stop,), daemon=True).start()
 
-    model = ActorCritic(MLPStem((4,), (16,)), num_actions=2)
+    torch.manual_seed(0)
+    stem = MLPStem((4,), (16,))
+    model = ActorCritic(stem, num_actions=2, core=make_core(core, stem.out_size + 3, 8) if core else None)
     stop = threading.Event()
     errors = ErrorBox(stop)
     batcher = InferenceBatcher(max_batch_size=K, timeout_s=0.001)
@@ -90,12 +95,18 @@ def test_unrolls_overlap_by_one_step_and_align_actions(tmp_path):
                 obs = events[i][2]  # obs[t] is the next episode's first observation
             np.testing.assert_array_equal(timeline["obs"][t, slot].numpy(), obs)
             i += 1
-    # The behaviour logits stored at t are the model's output on obs[t-1].
-    with torch.no_grad():
-        inputs = {"obs": timeline["obs"][:-1], "reward": timeline["reward"][:-1],
-                  "done": timeline["done"][:-1], "last_action": timeline["action"][:-1]}
-        out, _ = model(inputs, ())
-    torch.testing.assert_close(timeline["policy_logits"][1:], out["policy_logits"], rtol=1e-5, atol=1e-5)
+    # The behaviour logits stored at t are the model's output on obs[t-1]: the learner,
+    # starting each unroll from the agent state stored at its start, reproduces them.
+    for unroll, state in unrolls:
+        with torch.no_grad():
+            inputs = {"obs": unroll["obs"], "reward": unroll["reward"], "done": unroll["done"],
+                      "last_action": unroll["action"]}
+            out, _ = model(inputs, state)
+        torch.testing.assert_close(unroll["policy_logits"][1:], out["policy_logits"][:-1], rtol=1e-5, atol=1e-5)
+        assert len(state) == len(model.initial_state(K)) and all(s.shape[0] == K for s in state)
+    # The stored state of the second unroll is not the initial one (it was carried), unless feedforward.
+    if core:
+        assert any(not torch.equal(a, b) for a, b in zip(unrolls[1][1], model.initial_state(K)))
     assert stats.env_steps >= steps * K
 
 
