@@ -8,6 +8,8 @@ An environment package may define:
   which runs are summarised together (mean and std over their means).
 * ``make_test_env(flags, seed, record=False)``: the env for testing (Atari: no
   episodic life, whole games).  Without it, ``make_env`` is used.
+* ``validation_overrides(flags) -> dict``: flag values for the validation envs
+  (Procgen's ``--valid_start_level`` ...).
 
 Episodes are counted where the env says the logged episode ends
 (``info["episode_end"]``, default terminated or truncated), as in training.

@@ -136,17 +136,28 @@ def test_validation_best_and_extra_checkpoints(tmp_path):
     assert not (rundir / "final_test.json").exists()
 
 
-@pytest.mark.parametrize("package", ["gym", "atari"])
-def test_eval_only_mode_on_a_saved_checkpoint(tmp_path, package):
+# Runs per package when each protocol group is cut to --test_runs 2 (Procgen: train + 2 held-out sets).
+EXPECTED_RUNS = {"gym": 1, "atari": 2, "procgen": 3, "dmlab": 2}
+
+
+@pytest.mark.parametrize("package", ["gym", "atari", "procgen", "dmlab"])
+def test_eval_only_mode_on_a_saved_checkpoint(tmp_path, package, monkeypatch):
+    small = [f"--pipes_basename=unix:{tmp_path}/pipe", f"--savedir={tmp_path}/runs", "--xpid=run",
+             "--num_actors=2", "--num_servers=1", "--batch_size=2", "--unroll_length=10", "--total_steps=100",
+             "--disable_final_test", "--use_lstm", "--hidden_size=32"]
+    test_args = ["--test_runs=2", "--test_episodes=1", "--test_num_envs=1"]
     if package == "gym":
         module, train_args = GYM, gym_flags(tmp_path, total_steps=5_000, disable_final_test=True)
         test_args = ["--test_episodes=4"]
+    elif package == "atari":
+        module, train_args = ATARI, small
+        test_args += ["--max_episode_frames=200"]
+    elif package == "procgen":
+        module, train_args = "torchbeast_procgen.polybeast", small + ["--env=procgen:procgen-starpilot-v0"]  # short greedy episodes
     else:
-        module = ATARI
-        train_args = [f"--pipes_basename=unix:{tmp_path}/pipe", f"--savedir={tmp_path}/runs", "--xpid=run",
-                      "--num_actors=2", "--num_servers=1", "--batch_size=2", "--total_steps=200",
-                      "--disable_final_test", "--use_lstm", "--hidden_size=32"]
-        test_args = ["--test_runs=2", "--test_episodes=1", "--max_episode_frames=200", "--test_num_envs=1"]
+        fake = os.path.join(os.path.dirname(__file__), "fake_deepmind_lab")
+        monkeypatch.setenv("PYTHONPATH", fake + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        module, train_args = "torchbeast_dmlab.polybeast", small
     result = run(module, *train_args, output=str(tmp_path / "train_out"), timeout=180)
     assert result.returncode == 0, result.stdout[-3000:]
     ckpt = tmp_path / "runs" / "run" / "model.tar"
@@ -155,7 +166,12 @@ def test_eval_only_mode_on_a_saved_checkpoint(tmp_path, package):
     (path,) = glob.glob(str(tmp_path / "runs" / "run" / "eval-*.json"))
     out = json.loads(open(path).read())
     runs = out["runs"]
-    assert len(runs) == (1 if package == "gym" else 2)
+    assert len(runs) == EXPECTED_RUNS[package]
+    if package == "procgen":
+        assert [r["overrides"] for r in runs] == [{"start_level": 0, "num_levels": 200},
+                                                  {"start_level": 1000, "num_levels": 200},
+                                                  {"start_level": 1200, "num_levels": 200}]
+        assert set(out["groups"]) == {"train", "test"} and out["groups"]["test"]["runs"] == 2
     assert all(r["episodes"] == len(r["returns"]) for r in runs)
     assert out["step"] == torch.load(ckpt, weights_only=True)["step"]
     if package == "atari":  # whole games of at most 200 frames = 50 agent steps, Pong's score is in [-21, 21]

@@ -68,8 +68,8 @@ __all__ = [
     "final_test_runs",
     "import_deepmind_lab",
     "level_path",
+    "final_test_seeds",
     "make_env",
-    "make_eval_env",
 ]
 
 LEVEL_PREFIX = "contributed/dmlab30/"
@@ -180,7 +180,6 @@ INSTALL_HINT = (
 # The final test of the R2AC code (full_test in its DMLab learner).
 FINAL_TEST_NUM_RUNS = 3
 FINAL_TEST_NUM_EPISODES = 100
-_EVAL_SEED_TAG = 0x7E57
 
 
 def import_deepmind_lab():
@@ -392,43 +391,43 @@ def create_env(level: str, seed: int | None, **kwargs) -> DmLabEnv:
 
 @dataclasses.dataclass(frozen=True)
 class TestRun:
-    """One run of the final test: ``num_episodes`` episodes of ``level`` from an env seeded with ``seed``."""
+    """One run of the final test: ``episodes`` episodes of ``level``, summarised with the other runs of ``group``."""
 
     __test__ = False  # not a pytest class
 
     name: str
+    group: str
     level: str
-    seed: int
-    num_episodes: int
+    episodes: int
 
-
-def _training_seeds(flags) -> set[int]:
-    from rl_core.runtime.env_server import env_seed
-
-    k = flags.num_actors // flags.num_servers
-    return {env_seed(flags.seed, i, slot) for i in range(flags.num_servers) for slot in range(k)}
+    def protocol_run(self) -> dict:
+        """This run in ``rl_core.evaluation``'s ``test_protocol`` format."""
+        return {"name": self.name, "episodes": self.episodes, "group": self.group, "overrides": {"env": self.level}}
 
 
 def final_test_runs(flags) -> list[TestRun]:
-    """The R2AC final test for a run with these flags: 3 runs x 100 episodes of the training level.
+    """The R2AC final test: 3 runs x 100 episodes of the training level, mean and std over the 3 run means.
 
-    Each run's env seed is derived from ``--seed`` and the run's number and is
-    none of the run's training env seeds (the R2AC code used seeds 0, 1, 2,
-    which could be its training seed).  ``DMLAB30_TEST_LEVELS`` names the level
+    Each run plays on envs of its own seeds, none of them a training env's:
+    :func:`final_test_seeds`.  (The R2AC code seeded its runs 0, 1, 2, which
+    could be its training seed.)  ``DMLAB30_TEST_LEVELS`` names the level
     DMLab-30 scores are reported on, for the two levels that differ.
     """
-    taken = _training_seeds(flags)
-    runs = []
-    for run in range(FINAL_TEST_NUM_RUNS):
-        counter = 0
-        while True:
-            seed = int(np.random.SeedSequence([flags.seed, _EVAL_SEED_TAG, run, counter]).generate_state(1)[0])
-            if seed not in taken:
-                break
-            counter += 1
-        taken.add(seed)
-        runs.append(TestRun(f"test_{run}", canonical_level(flags.env), seed, FINAL_TEST_NUM_EPISODES))
-    return runs
+    level = canonical_level(flags.env)
+    return [TestRun(f"run{r}", "test", level, FINAL_TEST_NUM_EPISODES) for r in range(FINAL_TEST_NUM_RUNS)]
+
+
+def final_test_seeds(flags, run_index: int) -> list[int]:
+    """The env seeds of final-test run ``run_index``: ``rl_core.evaluation``'s, one per parallel test env.
+
+    ``env_seed(--seed, TEST_SEED_OFFSET + run_index, slot)``: training envs are
+    ``env_seed(--seed, server_index, slot)`` with ``server_index <
+    --num_servers``, so the two never share a seed stream.
+    """
+    from rl_core.evaluation import TEST_SEED_OFFSET
+    from rl_core.runtime.env_server import env_seed
+
+    return [env_seed(flags.seed, TEST_SEED_OFFSET + run_index, slot) for slot in range(flags.test_num_envs)]
 
 
 # ------------------------------------------------------- package interface
@@ -467,6 +466,8 @@ def check_flags(parser, flags) -> None:
                      f"{n} actions: drop the flag")
     if flags.num_action_repeats < 1:
         parser.error(f"--num_action_repeats must be >= 1, got {flags.num_action_repeats}")
+    if flags.dry_run:  # the configuration can be checked without DeepMind Lab installed
+        return
     try:
         import_deepmind_lab()
     except UserError as e:  # one line, no usage: nothing is wrong with the command line
@@ -487,15 +488,6 @@ def make_env(flags, seed: int) -> DmLabEnv:
     )
 
 
-def make_eval_env(flags, run: TestRun) -> DmLabEnv:
-    """The env of one final-test run."""
-    return create_env(
-        run.level,
-        run.seed,
-        action_set=flags.dmlab_action_set,
-        num_action_repeats=flags.num_action_repeats,
-        frame_pool=flags.dmlab_frame_pool,
-        renderer=flags.dmlab_renderer,
-        level_cache_dir=flags.level_cache_dir,
-        dataset_path=flags.dataset_path,
-    )
+def test_protocol(flags) -> list[dict]:
+    """3 runs x 100 episodes of the training level, on seeds no training env has."""
+    return [run.protocol_run() for run in final_test_runs(flags)]

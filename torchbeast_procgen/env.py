@@ -51,6 +51,7 @@ __all__ = [
     "FINAL_TEST_NUM_LEVELS",
     "FINAL_TEST_START_LEVELS",
     "GAME_MODES",
+    "LEVEL_SETS",
     "LevelSet",
     "MULTI_ENV_ORDER",
     "MULTI_ENV_ORDER_MEMORY",
@@ -65,7 +66,6 @@ __all__ = [
     "final_test_level_sets",
     "game_for_env",
     "make_env",
-    "make_eval_env",
     "multi_env_games",
 ]
 
@@ -109,7 +109,6 @@ DEFAULT_GAME = "chaser"
 FINAL_TEST_START_LEVELS = (1000, 1200, 1400)
 FINAL_TEST_NUM_LEVELS = 200
 FINAL_TEST_NUM_EPISODES = 200
-_EVAL_SEED_TAG = 0x7E57  # keeps evaluation env seeds apart from training env seeds
 
 _INT32_MAX = 2**31 - 1
 
@@ -338,24 +337,33 @@ def _slot_of_seed(flags, seed: int) -> tuple[int, int] | None:
 
 @dataclasses.dataclass(frozen=True)
 class LevelSet:
-    """One set of the final test: ``num_episodes`` episodes on levels ``[start_level, start_level + num_levels)``.
+    """One set of the final test: ``episodes`` episodes on levels ``[start_level, start_level + num_levels)``.
 
-    ``held_out``: no level of the set was a training level (False when training
-    used every level, ``--num_levels 0``).  ``seed`` seeds the evaluation env
-    (which level each episode plays), distinct from every training env seed.
+    ``group``: ``"train"`` or ``"test"`` (the three held-out sets are summarised
+    together, mean and std over their means, as the R2AC code reports them).
+    ``held_out``: no level of the set was a training level (False when
+    training used every level, ``--num_levels 0``).  The envs' seeds are not
+    part of the set: ``rl_core.evaluation`` gives run ``r`` the env seeds
+    ``env_seed(--seed, TEST_SEED_OFFSET + r, slot)``, which no training env has.
     """
 
     name: str
+    group: str
     start_level: int
     num_levels: int
-    num_episodes: int
+    episodes: int
     distribution_mode: str
     held_out: bool
-    seed: int
 
+    def overrides(self) -> dict[str, int]:
+        """The flag values that make ``make_env`` play this set."""
+        if self.distribution_mode == "exploration":
+            return {}
+        return {"start_level": self.start_level, "num_levels": self.num_levels}
 
-def _eval_seed(run_seed: int, index: int) -> int:
-    return int(np.random.SeedSequence([run_seed, _EVAL_SEED_TAG, index]).generate_state(1)[0])
+    def protocol_run(self) -> dict:
+        """This set as one run of ``rl_core.evaluation``'s ``test_protocol`` format."""
+        return {"name": self.name, "episodes": self.episodes, "group": self.group, "overrides": self.overrides()}
 
 
 def final_test_level_sets(flags) -> list[LevelSet]:
@@ -365,34 +373,25 @@ def final_test_level_sets(flags) -> list[LevelSet]:
     at most ``--num_levels`` of them; the R2AC code hard-codes levels 0-199,
     which is this for its ``--start_level 0 --num_levels 500``); then
     ``test_1000``, ``test_1200``, ``test_1400``: 200 episodes on 200 levels from
-    each start level.  ``--distribution_mode exploration`` plays one fixed
-    level per game, so there is only the ``train`` set.
+    each start level, all with the training ``--distribution_mode``.
+    ``--distribution_mode exploration`` plays one fixed level per game, so
+    there is only the ``train`` set.
     """
     mode = flags.distribution_mode
     train_levels = min(FINAL_TEST_NUM_LEVELS, flags.num_levels) if flags.num_levels else FINAL_TEST_NUM_LEVELS
-    sets = [LevelSet("train", flags.start_level, train_levels, FINAL_TEST_NUM_EPISODES, mode, False,
-                     _eval_seed(flags.seed, 0))]
+    sets = [LevelSet("train", "train", flags.start_level, train_levels, FINAL_TEST_NUM_EPISODES, mode, False)]
     if mode == "exploration":
         return sets
-    for i, start in enumerate(FINAL_TEST_START_LEVELS, start=1):
+    for start in FINAL_TEST_START_LEVELS:
         overlaps = flags.num_levels == 0 or (
             start < flags.start_level + flags.num_levels and flags.start_level < start + FINAL_TEST_NUM_LEVELS
         )
-        sets.append(LevelSet(f"test_{start}", start, FINAL_TEST_NUM_LEVELS, FINAL_TEST_NUM_EPISODES, mode,
-                             not overlaps, _eval_seed(flags.seed, i)))
+        sets.append(LevelSet(f"test_{start}", "test", start, FINAL_TEST_NUM_LEVELS, FINAL_TEST_NUM_EPISODES, mode,
+                             not overlaps))
     return sets
 
 
-def make_eval_env(flags, level_set: LevelSet, game: str | None = None) -> ProcgenEnv:
-    """The env that plays ``level_set`` for ``game`` (default: the run's game; pass each game of a multi-task run)."""
-    game = game or _games(flags)[0]
-    return create_env(
-        game,
-        level_set.seed,
-        num_levels=0 if level_set.distribution_mode == "exploration" else level_set.num_levels,
-        start_level=0 if level_set.distribution_mode == "exploration" else level_set.start_level,
-        distribution_mode=level_set.distribution_mode,
-    )
+LEVEL_SETS = final_test_level_sets  # the name the issue asks for
 
 
 # ------------------------------------------------------- package interface
@@ -400,7 +399,8 @@ def make_eval_env(flags, level_set: LevelSet, game: str | None = None) -> Procge
 
 def add_flags(parser) -> None:
     """Procgen's flags, and the defaults of the R2AC Procgen runs (README of IDSIA/rtrl-elstm)."""
-    g = parser.add_argument_group("procgen")
+    g = parser.add_argument_group(
+        "procgen", "--env names one of the 16 games: chaser or procgen:procgen-chaser-v0 (default: chaser).")
     g.add_argument("--num_levels", type=int, default=0, metavar="N",
                    help="Levels to train on (0: unlimited, as procgen; the R2AC runs use 500).")
     g.add_argument("--start_level", type=int, default=0, metavar="N", help="First training level.")
@@ -410,6 +410,10 @@ def add_flags(parser) -> None:
                    help="Train on the first N games of the R2AC order (bigfish, fruitbot, maze, leaper, plunder, "
                         "starpilot, ...; memory mode: dodgeball, heist, maze, miner, caveflyer, jumper); "
                         "env i of the run plays game i mod N. Excludes --env.")
+    g.add_argument("--valid_distribution_mode", default=None, choices=DISTRIBUTION_MODES,
+                   help="Validation envs' distribution mode (default: the training one).")
+    g.add_argument("--valid_num_levels", type=int, default=None, help="Validation levels (default: the training ones).")
+    g.add_argument("--valid_start_level", type=int, default=None, help="First validation level (default: training's).")
     parser.set_defaults(
         model="resnet", num_actors=48, num_servers=8, batch_size=32, unroll_length=50,
         total_steps=200_000_000, learning_rate=0.0006, entropy_cost=0.01, epsilon=0.01,
@@ -449,6 +453,8 @@ def check_flags(parser, flags) -> None:
             games = (flags.env,)
         for game in games:
             check_distribution_mode(game, flags.distribution_mode)
+            if flags.valid_distribution_mode:
+                check_distribution_mode(game, flags.valid_distribution_mode)
     except UserError as e:
         parser.error(str(e))
     if flags.num_actions is not None and flags.num_actions != NUM_ACTIONS:
@@ -501,3 +507,15 @@ if __name__ == "__main__":  # a quick throughput figure: python -m torchbeast_pr
         if term or trunc:
             env.reset()
     print(f"{name}: {n / (time.perf_counter() - start):.0f} steps/s (one env, one process)")
+
+
+def test_protocol(flags) -> list[dict]:
+    """The R2AC final test: the training levels, then three held-out sets (group "test": mean and std over them)."""
+    return [level_set.protocol_run() for level_set in final_test_level_sets(flags)]
+
+
+def validation_overrides(flags) -> dict:
+    """--valid_distribution_mode / --valid_num_levels / --valid_start_level for the validation envs."""
+    overrides = {"distribution_mode": flags.valid_distribution_mode, "num_levels": flags.valid_num_levels,
+                 "start_level": flags.valid_start_level}
+    return {k: v for k, v in overrides.items() if v is not None}

@@ -471,7 +471,8 @@ class Validation:
         def run():
             frames = [] if record else None
             seeds = [evaluation.env_seed(f.seed, evaluation.TEST_SEED_OFFSET - 1, i) for i in range(f.test_num_envs)]
-            env_fn = evaluation.make_test_env_fn(t.env_pkg, f, {}, record=record)
+            overrides = getattr(t.env_pkg, "validation_overrides", lambda flags: {})(f)
+            env_fn = evaluation.make_test_env_fn(t.env_pkg, f, overrides, record=record)
             episodes = evaluation.play(model, env_fn, seeds, f.valid_num_episodes, greedy=not f.valid_sample,
                                        device=t.device, record_frames=frames, stop=t.stop)
             video = None
