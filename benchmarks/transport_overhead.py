@@ -4,7 +4,7 @@ The server runs in its own process (as in training) and a client drives it with
 random actions through the real transport (unix socket, typed-array frames).
 Prints steps/s of both and their ratio for K = 1, 8, 32.
 
-    python benchmarks/transport_overhead.py [--envs cartpole atari] [--seconds 3]
+    python benchmarks/transport_overhead.py [--envs cartpole atari procgen] [--seconds 3]
 """
 
 from __future__ import annotations
@@ -27,6 +27,10 @@ def make_factory(kind: str):
         from torchbeast_atari.env import create_env
 
         return lambda seed: create_env("PongNoFrameskip-v4", seed)
+    if kind == "procgen":
+        from torchbeast_procgen.env import create_env as create_procgen
+
+        return lambda seed: create_procgen("chaser", seed)
     raise ValueError(kind)
 
 
@@ -85,7 +89,7 @@ def through_transport(kind: str, k: int, seconds: float) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--envs", nargs="+", default=["cartpole", "atari"])
+    parser.add_argument("--envs", nargs="+", default=["cartpole", "atari", "procgen"])
     parser.add_argument("--ks", nargs="+", type=int, default=[1, 8, 32])
     parser.add_argument("--seconds", type=float, default=3.0)
     args = parser.parse_args()

@@ -1,0 +1,209 @@
+"""Training throughput against this machine's ceiling, measured in one run.
+
+(a) preprocessed env steps/s on one core (random actions);
+(b) learner cost per agent step: one IMPALA update of a [T+1, B] batch on one
+    thread (core-seconds), and its wall time with the learner's own threads;
+(d) end-to-end training agent steps/s of the real launcher (servers, sockets,
+    batched inference, learner) in steady state;
+(c) inference cost per agent step at the mean batch size that (d) produced.
+
+ceiling = cores / (a + b + c) in core-seconds per agent step: what the machine
+could do if every core did only useful work.  The ratio (d) / ceiling is what
+the runtime's own overhead leaves.
+
+Run through benchmarks/atari_throughput.py or benchmarks/procgen_throughput.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import types
+
+import numpy as np
+import torch
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+class Setup:
+    """What differs between environment packages: how to build one env, the obs, the actions."""
+
+    def __init__(self, package: str, env: str, obs_shape: list[int], num_actions: int, frames_per_step: int):
+        self.package, self.env = package, env
+        self.obs_shape, self.num_actions, self.frames_per_step = obs_shape, num_actions, frames_per_step
+
+    def make_env(self):
+        import importlib
+
+        from rl_core.runtime.entry import make_parser
+
+        pkg = importlib.import_module(f"{self.package}.env")
+        parser = make_parser(pkg)
+        flags = parser.parse_args([f"--env={self.env}"])
+        pkg.check_flags(parser, flags)
+        return pkg.make_env(flags, 0)
+
+
+ATARI = Setup("torchbeast_atari", "PongNoFrameskip-v4", [4, 84, 84], 6, 4)
+PROCGEN = Setup("torchbeast_procgen", "chaser", [3, 64, 64], 15, 1)
+
+
+def env_steps_per_second(setup: Setup, seconds: float) -> float:
+    env = setup.make_env()
+    env.reset(seed=0)
+    rng = np.random.default_rng(0)
+    n_actions = env.action_space.n
+    steps, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        _, _, terminated, truncated, _ = env.step(int(rng.integers(n_actions)))
+        if terminated or truncated:
+            env.reset()
+        steps += 1
+    return steps / (time.perf_counter() - start)
+
+
+def model_flags(model: str, **kw):
+    from rl_core.flags import make_parser
+
+    flags = make_parser().parse_args([f"--model={model}"])
+    for k, v in kw.items():
+        setattr(flags, k, v)
+    return flags
+
+
+def build(setup: Setup, model: str, device: str):
+    from models import build_model
+
+    spec = {"obs_shape": setup.obs_shape, "obs_dtype": "|u1", "action": {"kind": "discrete", "n": setup.num_actions}}
+    flags = model_flags(model)
+    return flags, build_model(flags, spec).to(device)
+
+
+def learner_seconds(setup: Setup, model: str, T: int, B: int, threads: int, device: str, repeats: int = 5) -> float:
+    """Median wall seconds of one update (loss, backward, RMSprop step, weight publish)."""
+    from rl_core.agents.impala import ImpalaAgent
+
+    torch.set_num_threads(threads)
+    flags, net = build(setup, model, device)
+    _, target = build(setup, model, device)
+    optimizer = torch.optim.RMSprop(net.parameters(), lr=1e-4, eps=0.01, alpha=0.99)
+    batch = {
+        "obs": torch.randint(0, 255, (T + 1, B, *setup.obs_shape), dtype=torch.uint8),
+        "reward": torch.randn(T + 1, B),
+        "done": torch.rand(T + 1, B) < 0.01,
+        "action": torch.randint(0, setup.num_actions, (T + 1, B)),
+        "policy_logits": torch.randn(T + 1, B, setup.num_actions),
+    }
+    batch = {k: v.to(device) for k, v in batch.items()}
+    agent = ImpalaAgent(flags)
+    times = []
+    for i in range(repeats + 1):
+        if device == "cuda":
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        loss, _ = agent.loss(net, batch, ())
+        optimizer.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(net.parameters(), 40.0)
+        optimizer.step()
+        with torch.no_grad():
+            for dst, src in zip(target.state_dict().values(), net.state_dict().values()):
+                dst.copy_(src)
+        if device == "cuda":
+            torch.cuda.synchronize()
+        if i:  # the first is warm-up
+            times.append(time.perf_counter() - start)
+    return float(np.median(times))
+
+
+def inference_seconds(setup: Setup, model: str, batch: int, device: str, repeats: int = 50) -> float:
+    """Median wall seconds of one batched forward pass (T=1) plus sampling, on one thread."""
+    from rl_core.agents.impala import sample_actions
+
+    torch.set_num_threads(1)
+    _, net = build(setup, model, device)
+    inputs = {
+        "obs": torch.randint(0, 255, (1, batch, *setup.obs_shape), dtype=torch.uint8),
+        "reward": torch.zeros(1, batch),
+        "done": torch.zeros(1, batch, dtype=torch.bool),
+        "last_action": torch.zeros(1, batch, dtype=torch.int64),
+    }
+    times = []
+    for i in range(repeats + 5):
+        start = time.perf_counter()
+        with torch.inference_mode():
+            out, _ = net({k: v.to(device) for k, v in inputs.items()}, ())
+            sample_actions(out["policy_logits"]).cpu()
+        if i >= 5:
+            times.append(time.perf_counter() - start)
+    return float(np.median(times))
+
+
+def end_to_end(setup: Setup, model: str, num_actors: int, num_servers: int, T: int, B: int, seconds: float,
+               device: str, extra: list[str]):
+    """Steady-state SPS and mean inference batch of a real training run."""
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [
+            sys.executable, "-m", f"{setup.package}.polybeast", f"--env={setup.env}", f"--model={model}",
+            f"--num_actors={num_actors}", f"--num_servers={num_servers}", f"--unroll_length={T}",
+            f"--batch_size={B}", "--total_steps=1000000000", f"--pipes_basename=unix:{tmp}/pipe",
+            f"--savedir={tmp}", "--xpid=bench", "--log_interval=5", "--disable_checkpoint", *extra,
+        ]
+        if device == "cpu":
+            cmd.append("--disable_cuda")
+        with open(os.path.join(tmp, "out"), "w") as out:
+            proc = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
+            time.sleep(seconds)
+            proc.terminate()
+            proc.wait(30)
+        with open(os.path.join(tmp, "bench", "logs.csv"), newline="") as f:
+            rows = list(csv.DictReader(f))
+    rows = rows[2:-1]  # drop the warm-up ticks and the partial last one
+    if len(rows) < 2:
+        raise RuntimeError("run too short for a steady-state measurement: raise --seconds")
+    sps = (int(rows[-1]["step"]) - int(rows[0]["step"])) / (float(rows[-1]["time"]) - float(rows[0]["time"]))
+    batch = float(np.nanmean([float(r["inference_batch"]) for r in rows]))
+    return sps, batch
+
+
+def main(setup: Setup, default_model: str, default_T: int, argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default=default_model, choices=["atari", "resnet"])
+    parser.add_argument("--num_actors", nargs="+", type=int, default=[8, 16])
+    parser.add_argument("--num_servers", type=int, default=2)
+    parser.add_argument("--unroll_length", type=int, default=default_T)
+    parser.add_argument("--batch_size", type=int, default=32)
+    parser.add_argument("--seconds", type=float, default=60.0, help="Length of each end-to-end run.")
+    parser.add_argument("--device", nargs="+", default=["cuda"] if torch.cuda.is_available() else ["cpu"])
+    parser.add_argument("--extra", nargs=argparse.REMAINDER, default=[], help="Flags passed to the training run.")
+    args = parser.parse_args(argv)
+    cores = len(os.sched_getaffinity(0))
+    T, B = args.unroll_length, args.batch_size
+
+    env_rate = env_steps_per_second(setup, 5.0)
+    fps = setup.frames_per_step
+    print(f"machine: {cores} cores; {setup.env}, model {args.model}, T={T}, B={B}; 1 agent step = {fps} frame(s)")
+    print(f"(a) env: {env_rate:,.0f} agent steps/s per core ({fps * env_rate:,.0f} frames/s)")
+    for device in args.device:
+        learn_1 = learner_seconds(setup, args.model, T, B, 1, device)
+        learn_n = learner_seconds(setup, args.model, T, B, cores, device)
+        per_learn = learn_1 / (T * B) if device == "cpu" else 0.0
+        print(f"[{device}] (b) learner update: {learn_1 * 1e3:,.0f} ms on 1 thread, {learn_n * 1e3:,.0f} ms on "
+              f"{cores} threads = {learn_1 / (T * B) * 1e6:,.0f} core-us per agent step"
+              + ("" if device == "cpu" else " (on the GPU: no CPU core-time counted)"))
+        print(f"{'device':<6} {'envs':>4} {'infer batch':>11} {'(c) us/step':>11} {'ceiling SPS':>11} "
+              f"{'(d) SPS':>8} {'frames/s':>9} {'ratio':>6}")
+        for num_actors in args.num_actors:
+            sps, batch = end_to_end(setup, args.model, num_actors, args.num_servers, T, B, args.seconds, device,
+                                    args.extra)
+            infer = inference_seconds(setup, args.model, max(1, round(batch)), device)
+            per_infer = infer / max(1, round(batch)) if device == "cpu" else 0.0
+            ceiling = cores / (1.0 / env_rate + per_learn + per_infer)
+            print(f"{device:<6} {num_actors:>4} {batch:>11.1f} {infer / max(1, round(batch)) * 1e6:>11,.0f} "
+                  f"{ceiling:>11,.0f} {sps:>8,.0f} {fps * sps:>9,.0f} {sps / ceiling:>6.2f}", flush=True)
