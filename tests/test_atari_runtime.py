@@ -86,3 +86,39 @@ def test_montezuma_rooms_are_logged_like_the_return(tmp_path):
     assert lengths and max(lengths) <= 100  # 400 frames = 100 agent steps per game
     assert "rooms_visited" in read(str(tmp_path / "runs" / "mz" / "logs.csv"))
     assert os.path.exists(tmp_path / "runs" / "mz" / "model.tar")
+
+
+def test_server_logs_whole_games_while_lives_end_training_episodes(tmp_path):
+    """Breakout through a real env server: done at every lost life, episode_end only at game over."""
+    import threading
+
+    import numpy as np
+
+    from rl_core.runtime import transport as tp
+    from rl_core.runtime.env_server import EnvServer
+    from torchbeast_atari.env import create_env
+
+    address = tp.Address("unix", path=str(tmp_path / "srv.0"))
+    server = EnvServer(address, [lambda: create_env("BreakoutNoFrameskip-v4", 3)], seeds=[3])
+    stop = threading.Event()
+    threading.Thread(target=server.serve_forever, args=(stop,), daemon=True).start()
+    conn = tp.Connection(tp.connect(address, timeout=10), poll_s=0.5)
+    assert conn.recv()[0] == tp.HELLO
+    first = conn.recv()[1]
+    assert first["obs"].shape == (1, 4, 84, 84) and first["obs"].dtype == np.uint8
+    rng = np.random.default_rng(0)
+    dones, rewards_since_game_start = 0, 0.0
+    for _ in range(20_000):
+        conn.send(tp.ACTION, {"action": rng.integers(0, 4, 1)})
+        msg = conn.recv()[1]
+        rewards_since_game_start += float(msg["reward"][0])
+        dones += bool(msg["done"][0])
+        if msg["episode_end"][0]:
+            break
+    else:
+        raise AssertionError("no game ended in 20k steps")
+    conn.close()
+    stop.set()
+    assert dones == 5  # Breakout's five lives each ended a training episode
+    assert msg["done"][0]
+    assert float(msg["episode_return"][0]) == rewards_since_game_start  # the whole game's return, not the last life's
