@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import torch
+
 from rl_core.errors import UserError
 
 
@@ -24,7 +26,8 @@ def build_stem(flags, obs_shape: tuple):
         sizes = tuple(int(s) for s in str(flags.mlp_sizes).split(",") if s)
         return MLPStem(obs_shape, sizes)
     if len(obs_shape) == 3:
-        return {"atari": AtariNetStem, "resnet": ResNetStem}[flags.model](obs_shape)
+        stem = {"atari": AtariNetStem, "resnet": ResNetStem}[flags.model](obs_shape)
+        return stem.to(memory_format=torch.channels_last)  # conv weights to match the inputs
     raise UserError(f"observation shape {obs_shape} has no stem: vectors take the MLP, [C, H, W] images the CNNs")
 
 

@@ -38,7 +38,9 @@ class _Stem(nn.Module):
         lead = obs.shape[:-3]
         x = obs.reshape(-1, *self.obs_shape)
         x = x.float() / 255.0 if x.dtype == torch.uint8 else x.float()
-        return x, lead
+        # Channels-last convolutions are ~25% faster on CPU (oneDNN) and suit cuDNN too;
+        # flatten() below is logical, so the fc layer sees the same order either way.
+        return x.contiguous(memory_format=torch.channels_last), lead
 
     def trunk(self, x: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
