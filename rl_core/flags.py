@@ -66,7 +66,7 @@ def make_parser(prog: str | None = None) -> argparse.ArgumentParser:
     g.add_argument("--single_gpu", action="store_true",
                    help="Learner and inference on one device (what this learner always does; "
                         "accepted so the R2AC scripts run unchanged).")
-    g.add_argument("--torch_threads", type=int, default=0, help="torch intra-op threads in the learner process (0: torch's default).")
+    g.add_argument("--torch_threads", type=int, default=0, help="torch intra-op threads in the learner process (0: the cores that local env servers leave).")
 
     g = p.add_argument_group("model")
     g.add_argument("--model", default="atari", choices=["atari", "resnet"],

@@ -221,3 +221,27 @@ def test_learner_without_servers_times_out_naming_the_address(tmp_path):
     )
     assert result.returncode == 2
     assert f"could not connect to env server at unix:{tmp_path}/pipe.0 within 1 s" in result.stdout
+
+
+def test_doubled_sigint_is_one_request(tmp_path):
+    """SIGINT delivered twice at once (terminal process group + `timeout`) still shuts down in order."""
+    gap, status = 0.0, 0
+    out = str(tmp_path / "out")
+    proc = start(GYM, *common(tmp_path, total_steps=10**9), output=out)
+    try:
+        rows_path = str(tmp_path / "runs" / "run" / "logs.csv")
+        wait_for(lambda: csv_rows(rows_path) and int(csv_rows(rows_path)[-1]["step"]) > 0, 60, "training to start")
+        servers = children(proc.pid)
+        proc.send_signal(signal.SIGINT)
+        time.sleep(gap)
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=15)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    text = read(out)
+    assert proc.returncode == status, text[-3000:]
+    assert "terminate called" not in text and "Traceback" not in text
+    assert not any(alive(pid) for pid in servers)
+    assert not sockets_left(tmp_path)
