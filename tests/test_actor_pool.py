@@ -132,3 +132,36 @@ def test_unroll_batcher_cuts_chunks_into_batches_of_b():
         torch.testing.assert_close(batch["x"][0], state[:, 0])  # state travels with its column
         columns += batch["x"][0].tolist()
     assert columns == [0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3]
+
+
+def test_handshake_reset_by_a_dying_server_is_retried(tmp_path):
+    """A connection accepted into the backlog of a server that dies is reset: retry, don't fail."""
+    import os
+    import socket
+    import time
+
+    path = str(tmp_path / "srv.0")
+    dying = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    dying.bind(path)
+    dying.listen(4)
+    result = {}
+
+    def connect():
+        try:
+            result["conn"], result["spec"] = connect_server(tp.Address("unix", path=path), flags(connect_timeout=15), None)
+        except Exception as e:  # noqa: BLE001 - reported below
+            result["error"] = e
+
+    client = threading.Thread(target=connect)
+    client.start()
+    time.sleep(0.5)  # the client waits for HELLO in the dying server's backlog
+    dying.close()  # ... which resets it
+    os.unlink(path)
+    server = EnvServer(tp.Address("unix", path=path), [lambda: gym.make("CartPole-v1")] * 2, seeds=[0, 1])
+    stop = threading.Event()
+    threading.Thread(target=server.serve_forever, args=(stop,), daemon=True).start()
+    client.join(20)
+    stop.set()
+    assert "error" not in result, result.get("error")
+    assert result["spec"]["num_envs"] == 2
+    result["conn"].close()

@@ -51,15 +51,27 @@ def connect_server(address: tp.Address, flags, secret: bytes | None, stop=None, 
 
     Returns ``(connection, spec)``.
     """
-    sock = tp.connect(address, flags.connect_timeout, stop, on_retry)
-    if address.kind == "tcp":
-        tp.client_authenticate(sock, secret)
-    conn = tp.Connection(sock, max_bytes=flags.max_message_bytes, poll_s=0.5)
-    kind, msg = conn.recv(stop)
-    if kind != tp.HELLO:
-        conn.close()
-        raise tp.ProtocolError(f"{address} sent {tp.KINDS[kind]} before HELLO")
-    return conn, tp.field_json(msg["spec"])
+    deadline = time.monotonic() + flags.connect_timeout
+    while True:
+        sock = tp.connect(address, max(0.0, deadline - time.monotonic()), stop, on_retry)
+        conn = tp.Connection(sock, max_bytes=flags.max_message_bytes, poll_s=0.5)
+        try:
+            if address.kind == "tcp":
+                tp.client_authenticate(sock, secret)
+                sock.settimeout(conn.poll_s)
+            kind, msg = conn.recv(stop)
+        except (ConnectionError, tp.ConnectionClosed) as e:
+            # A server that is dying (e.g. just killed) can still accept into its backlog,
+            # then reset: that is a server not there yet, so retry until the deadline.
+            conn.close()
+            if time.monotonic() >= deadline:
+                raise tp.ProtocolError(f"{address} closed the connection during the handshake ({e})") from None
+            time.sleep(0.1)
+            continue
+        if kind != tp.HELLO:
+            conn.close()
+            raise tp.ProtocolError(f"{address} sent {tp.KINDS[kind]} before HELLO")
+        return conn, tp.field_json(msg["spec"])
 
 
 def spec_key(spec: dict) -> tuple:
