@@ -36,11 +36,13 @@ class _Stem(nn.Module):
         if tuple(obs.shape[-3:]) != self.obs_shape:
             raise ValueError(f"expected observations [..., {self.obs_shape}], got {tuple(obs.shape)}")
         lead = obs.shape[:-3]
-        x = obs.reshape(-1, *self.obs_shape)
-        x = x.float() / 255.0 if x.dtype == torch.uint8 else x.float()
         # Channels-last convolutions are ~25% faster on CPU (oneDNN) and suit cuDNN too;
         # flatten() below is logical, so the fc layer sees the same order either way.
-        return x.contiguous(memory_format=torch.channels_last), lead
+        # The layout change happens on the 4x smaller uint8 data, the scaling in place.
+        x = obs.reshape(-1, *self.obs_shape).contiguous(memory_format=torch.channels_last)
+        if x.dtype == torch.uint8:
+            return x.float().mul_(1.0 / 255.0), lead
+        return x.float(), lead
 
     def trunk(self, x: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
