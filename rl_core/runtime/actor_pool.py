@@ -53,7 +53,7 @@ def connect_server(address: tp.Address, flags, secret: bytes | None, stop=None, 
     """
     deadline = time.monotonic() + flags.connect_timeout
     while True:
-        sock = tp.connect(address, max(0.0, deadline - time.monotonic()), stop, on_retry)
+        sock = tp.connect(address, flags.connect_timeout, stop, on_retry, deadline=deadline)
         conn = tp.Connection(sock, max_bytes=flags.max_message_bytes, poll_s=0.5)
         try:
             if address.kind == "tcp":

@@ -152,12 +152,13 @@ def _configure(sock: socket.socket) -> None:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
-def connect(address: Address, timeout: float, stop=None, on_retry=None) -> socket.socket:
+def connect(address: Address, timeout: float, stop=None, on_retry=None, deadline: float | None = None) -> socket.socket:
     """Connect, retrying until ``timeout`` seconds have passed, then one clear error.
 
-    ``on_retry()`` runs before every retry (the launcher checks its servers there).
+    ``on_retry()`` runs before every retry (the launcher checks its servers there);
+    ``deadline`` (time.monotonic) replaces ``timeout`` for a caller already retrying.
     """
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + timeout if deadline is None else deadline
     last_error = "no attempt"
     while True:
         if stop is not None and stop.is_set():
