@@ -16,7 +16,6 @@ from tests.proc_utils import csv_rows, run
 
 ENV = "tests.memory_env:Memory-v0"
 EPISODE_LENGTH = 12  # cue, 10 blank steps, query
-TOTAL_STEPS = 200_000
 SOLVED = 0.9  # mean return of the last 100 episodes; with +-1 rewards, 95% correct
 
 # Shared by every run, chosen by a sweep over seeds (first with the same model and loss
@@ -26,14 +25,12 @@ SOLVED = 0.9  # mean return of the last 100 episodes; with +-1 rewards, 95% corr
 #   0.7-0.8 on blank steps and carry the cue across 11 steps at a few percent of its
 #   size; with the default 64,64 stem every forget gate starts near 0.5 (the cores
 #   initialise the forget bias to 0), about 0.5^11 of the cue survives, and learning
-#   starts with a plateau of random length (LSTM: 5 of 8 seeds solved).
+#   starts with a plateau of random length (LSTM, with eps 1e-4: 5 of 8 seeds solved).
 # - --epsilon=1e-4 instead of torchbeast's 0.01: the gradient that reaches the memory
 #   path is tiny at first; with eps=0.01 RMSprop's steps are about lr*g/eps and stall
-#   on that plateau (LSTM: 13 of 16 seeds), with 1e-4 RMSprop normalises them (LSTM
+#   on that plateau (LSTM, 256 stem: 13 of 16 seeds), with 1e-4 RMSprop normalises them (LSTM
 #   20 of 20, eLSTM 12 of 12; through the runtime LSTM and eLSTM 6 of 6 each).
-# - 16 envs, batch 16, entropy cost 0.01, the learning rate decaying linearly to 0:
-#   through the runtime every run first solved the task within about 135k steps (most
-#   within 60k); the low learning rate at the end keeps the solved policy solved.
+# - 16 envs, batch 16, entropy cost 0.01, the learning rate decaying linearly to 0.
 COMMON_FLAGS = [
     f"--env={ENV}",
     "--num_actors=16",
@@ -43,25 +40,31 @@ COMMON_FLAGS = [
     "--hidden_size=64",
     "--epsilon=1e-4",
     "--entropy_cost=0.01",
-    f"--total_steps={TOTAL_STEPS}",
     "--seed=1",
     "--log_interval=1",
     "--disable_checkpoint",
 ]
 
-# Unroll lengths differ on purpose.  TBPTT cuts the gradient at unroll boundaries, so
-# the LSTM and the eLSTM get unrolls of one episode: all envs start together and
-# episodes have a fixed length, so each 12-step unroll holds exactly one episode, cue
-# and query included.  RTRL carries the gradient of the cell parameters across
-# unroll boundaries in its traces, so it learns from 4-step unrolls, where the cue
-# and the query are always in different unrolls (and the TBPTT control cannot).
-# With 4-step unrolls the learner makes 3 times as many updates per env step, and
-# RMSprop's step does not shrink with the batch's T, so the learning rate is a third
-# (the same step size per env step): at 0.002, 2 of 8 RTRL runs did not end solved
-# (one learnt the task and forgot it again); at 0.0007, 10 of 10 did.
-TBPTT = [f"--unroll_length={EPISODE_LENGTH}", "--learning_rate=0.002"]
-SHORT = ["--unroll_length=4", "--learning_rate=0.0007"]
-CORES = {
+# TBPTT cuts the gradient at unroll boundaries, so the LSTM and the eLSTM get unrolls
+# of one episode: all envs start together and episodes have a fixed length, so each
+# 12-step unroll holds exactly one episode, cue and query included.  Through the
+# runtime every such run first solved the task within 135k steps (most within 60k).
+TBPTT = [f"--unroll_length={EPISODE_LENGTH}", "--learning_rate=0.002", "--total_steps=200000"]
+
+# RTRL carries the gradient of the cell parameters across unroll boundaries in its
+# traces, so it learns from 4-step unrolls, where the cue and the query always lie in
+# different unrolls (the TBPTT control below, with the same flags, stays at chance).
+# The stem in front of the core, though, learns only from gradients truncated at the
+# unroll start, so nothing keeps its features of the cue apart, and with a large
+# learning rate they drift: at lr 0.002 2 of 8 runs did not end solved (one forgot
+# the task after solving it), while RTRL with 12-step unrolls (4 of 4), the eLSTM with
+# 12-step unrolls even at lr 0.006 (4 of 4) and RTRL with 4-step unrolls but no stem
+# (4 of 4) never forgot.  At lr 0.001 a run can still dip for a while and recover, so
+# RTRL gets 300k steps: 10 of 10 runs ended solved (mean return >= 0.986 over their
+# last 20%).
+SHORT = ["--unroll_length=4", "--learning_rate=0.001", "--total_steps=300000"]
+
+RUNS = {
     "feedforward": TBPTT,
     "lstm": ["--use_lstm", *TBPTT],
     "elstm": ["--use_quasi_lstm", *TBPTT],
@@ -76,7 +79,7 @@ def train(tmp_path, name: str):
     result = run(
         "torchbeast_gym.polybeast",
         *COMMON_FLAGS,
-        *CORES[name],
+        *RUNS[name],
         f"--pipes_basename=unix:{tmp_path}/pipe",
         f"--savedir={tmp_path}",
         f"--xpid={name}",
@@ -90,29 +93,36 @@ def train(tmp_path, name: str):
     return rows, wall
 
 
-def late_mean_return(rows) -> float:
-    """Mean return of every episode logged in the second half of the run."""
-    late = [r for r in rows if int(r["step"]) >= TOTAL_STEPS // 2 and int(r["episodes"]) > 0]
+def mean_return_after(rows, step: int) -> float:
+    """Mean return of every episode logged from ``step`` on (thousands of episodes)."""
+    late = [r for r in rows if int(r["step"]) >= step and int(r["episodes"]) > 0]
     n = sum(int(r["episodes"]) for r in late)
     return sum(float(r["mean_episode_return"]) * int(r["episodes"]) for r in late) / n
 
 
-@pytest.mark.parametrize("name", list(CORES))
+@pytest.mark.parametrize("name", list(RUNS))
 def test_memory_task(tmp_path, name):
     rows, wall = train(tmp_path, name)
+    total_steps = int(next(f for f in RUNS[name] if f.startswith("--total_steps=")).split("=")[1])
     final_step = int(rows[-1]["step"])
-    assert TOTAL_STEPS <= final_step < TOTAL_STEPS + 16 * EPISODE_LENGTH
-    returns = [(int(r["step"]), float(r["return_last_100"])) for r in rows if r["return_last_100"] != "nan"]
+    assert total_steps <= final_step < total_steps + 16 * EPISODE_LENGTH
+    returns, episodes = [], 0  # (step, return_last_100) once 100 episodes have ended
+    for r in rows:
+        episodes += int(r["episodes"])
+        if episodes >= 100:
+            returns.append((int(r["step"]), float(r["return_last_100"])))
     reached = [step for step, ret in returns if ret >= SOLVED]
-    late = late_mean_return(rows)
+    last_fifth = mean_return_after(rows, total_steps * 4 // 5)
     print(f"\nmemory task, {name}: return_last_100 {returns[-1][1]:.2f} at step {final_step}; "
           f">= {SOLVED} first at step {reached[0] if reached else None}; "
-          f"mean return over the second half {late:.3f}; wall {wall:.0f} s")
+          f"mean return over the last 20% {last_fifth:.3f}; wall {wall:.0f} s")
     if name in AT_CHANCE:
-        # Chance is 0.  Over 100 episodes its standard deviation is 0.1, so a mean of 0.5 is
-        # 5 sigma; over the second half (thousands of episodes) 0.1 is far beyond noise.
+        # Chance is 0.  Over 100 episodes its standard deviation is 0.1, so 0.5 is 5 sigma;
+        # over the last 20% of the run (thousands of episodes) 0.1 is far beyond noise.
         assert max(ret for _, ret in returns) < 0.5, f"{name} beat chance: {returns}"
-        assert abs(late) < 0.1, f"{name} is not at chance in the second half: {late:.3f}"
+        assert abs(last_fifth) < 0.1, f"{name} is not at chance at the end: {last_fifth:.3f}"
     else:
         assert reached, f"{name}: return_last_100 never reached {SOLVED}: {returns[-5:]}"
         assert returns[-1][1] >= SOLVED, f"{name} did not stay solved: {returns[-5:]}"
+        # The same, measured over thousands of episodes rather than 100.
+        assert last_fifth >= 0.95, f"{name} is not solved at the end: {last_fifth:.3f}"
