@@ -36,6 +36,15 @@ log = logging.getLogger("evaluation")
 TEST_SEED_OFFSET = 1_000_000  # test and validation seeds never meet training seeds
 
 
+def test_seeds(flags, run_index: int) -> list[int]:
+    """Env seeds of final-test run ``run_index`` (validation: -1), one per parallel env.
+
+    ``env_seed(--seed, TEST_SEED_OFFSET + run_index, slot)``: training envs use server
+    indices below --num_servers, so test and training seeds never share a stream.
+    """
+    return [env_seed(flags.seed, TEST_SEED_OFFSET + run_index, slot) for slot in range(flags.test_num_envs)]
+
+
 def default_protocol(flags) -> list[dict]:
     return [{"name": "test", "episodes": 100, "group": "test", "overrides": {}}]
 
@@ -187,7 +196,7 @@ def final_test(
     done_before = 0
     start = time.monotonic()
     for r, run in enumerate(runs):
-        seeds = [env_seed(flags.seed, TEST_SEED_OFFSET + r, slot) for slot in range(flags.test_num_envs)]
+        seeds = test_seeds(flags, r)
         env_fn = make_test_env_fn(env_pkg, flags, run.get("overrides", {}), record=frames is not None and r == 0)
 
         def progress(k, r=r, run=run, base=done_before):

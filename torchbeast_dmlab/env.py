@@ -418,16 +418,10 @@ def final_test_runs(flags) -> list[TestRun]:
 
 
 def final_test_seeds(flags, run_index: int) -> list[int]:
-    """The env seeds of final-test run ``run_index``: ``rl_core.evaluation``'s, one per parallel test env.
+    """The env seeds of final-test run ``run_index``: those ``rl_core.evaluation`` gives it."""
+    from rl_core.evaluation import test_seeds
 
-    ``env_seed(--seed, TEST_SEED_OFFSET + run_index, slot)``: training envs are
-    ``env_seed(--seed, server_index, slot)`` with ``server_index <
-    --num_servers``, so the two never share a seed stream.
-    """
-    from rl_core.evaluation import TEST_SEED_OFFSET
-    from rl_core.runtime.env_server import env_seed
-
-    return [env_seed(flags.seed, TEST_SEED_OFFSET + run_index, slot) for slot in range(flags.test_num_envs)]
+    return test_seeds(flags, run_index)
 
 
 # ------------------------------------------------------- package interface

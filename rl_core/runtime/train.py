@@ -507,7 +507,7 @@ class Validation:
 
         def run():
             frames = [] if record else None
-            seeds = [evaluation.env_seed(f.seed, evaluation.TEST_SEED_OFFSET - 1, i) for i in range(f.test_num_envs)]
+            seeds = evaluation.test_seeds(f, -1)
             overrides = getattr(t.env_pkg, "validation_overrides", lambda flags: {})(f)
             env_fn = evaluation.make_test_env_fn(t.env_pkg, f, overrides, record=record)
             episodes = evaluation.play(model, env_fn, seeds, f.valid_num_episodes, greedy=not f.valid_sample,
