@@ -180,30 +180,39 @@ def main(setup: Setup, default_model: str, default_T: int, argv=None) -> None:
     parser.add_argument("--unroll_length", type=int, default=default_T)
     parser.add_argument("--batch_size", type=int, default=32)
     parser.add_argument("--seconds", type=float, default=60.0, help="Length of each end-to-end run.")
+    parser.add_argument("--repeats", type=int, default=1, help="End-to-end runs per number of envs.")
     parser.add_argument("--device", nargs="+", default=["cuda"] if torch.cuda.is_available() else ["cpu"])
     parser.add_argument("--extra", nargs=argparse.REMAINDER, default=[], help="Flags passed to the training run.")
     args = parser.parse_args(argv)
-    cores = len(os.sched_getaffinity(0))
-    T, B = args.unroll_length, args.batch_size
+    from rl_core.runtime.allocator import keep_freed_memory
 
-    env_rate = env_steps_per_second(setup, 5.0)
-    fps = setup.frames_per_step
+    keep_freed_memory()  # as the learner process does, so (b) and (c) are measured as they run
+    cores = len(os.sched_getaffinity(0))
+    T, B, fps = args.unroll_length, args.batch_size, setup.frames_per_step
     print(f"machine: {cores} cores; {setup.env}, model {args.model}, T={T}, B={B}; 1 agent step = {fps} frame(s)")
-    print(f"(a) env: {env_rate:,.0f} agent steps/s per core ({fps * env_rate:,.0f} frames/s)")
+    print("(a), (b) are measured just before each end-to-end run and (c) just after it, so that each ratio")
+    print("compares (d) with the machine's speed in the same minute (a shared host's speed drifts).")
     for device in args.device:
-        learn_1 = learner_seconds(setup, args.model, T, B, 1, device)
+        on_cpu = device == "cpu"
         learn_n = learner_seconds(setup, args.model, T, B, cores, device)
-        per_learn = learn_1 / (T * B) if device == "cpu" else 0.0
-        print(f"[{device}] (b) learner update: {learn_1 * 1e3:,.0f} ms on 1 thread, {learn_n * 1e3:,.0f} ms on "
-              f"{cores} threads = {learn_1 / (T * B) * 1e6:,.0f} core-us per agent step"
-              + ("" if device == "cpu" else " (on the GPU: no CPU core-time counted)"))
-        print(f"{'device':<6} {'envs':>4} {'infer batch':>11} {'(c) us/step':>11} {'ceiling SPS':>11} "
-              f"{'(d) SPS':>8} {'frames/s':>9} {'ratio':>6}")
+        print(f"[{device}] learner update on {cores} threads: {learn_n * 1e3:,.0f} ms")
+        print(f"{'device':<6} {'envs':>4} {'(a) us':>7} {'(b) us':>7} {'batch':>6} {'(c) us':>7} {'ceiling':>8} "
+              f"{'(d) SPS':>8} {'frames/s':>9} {'ratio':>6}   (a)-(c): core-us per agent step")
+        ratios: dict[int, list[float]] = {}
         for num_actors in args.num_actors:
-            sps, batch = end_to_end(setup, args.model, num_actors, args.num_servers, T, B, args.seconds, device,
-                                    args.extra)
-            infer = inference_seconds(setup, args.model, max(1, round(batch)), device)
-            per_infer = infer / max(1, round(batch)) if device == "cpu" else 0.0
-            ceiling = cores / (1.0 / env_rate + per_learn + per_infer)
-            print(f"{device:<6} {num_actors:>4} {batch:>11.1f} {infer / max(1, round(batch)) * 1e6:>11,.0f} "
-                  f"{ceiling:>11,.0f} {sps:>8,.0f} {fps * sps:>9,.0f} {sps / ceiling:>6.2f}", flush=True)
+            for _ in range(args.repeats):
+                env_us = 1e6 / env_steps_per_second(setup, 4.0)
+                learn_us = learner_seconds(setup, args.model, T, B, 1, device) / (T * B) * 1e6
+                sps, batch = end_to_end(setup, args.model, num_actors, args.num_servers, T, B, args.seconds, device,
+                                        args.extra)
+                n = max(1, round(batch))
+                infer_us = inference_seconds(setup, args.model, n, device) / n * 1e6
+                # On a GPU the learner and inference cost no CPU core-time.
+                ceiling = cores / (env_us + (learn_us + infer_us if on_cpu else 0.0)) * 1e6
+                ratios.setdefault(num_actors, []).append(sps / ceiling)
+                print(f"{device:<6} {num_actors:>4} {env_us:>7,.0f} {learn_us:>7,.0f} {batch:>6.1f} {infer_us:>7,.0f} "
+                      f"{ceiling:>8,.0f} {sps:>8,.0f} {fps * sps:>9,.0f} {sps / ceiling:>6.2f}", flush=True)
+        if args.repeats > 1:
+            for num_actors, values in ratios.items():
+                print(f"[{device}] {num_actors} envs: ratio median {np.median(values):.2f}, "
+                      f"min {min(values):.2f}, max {max(values):.2f} over {len(values)} runs")

@@ -46,6 +46,14 @@ def test_uint8_is_scaled_by_1_over_255(stem_cls):
         unscaled = stem(obs.float())
     torch.testing.assert_close(from_uint8, from_float)
     assert not torch.allclose(from_uint8, unscaled)
+    # The scale is folded into the first conv's weights: their gradients are those of x / 255 too.
+    grads = []
+    for x in (obs, obs.float() / 255.0):
+        stem.zero_grad()
+        stem(x).square().sum().backward()
+        grads.append([p.grad.clone() for p in stem.parameters()])
+    for from_uint8_grad, from_float_grad in zip(*grads):
+        torch.testing.assert_close(from_uint8_grad, from_float_grad, rtol=1e-4, atol=1e-6)
 
 
 @pytest.mark.parametrize("stem_cls", [AtariNetStem, ResNetStem])

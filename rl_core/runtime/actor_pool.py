@@ -175,6 +175,7 @@ class ActorThread:
         self._record_env(store, 0, msg)
         state = self.initial_state_fn(K)
         unroll_state = state
+        finished = None
         t = 0
         while True:
             inputs = {
@@ -183,7 +184,13 @@ class ActorThread:
                 "done": torch.from_numpy(store["done"][t : t + 1]),
                 "last_action": torch.from_numpy(store["action"][t : t + 1]),
             }
-            action, logits, baseline, state = self.batcher.submit(inputs, state, K).wait(self.stop)
+            request = self.batcher.submit(inputs, state, K)
+            if finished is not None:
+                # Handed to the learner only now, while this request is in inference: a full
+                # learner queue then holds back this server alone, not the others' batch.
+                self._put(*finished)
+                finished = None
+            action, logits, baseline, state = request.wait(self.stop)
             self.conn.send(tp.ACTION, {"action": action})
             msg = self._recv_step()
             t += 1
@@ -194,8 +201,7 @@ class ActorThread:
             with self.stats.lock:
                 self.stats.env_steps += K
             if t == T:
-                unroll = {k: torch.from_numpy(v) for k, v in store.items()}
-                self._put(unroll, unroll_state)
+                finished = ({k: torch.from_numpy(v) for k, v in store.items()}, unroll_state)
                 last = store
                 store = self._new_store()
                 for key in store:

@@ -24,6 +24,7 @@ from rl_core.runtime import transport as tp
 from rl_core.runtime.actor_pool import ActorThread, RunStats, connect_server, inference_loop, spec_key
 from rl_core.runtime.batcher import InferenceBatcher
 from rl_core.runtime.learner import Learner, UnrollBatcher
+from rl_core.runtime.allocator import keep_freed_memory
 from rl_core.runtime.threads import ErrorBox, start_thread
 
 log = logging.getLogger("learner")
@@ -210,6 +211,7 @@ class Training:
         f = self.flags
         torch.manual_seed(f.seed)
         np.random.seed(f.seed)
+        keep_freed_memory()
         threads = f.torch_threads or auto_torch_threads(f)
         torch.set_num_threads(threads)
         log.info("torch intra-op threads: %d", threads)
