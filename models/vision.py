@@ -2,7 +2,8 @@
 
 uint8 observations are scaled by 1/255 inside (folded into the first conv's
 weights, which saves a pass over the float copy of the batch); float
-observations are used as given. Any leading dims are accepted ([T, B, C, H, W] -> [T, B, out_size]).
+observations are used as given. Any leading dims are accepted
+([T, B, C, H, W] -> [T, B, out_size]).
 The fc layer's input size is found by a dry run of the conv trunk on the
 observation shape given at construction, so any image size works.
 """

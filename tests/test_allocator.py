@@ -38,6 +38,7 @@ def test_freed_large_blocks_are_reused():
     kept = _run("keep")
     # Kept: after the heap has grown to hold them, the blocks are reused without faults...
     assert sum(f for f, _ in kept[-4:]) < pages // 20
-    # ...and the heap stops growing (its plateau: a few blocks' worth).
+    # ...and the heap stops growing, at a plateau a few blocks above the default's
+    # (glibc grew it by 8 blocks here before freed ones were merged and reused).
     assert kept[-1][1] == pytest.approx(kept[-5][1], abs=8)
-    assert kept[-1][1] < default[-1][1] + 16 * 64
+    assert kept[-1][1] < default[-1][1] + 12 * 64

@@ -4,10 +4,11 @@ glibc serves every allocation above its mmap threshold (at most 32 MiB) with a
 fresh ``mmap`` and returns it with ``munmap`` when freed.  A CPU learner update
 allocates and frees the same few large tensors each time (an AtariNet batch of
 T=20, B=32 holds a 76 MB float copy of the observations alone), so every update
-page-faulted its activations in again: 670k page faults and 14% of the learner
-thread in the kernel.  With mmap off and trimming raised, freed blocks stay in
-the heap and the next update reuses them (145k faults; one update 0.30 -> 0.26 s
-on one thread).  When the heap cannot grow, glibc still falls back to mmap.
+page-faulted its activations in again: 670k page faults per 10 updates and 14%
+of the learner thread in the kernel.  With mmap off and trimming raised, freed
+blocks stay in the heap and the next update reuses them (145k faults per 10
+updates; one update 0.30 -> 0.26 s on one thread).  The resident size stays at
+the learner's peak.  When the heap cannot grow, glibc still falls back to mmap.
 """
 
 from __future__ import annotations

@@ -22,9 +22,9 @@ from rl_core.errors import UserError
 from rl_core.run_log import RunLog, setup_logging
 from rl_core.runtime import transport as tp
 from rl_core.runtime.actor_pool import ActorThread, RunStats, connect_server, inference_loop, spec_key
+from rl_core.runtime.allocator import keep_freed_memory
 from rl_core.runtime.batcher import InferenceBatcher
 from rl_core.runtime.learner import Learner, UnrollBatcher
-from rl_core.runtime.allocator import keep_freed_memory
 from rl_core.runtime.threads import ErrorBox, start_thread
 
 log = logging.getLogger("learner")
