@@ -43,7 +43,8 @@ def build_model(flags, spec: dict):
     kind = core_kind(flags)
     core = None
     if kind is not None:
-        core = make_core(kind, input_size=stem.out_size + 1 + action["n"], hidden_size=flags.hidden_size)
+        core = make_core(kind, input_size=stem.out_size + 1 + action["n"], hidden_size=flags.hidden_size,
+                         forget_bias=getattr(flags, "forget_bias", 0.0))
     value_stem = None
     if flags.value_net == "separate" and kind is None and len(obs_shape) == 1:
         value_stem = build_stem(flags, obs_shape)

@@ -37,11 +37,14 @@ class LSTMCore(nn.Module):
     The unroll is cut only at the time steps where some env resets, and each piece runs
     as one nn.LSTM call (the fused kernel); T = 1 is one call."""
 
-    def __init__(self, input_size: int, hidden_size: int):
+    def __init__(self, input_size: int, hidden_size: int, forget_bias: float = 0.0):
         super().__init__()
         self.input_size = int(input_size)
         self.hidden_size = int(hidden_size)
+        self.forget_bias = float(forget_bias)
         self.lstm = nn.LSTM(self.input_size, self.hidden_size, num_layers=1)
+        with torch.no_grad():  # gate order i, f, g, o: rows [H, 2H) of the bias are the forget gate's
+            self.lstm.bias_ih_l0[self.hidden_size:2 * self.hidden_size].add_(self.forget_bias)
 
     def initial_state(self, batch_size: int, device=None, dtype=None) -> State:
         p = self.lstm.weight_ih_l0
@@ -79,8 +82,8 @@ CORE_KINDS: Dict[str, Type[nn.Module]] = {
 
 
 def make_core(kind: str, input_size: int, hidden_size: int, **kwargs) -> nn.Module:
-    """Builds a core; extra keyword arguments go to its class (e.g. forget_bias for the
-    eLSTMs, impl="stepwise" for the literal published RTRL)."""
+    """Builds a core; extra keyword arguments go to its class (forget_bias for every kind,
+    impl="stepwise" for the literal published RTRL)."""
     try:
         cls = CORE_KINDS[kind]
     except (KeyError, TypeError):

@@ -14,7 +14,8 @@ remembers it scores 1.  Nothing but the first observation carries the cue, and t
 reward of every step before the query is 0, so only an agent with memory beats
 chance.  (An agent that sees its own last action could in principle carry the
 cue by repeating an action for n_blank + 1 steps; nothing rewards that chain
-before it exists, and the feedforward test checks that it is not found.)
+before it exists, so it is found slowly if at all: the feedforward test checks that
+it is not found, and the TBPTT control there finds part of it.)
 
 ``gym.make("tests.memory_env:Memory-v0", n_blank=15)`` changes the delay; the
 registered default is 10 blank steps.

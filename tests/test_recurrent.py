@@ -85,6 +85,36 @@ def test_make_core_kinds_state_shapes_and_errors():
     assert all(k in msg for k in ("lstm", "elstm", "rtrl_elstm"))
 
 
+def forget_gate_bias(core):
+    if hasattr(core, "b_f"):
+        return core.b_f
+    H = core.hidden_size  # nn.LSTM gate order: i, f, g, o
+    return core.lstm.bias_ih_l0[H:2 * H]
+
+
+@pytest.mark.parametrize("kind", ["lstm", "elstm", "rtrl_elstm"])
+def test_forget_bias_shifts_only_the_forget_gate_bias(kind):
+    plain, shifted = build(kind, {}), build(kind, {"forget_bias": 1.5})
+    delta = forget_gate_bias(shifted) - forget_gate_bias(plain)
+    assert torch.allclose(delta, torch.full_like(delta, 1.5))
+    changed = [name for (name, a), b in zip(plain.named_parameters(), shifted.parameters()) if not torch.equal(a, b)]
+    assert changed == (["lstm.bias_ih_l0"] if kind == "lstm" else ["b_f"])
+
+
+def test_build_model_passes_forget_bias_flag():
+    from models import build_model
+    from rl_core.flags import make_parser
+
+    spec = {"obs_shape": [3], "action": {"kind": "discrete", "n": 2}}
+    for core_flag in ("--use_lstm", "--use_quasi_lstm", "--use_rtrl"):
+        torch.manual_seed(0)
+        plain = build_model(make_parser().parse_args([core_flag]), spec)
+        torch.manual_seed(0)
+        shifted = build_model(make_parser().parse_args([core_flag, "--forget_bias=2"]), spec)
+        delta = forget_gate_bias(shifted.core) - forget_gate_bias(plain.core)
+        assert torch.allclose(delta, torch.full_like(delta, 2.0)), core_flag
+
+
 # ------------------------------------------------- (a) RTRL == full BPTT gradients
 
 # done[t, b]: reset before step t. Inside unrolls: (3, 0), (10, 0) for splits (4, 1, 7, 3);
