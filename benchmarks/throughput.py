@@ -9,7 +9,10 @@
 
 ceiling = cores / (a + b + c) in core-seconds per agent step: what the machine
 could do if every core did only useful work.  The ratio (d) / ceiling is what
-the runtime's own overhead leaves.
+the runtime's own overhead leaves.  Under each run a second line says where the
+cores' time went during (d), per agent step, from the CPU time of each thread
+(named learner-N, inference-N, actor-N, env-server-N) and the idle time of the
+whole machine, to set against (a)-(c) measured alone.
 
 Run through benchmarks/atari_throughput.py or benchmarks/procgen_throughput.py.
 """
@@ -17,7 +20,9 @@ Run through benchmarks/atari_throughput.py or benchmarks/procgen_throughput.py.
 from __future__ import annotations
 
 import argparse
+import collections
 import csv
+import glob
 import os
 import subprocess
 import sys
@@ -145,9 +150,50 @@ def inference_seconds(setup: Setup, model: str, batch: int, device: str, repeats
     return float(np.median(times))
 
 
+def _cpu_seconds_by_role(pid: int) -> dict[str, float]:
+    """CPU seconds so far of each thread of process ``pid`` and its children, summed by role:
+    the thread name without its "-N" suffix (learner, inference, actor, env-server), else "other"."""
+    hz = os.sysconf("SC_CLK_TCK")
+    pids = [pid]
+    for stat in glob.glob("/proc/[0-9]*/stat"):
+        try:
+            with open(stat) as f:
+                if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                    pids.append(int(stat.split("/")[2]))
+        except (OSError, ValueError, IndexError):
+            continue
+    roles: dict[str, float] = collections.defaultdict(float)
+    for p in pids:
+        for stat in glob.glob(f"/proc/{p}/task/*/stat"):
+            try:
+                with open(stat) as f:
+                    text = f.read()
+            except OSError:
+                continue
+            name = text[text.index("(") + 1:text.rindex(")")].rsplit("-", 1)[0]
+            if p != pid and name != "env-server":  # a server's own threads (envpool's) count as the server
+                try:
+                    with open(f"/proc/{p}/comm") as f:
+                        name = f.read().strip().rsplit("-", 1)[0]
+                except OSError:
+                    pass
+            fields = text.rsplit(")", 1)[1].split()
+            role = name if name in ("learner", "inference", "actor", "env-server") else "other"
+            roles[role] += (int(fields[11]) + int(fields[12])) / hz  # utime + stime
+    return roles
+
+
+def _idle_seconds() -> float:
+    """Idle + iowait seconds of all cores so far (/proc/stat)."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    return (fields[3] + fields[4]) / os.sysconf("SC_CLK_TCK")
+
+
 def end_to_end(setup: Setup, model: str, num_actors: int, num_servers: int, T: int, B: int, seconds: float,
                device: str, extra: list[str]):
-    """Steady-state SPS and mean inference batch of a real training run."""
+    """Steady-state SPS, mean inference batch and the core-seconds per second of each role
+    (plus "idle") over the second half of a real training run."""
     with tempfile.TemporaryDirectory() as tmp:
         cmd = [
             sys.executable, "-m", f"{setup.package}.polybeast", f"--env={setup.env}", f"--model={model}",
@@ -159,7 +205,10 @@ def end_to_end(setup: Setup, model: str, num_actors: int, num_servers: int, T: i
             cmd.append("--disable_cuda")
         with open(os.path.join(tmp, "out"), "w") as out:
             proc = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
-            time.sleep(seconds)
+            time.sleep(seconds / 2)
+            cpu0, idle0, t0 = _cpu_seconds_by_role(proc.pid), _idle_seconds(), time.monotonic()
+            time.sleep(seconds / 2)
+            cpu1, idle1, t1 = _cpu_seconds_by_role(proc.pid), _idle_seconds(), time.monotonic()
             proc.terminate()
             proc.wait(30)
         with open(os.path.join(tmp, "bench", "logs.csv"), newline="") as f:
@@ -169,7 +218,9 @@ def end_to_end(setup: Setup, model: str, num_actors: int, num_servers: int, T: i
         raise RuntimeError("run too short for a steady-state measurement: raise --seconds")
     sps = (int(rows[-1]["step"]) - int(rows[0]["step"])) / (float(rows[-1]["time"]) - float(rows[0]["time"]))
     batch = float(np.nanmean([float(r["inference_batch"]) for r in rows]))
-    return sps, batch
+    usage = {role: (cpu1[role] - cpu0.get(role, 0.0)) / (t1 - t0) for role in cpu1}
+    usage["idle"] = (idle1 - idle0) / (t1 - t0)
+    return sps, batch, usage
 
 
 def main(setup: Setup, default_model: str, default_T: int, argv=None) -> None:
@@ -203,8 +254,8 @@ def main(setup: Setup, default_model: str, default_T: int, argv=None) -> None:
             for _ in range(args.repeats):
                 env_us = 1e6 / env_steps_per_second(setup, 4.0)
                 learn_us = learner_seconds(setup, args.model, T, B, 1, device) / (T * B) * 1e6
-                sps, batch = end_to_end(setup, args.model, num_actors, args.num_servers, T, B, args.seconds, device,
-                                        args.extra)
+                sps, batch, usage = end_to_end(setup, args.model, num_actors, args.num_servers, T, B, args.seconds,
+                                               device, args.extra)
                 n = max(1, round(batch))
                 infer_us = inference_seconds(setup, args.model, n, device) / n * 1e6
                 # On a GPU the learner and inference cost no CPU core-time.
@@ -212,6 +263,9 @@ def main(setup: Setup, default_model: str, default_T: int, argv=None) -> None:
                 ratios.setdefault(num_actors, []).append(sps / ceiling)
                 print(f"{device:<6} {num_actors:>4} {env_us:>7,.0f} {learn_us:>7,.0f} {batch:>6.1f} {infer_us:>7,.0f} "
                       f"{ceiling:>8,.0f} {sps:>8,.0f} {fps * sps:>9,.0f} {sps / ceiling:>6.2f}", flush=True)
+                roles = ("env-server", "learner", "inference", "actor", "other", "idle")
+                print("       during (d), core-us per agent step: "
+                      + ", ".join(f"{r} {usage.get(r, 0.0) / sps * 1e6:,.0f}" for r in roles), flush=True)
         if args.repeats > 1:
             for num_actors, values in ratios.items():
                 print(f"[{device}] {num_actors} envs: ratio median {np.median(values):.2f}, "

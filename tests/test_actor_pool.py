@@ -165,3 +165,17 @@ def test_handshake_reset_by_a_dying_server_is_retried(tmp_path):
     assert "error" not in result, result.get("error")
     assert result["spec"]["num_envs"] == 2
     result["conn"].close()
+
+
+def test_start_thread_names_the_os_thread():
+    """top -H, py-spy and the throughput benchmark's per-role CPU split read these names."""
+    stop = threading.Event()
+    seen = {}
+
+    def body():
+        with open(f"/proc/self/task/{threading.get_native_id()}/comm") as f:
+            seen["comm"] = f.read().strip()
+        stop.set()
+
+    start_thread("inference-0", body, ErrorBox(stop)).join(5)
+    assert seen == {"comm": "inference-0"}

@@ -34,6 +34,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from rl_core.runtime import transport as tp
+from rl_core.runtime.threads import name_os_thread
 
 log = logging.getLogger("env_server")
 
@@ -113,6 +114,7 @@ class EnvServer:
 
     # ----------------------------------------------------------- serving
     def serve_forever(self, stop: threading.Event | None = None) -> None:
+        name_os_thread(f"env-server-{self.server_index}")
         self._listener = tp.listen(self.address)
         self._listener.settimeout(0.5)
         log.info("env server %d: %d envs at %s", self.server_index, self.num_envs, self.address)
