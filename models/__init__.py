@@ -41,11 +41,13 @@ def build_model(flags, spec: dict):
         raise UserError(f"action space {action['kind']} needs an agent with continuous actions; IMPALA takes discrete ones")
     stem = build_stem(flags, obs_shape)
     kind = core_kind(flags)
+    last_action_input = not getattr(flags, "no_last_action", False)
     core = None
     if kind is not None:
-        core = make_core(kind, input_size=stem.out_size + 1 + action["n"], hidden_size=flags.hidden_size,
+        core = make_core(kind, input_size=stem.out_size + 1 + (action["n"] if last_action_input else 0),
+                         hidden_size=flags.hidden_size,
                          forget_bias=getattr(flags, "forget_bias", 0.0))
     value_stem = None
     if flags.value_net == "separate" and kind is None and len(obs_shape) == 1:
         value_stem = build_stem(flags, obs_shape)
-    return ActorCritic(stem, action["n"], core=core, value_stem=value_stem)
+    return ActorCritic(stem, action["n"], core=core, value_stem=value_stem, last_action_input=last_action_input)

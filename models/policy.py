@@ -5,6 +5,9 @@ first observation of a new episode), last_action [T, B] (the action that led to
 obs[t]).  Reward and last action are zeroed where done, so nothing leaks across
 episodes.  Outputs: policy_logits [T, B, A] and baseline [T, B].
 
+``last_action_input=False`` leaves the one-hot last action out (the reward stays):
+then nothing the agent did reaches its next step except through the core's state.
+
 ``value_stem`` (feedforward models only) gives the baseline its own tower, so the
 value loss does not steer the policy's features (SB3's default for MLP policies).
 """
@@ -18,20 +21,22 @@ from torch.nn import functional as F
 
 class ActorCritic(nn.Module):
     def __init__(self, stem: nn.Module, num_actions: int, core: nn.Module | None = None,
-                 value_stem: nn.Module | None = None):
+                 value_stem: nn.Module | None = None, last_action_input: bool = True):
         super().__init__()
         if core is not None and value_stem is not None:
             raise ValueError("a separate value tower needs a feedforward model (no recurrent core)")
         self.stem = stem
         self.value_stem = value_stem
         self.num_actions = num_actions
-        self.core_input_size = stem.out_size + 1 + num_actions
+        self.last_action_input = last_action_input
+        self.extra_inputs = 1 + (num_actions if last_action_input else 0)  # reward, one-hot last action
+        self.core_input_size = stem.out_size + self.extra_inputs
         self.core = core
         if core is not None and core.input_size != self.core_input_size:
             raise ValueError(f"core input size {core.input_size} != {self.core_input_size}")
         head_in = core.hidden_size if core is not None else self.core_input_size
         self.policy = nn.Linear(head_in, num_actions)
-        value_in = value_stem.out_size + 1 + num_actions if value_stem is not None else head_in
+        value_in = value_stem.out_size + self.extra_inputs if value_stem is not None else head_in
         self.baseline = nn.Linear(value_in, 1)
 
     def initial_state(self, batch_size: int, device=None) -> tuple:
@@ -47,13 +52,15 @@ class ActorCritic(nn.Module):
         features = self.stem(flat_obs).view(T, B, -1)
         not_done = (~inputs["done"]).unsqueeze(-1).to(features.dtype)
         reward = inputs["reward"].clamp(-1, 1).unsqueeze(-1).to(features.dtype) * not_done
-        last_action = F.one_hot(inputs["last_action"].long(), self.num_actions).to(features.dtype) * not_done
-        x = torch.cat([features, reward, last_action], dim=-1)
+        extra = [reward]
+        if self.last_action_input:
+            extra.append(F.one_hot(inputs["last_action"].long(), self.num_actions).to(features.dtype) * not_done)
+        x = torch.cat([features, *extra], dim=-1)
         if self.core is not None:
             x, state = self.core(x, inputs["done"], state)
         if self.value_stem is not None:
             value_features = self.value_stem(flat_obs).view(T, B, -1)
-            value_x = torch.cat([value_features, reward, last_action], dim=-1)
+            value_x = torch.cat([value_features, *extra], dim=-1)
         else:
             value_x = x
         return {"policy_logits": self.policy(x), "baseline": self.baseline(value_x).squeeze(-1)}, state

@@ -79,6 +79,9 @@ def make_parser(prog: str | None = None) -> argparse.ArgumentParser:
     g.add_argument("--forget_bias", type=float, default=0.0,
                    help="Added to the recurrent core's forget-gate bias at initialisation (Gers et al. 2000; "
                         "Jozefowicz et al. 2015 use 1): a positive value lets memory last longer from the start.")
+    g.add_argument("--no_last_action", action="store_true",
+                   help="Leave the one-hot last action out of the core's (and heads') input, which torchbeast and "
+                        "R2AC feed in; then the agent's memory is only the core's state, not its own last action.")
     g.add_argument("--load_conv_net_from", default=None, metavar="PATH",
                    help="Initialise the image stem from this model.tar (conv, and fc unless --not_load_fc).")
     g.add_argument("--not_load_fc", action="store_true", help="With --load_conv_net_from: keep the stem's fc fresh.")

@@ -12,10 +12,12 @@ so an episode is n_blank + 2 steps (12 by default) and its return is +1 or -1: a
 policy that cannot remember the cue scores 0 on average (chance), one that
 remembers it scores 1.  Nothing but the first observation carries the cue, and the
 reward of every step before the query is 0, so only an agent with memory beats
-chance.  (An agent that sees its own last action could in principle carry the
-cue by repeating an action for n_blank + 1 steps; nothing rewards that chain
-before it exists, so it is found slowly if at all: the feedforward test checks that
-it is not found, and the TBPTT control there finds part of it.)
+chance.  An agent that sees its own last action has a memory outside its state:
+it can carry the cue by repeating an action for n_blank + 1 steps, and policy
+gradient finds that chain without any gradient through time (an eLSTM trained by
+TBPTT on 4-step unrolls, whose unrolls never hold both the cue and the query,
+solved the task that way in one CI run).  ``tests/test_memory_task.py`` therefore
+trains with ``--no_last_action``.
 
 ``gym.make("tests.memory_env:Memory-v0", n_blank=15)`` changes the delay; the
 registered default is 10 blank steps.

@@ -4,8 +4,10 @@
 after 10 blank steps (12 steps an episode, return +1 if the action names the cue,
 -1 if not, so chance is 0).  LSTM, eLSTM (TBPTT) and eLSTM (RTRL) solve it; the
 feedforward agent stays at chance; and, as the control that shows what RTRL adds,
-the same eLSTM trained by TBPTT with the RTRL run's 4-step unrolls does not solve
-it, since no unroll then holds both the cue and the query.
+the same eLSTM trained by TBPTT with the RTRL run's 4-step unrolls, where no unroll
+holds both the cue and the query, learns far less of it in the same budget.
+Every run leaves the last action out of the model's input (--no_last_action), so
+that the only memory is the core's state (see tests/memory_env.py).
 """
 
 import time
@@ -36,12 +38,21 @@ COMMON_FLAGS = [
     "--seed=1",
     "--log_interval=1",
     "--disable_checkpoint",
+    # An agent that sees its own last action can carry the cue in its actions (repeat
+    # one for 11 steps), which policy gradient learns with no gradient through time:
+    # with the last action in its input the TBPTT control below once solved the task
+    # in CI (return_last_100 0.96 at 127k steps).  Without it the feedforward agent's
+    # query-step policy cannot depend on the cue at all, and a recurrent agent can
+    # recall the cue only from its core's state.  With this flag, 10 of 10 LSTM, 10 of 10
+    # eLSTM and 20 of 20 RTRL eLSTM runs solved the task with the flags below.
+    "--no_last_action",
 ]
 
 # TBPTT cuts the gradient at unroll boundaries, so the LSTM and the eLSTM get unrolls
 # of one episode: all envs start together and episodes have a fixed length, so each
 # 12-step unroll holds exactly one episode, cue and query included.  Through the
-# runtime every such run first solved the task within 135k steps (most within 60k).
+# runtime, with --no_last_action, 10 of 10 LSTM runs first solved the task within 80k
+# steps (8 within 45k) and 10 of 10 eLSTM runs within 26k.
 # --mlp_sizes=256: one wide tanh layer.  The core's gate pre-activations sum over all
 # stem features, so with 256 of them some units start with forget gates of 0.7-0.8 on
 # blank steps and carry the cue across 11 steps at a few percent of its size; with the
@@ -65,9 +76,9 @@ TBPTT = [f"--unroll_length={EPISODE_LENGTH}", "--mlp_sizes=256", "--learning_rat
 # then an RTRL-trained cell parameter.  --forget_bias=1 starts the forget gates at
 # sigmoid(1) = 0.73, so some of the cue survives the 11 steps from the start; with
 # 0 (gates at 0.5) learning began after a plateau (first solved at 56k-180k steps,
-# 1 of 10 not within 300k).  With these flags, 20 of 20 runs first solved the task at
-# 28k-53k steps, never fell below 0.92 after, and ended with a mean return >= 0.991
-# over their last 20%.
+# 1 of 10 not within 300k).  With these flags (and --no_last_action), 20 of 20 runs
+# first solved the task at 33k-64k steps, never fell below 0.9 after, and ended with
+# a mean return >= 0.989 over their last 20%.
 SHORT = ["--unroll_length=4", "--mlp_sizes=", "--forget_bias=1", "--learning_rate=0.002",
          "--total_steps=200000"]
 
@@ -78,17 +89,15 @@ RUNS = {
     "rtrl_elstm": ["--use_rtrl", *SHORT],
     "elstm_unroll4": ["--use_quasi_lstm", *SHORT],  # control: the RTRL run's flags, trained by TBPTT
 }
-# The control's unrolls never hold both the cue and the query, so TBPTT cannot train the
-# cell to store the cue: probed every 20 updates in 13 runs with the blank steps' last
-# actions held fixed, its query-step policy named the cue with probability <= 0.53.
-# What it can find, slowly, is its own last action as an external memory (pick an
-# action from the cue, then repeat it), which policy gradient learns without any
-# gradient through time: probed with the last actions set to the cue, one run's query
-# policy followed them (0.96 and 0.91 for the two cues) and its blank steps repeated
-# them (0.78, 0.83).  Over the last 20% of 23 runs its mean return was -0.02 to 0.13,
-# against >= 0.99 for RTRL with the same flags.  So the control is held to not solving
-# the task: never at SOLVED over 100 episodes, and below 0.5 (75% correct) over its
-# last 20%.
+# The control's unrolls never hold both the cue and the query, so no gradient links
+# them.  Truncated gradients still shape the cell, though: raising the forget gates
+# within the query's unroll keeps what the state held at that unroll's start, the
+# cue's fading trace included, so the control can drift towards the task (over the
+# last 20% of 30 runs its mean return was -0.02 to 0.29 in 29 and 0.54 in one).  What
+# it does not do is learn at RTRL's pace, which is R2AC's claim.  The measure is the
+# mean return of every episode of the run (the area under the learning curve): RTRL
+# with the same flags 0.79-0.86 over 20 runs (over its first 100k steps 0.54-0.71),
+# the control -0.01 to 0.20 over 30.  So the control is held below 0.5.
 CONTROL = "elstm_unroll4"
 AT_CHANCE = {"feedforward"}
 
@@ -132,17 +141,17 @@ def test_memory_task(tmp_path, name):
             returns.append((int(r["step"]), float(r["return_last_100"])))
     reached = [step for step, ret in returns if ret >= SOLVED]
     last_fifth = mean_return_after(rows, total_steps * 4 // 5)
+    whole_run = mean_return_after(rows, 0)
     print(f"\nmemory task, {name}: return_last_100 {returns[-1][1]:.2f} at step {final_step}; "
           f">= {SOLVED} first at step {reached[0] if reached else None}; "
-          f"mean return over the last 20% {last_fifth:.3f}; wall {wall:.0f} s")
+          f"mean return over the last 20% {last_fifth:.3f}, over the run {whole_run:.3f}; wall {wall:.0f} s")
     if name in AT_CHANCE:
         # Chance is 0.  Over 100 episodes its standard deviation is 0.1, so 0.5 is 5 sigma;
         # over the last 20% of the run (thousands of episodes) 0.1 is far beyond noise.
         assert max(ret for _, ret in returns) < 0.5, f"{name} beat chance: {returns}"
         assert abs(last_fifth) < 0.1, f"{name} is not at chance at the end: {last_fifth:.3f}"
     elif name == CONTROL:
-        assert not reached, f"{name} solved the task without RTRL: {returns}"
-        assert last_fifth < 0.5, f"{name} learned to recall the cue without RTRL: {last_fifth:.3f}"
+        assert whole_run < 0.5, f"{name} learned the task about as fast as RTRL: {whole_run:.3f}, {returns}"
     else:
         assert reached, f"{name}: return_last_100 never reached {SOLVED}: {returns[-5:]}"
         assert returns[-1][1] >= SOLVED, f"{name} did not stay solved: {returns[-5:]}"
