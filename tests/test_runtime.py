@@ -136,6 +136,13 @@ def test_signal_checkpoints_and_leaves_no_child_or_socket(tmp_path, sig):
         wait_for(lambda: csv_rows(rows_path) and int(csv_rows(rows_path)[-1]["step"]) > 0, 60, "training to start")
         servers = children(proc.pid)
         assert len(servers) == 2 and len(sockets_left(tmp_path)) == 2
+        for pid in servers:
+            # Each server has its own process group, so a terminal's Ctrl-C reaches only the
+            # launcher, which shuts them down in order; and they stay in the launcher's
+            # session, so the kernel's autogroup does not give each server the CPU share of
+            # the whole learner process.
+            assert os.getpgid(pid) == pid != os.getpgid(proc.pid)
+            assert os.getsid(pid) == os.getsid(proc.pid)
         proc.send_signal(sig)
         sent = time.monotonic()
         proc.wait(timeout=15)

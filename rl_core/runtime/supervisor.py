@@ -37,7 +37,12 @@ class ServerSupervisor:
 
     def _start(self, i: int) -> None:
         cmd = [sys.executable, "-m", self.module, *self.argv, "--server_index", str(i)]
-        self.procs[i] = subprocess.Popen(cmd, env=self.env, stdin=subprocess.DEVNULL, start_new_session=True)
+        # Its own process group: a terminal's Ctrl-C (SIGINT to the foreground group) reaches
+        # only the launcher, which stops the servers in order.  Not a new session: with the
+        # kernel's autogroup (sched_autogroup_enabled) every session is scheduled as one
+        # entity, so a server in its own session would get the CPU share of the whole
+        # learner process (learner, inference and actor threads) under contention.
+        self.procs[i] = subprocess.Popen(cmd, env=self.env, stdin=subprocess.DEVNULL, process_group=0)
 
     def start_all(self) -> None:
         for i in range(self.num_servers):
