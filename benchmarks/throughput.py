@@ -11,8 +11,10 @@ ceiling = cores / (a + b + c) in core-seconds per agent step: what the machine
 could do if every core did only useful work.  The ratio (d) / ceiling is what
 the runtime's own overhead leaves.  Under each run a second line says where the
 cores' time went during (d), per agent step, from the CPU time of each thread
-(named learner-N, inference-N, actor-N, env-server-N) and the idle time of the
-whole machine, to set against (a)-(c) measured alone.
+(named learner-N, inference-N, actor-N, env-server-N), the idle time of the
+whole machine and its steal time (on a virtual machine, time its cores waited for
+the host: a run with steal is not a measure of this code), to set against (a)-(c)
+measured alone.
 
 Run through benchmarks/atari_throughput.py or benchmarks/procgen_throughput.py.
 """
@@ -183,17 +185,19 @@ def _cpu_seconds_by_role(pid: int) -> dict[str, float]:
     return roles
 
 
-def _idle_seconds() -> float:
-    """Idle + iowait seconds of all cores so far (/proc/stat)."""
+def _idle_and_steal_seconds() -> tuple[float, float]:
+    """Idle + iowait seconds, and steal seconds (time a virtual machine's cores waited for the
+    host), of all cores so far (/proc/stat)."""
     with open("/proc/stat") as f:
         fields = [int(x) for x in f.readline().split()[1:]]
-    return (fields[3] + fields[4]) / os.sysconf("SC_CLK_TCK")
+    hz = os.sysconf("SC_CLK_TCK")
+    return (fields[3] + fields[4]) / hz, fields[7] / hz
 
 
 def end_to_end(setup: Setup, model: str, num_actors: int, num_servers: int, T: int, B: int, seconds: float,
                device: str, extra: list[str]):
     """Steady-state SPS, mean inference batch and the core-seconds per second of each role
-    (plus "idle") over the second half of a real training run."""
+    (plus "idle" and "steal") over the second half of a real training run."""
     with tempfile.TemporaryDirectory() as tmp:
         cmd = [
             sys.executable, "-m", f"{setup.package}.polybeast", f"--env={setup.env}", f"--model={model}",
@@ -206,9 +210,9 @@ def end_to_end(setup: Setup, model: str, num_actors: int, num_servers: int, T: i
         with open(os.path.join(tmp, "out"), "w") as out:
             proc = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
             time.sleep(seconds / 2)
-            cpu0, idle0, t0 = _cpu_seconds_by_role(proc.pid), _idle_seconds(), time.monotonic()
+            cpu0, (idle0, steal0), t0 = _cpu_seconds_by_role(proc.pid), _idle_and_steal_seconds(), time.monotonic()
             time.sleep(seconds / 2)
-            cpu1, idle1, t1 = _cpu_seconds_by_role(proc.pid), _idle_seconds(), time.monotonic()
+            cpu1, (idle1, steal1), t1 = _cpu_seconds_by_role(proc.pid), _idle_and_steal_seconds(), time.monotonic()
             proc.terminate()
             proc.wait(30)
         with open(os.path.join(tmp, "bench", "logs.csv"), newline="") as f:
@@ -220,6 +224,7 @@ def end_to_end(setup: Setup, model: str, num_actors: int, num_servers: int, T: i
     batch = float(np.nanmean([float(r["inference_batch"]) for r in rows]))
     usage = {role: (cpu1[role] - cpu0.get(role, 0.0)) / (t1 - t0) for role in cpu1}
     usage["idle"] = (idle1 - idle0) / (t1 - t0)
+    usage["steal"] = (steal1 - steal0) / (t1 - t0)
     return sps, batch, usage
 
 
@@ -263,7 +268,7 @@ def main(setup: Setup, default_model: str, default_T: int, argv=None) -> None:
                 ratios.setdefault(num_actors, []).append(sps / ceiling)
                 print(f"{device:<6} {num_actors:>4} {env_us:>7,.0f} {learn_us:>7,.0f} {batch:>6.1f} {infer_us:>7,.0f} "
                       f"{ceiling:>8,.0f} {sps:>8,.0f} {fps * sps:>9,.0f} {sps / ceiling:>6.2f}", flush=True)
-                roles = ("env-server", "learner", "inference", "actor", "other", "idle")
+                roles = ("env-server", "learner", "inference", "actor", "other", "idle", "steal")
                 print("       during (d), core-us per agent step: "
                       + ", ".join(f"{r} {usage.get(r, 0.0) / sps * 1e6:,.0f}" for r in roles), flush=True)
         if args.repeats > 1:
