@@ -246,8 +246,9 @@ def main(setup: Setup, default_model: str, default_T: int, argv=None) -> None:
     cores = len(os.sched_getaffinity(0))
     T, B, fps = args.unroll_length, args.batch_size, setup.frames_per_step
     print(f"machine: {cores} cores; {setup.env}, model {args.model}, T={T}, B={B}; 1 agent step = {fps} frame(s)")
-    print("(a), (b) are measured just before each end-to-end run and (c) just after it, so that each ratio")
-    print("compares (d) with the machine's speed in the same minute (a shared host's speed drifts).")
+    print("(a) and (b) are the means of a measurement just before and one just after each end-to-end run,")
+    print("(c) is measured just after it: each ratio compares (d) with the machine's speed in the same")
+    print("minute (a shared host's speed drifts).")
     for device in args.device:
         on_cpu = device == "cpu"
         learn_n = learner_seconds(setup, args.model, T, B, cores, device)
@@ -257,12 +258,14 @@ def main(setup: Setup, default_model: str, default_T: int, argv=None) -> None:
         ratios: dict[int, list[float]] = {}
         for num_actors in args.num_actors:
             for _ in range(args.repeats):
-                env_us = 1e6 / env_steps_per_second(setup, 4.0)
-                learn_us = learner_seconds(setup, args.model, T, B, 1, device) / (T * B) * 1e6
+                env_before = 1e6 / env_steps_per_second(setup, 4.0)
+                learn_before = learner_seconds(setup, args.model, T, B, 1, device) / (T * B) * 1e6
                 sps, batch, usage = end_to_end(setup, args.model, num_actors, args.num_servers, T, B, args.seconds,
                                                device, args.extra)
                 n = max(1, round(batch))
                 infer_us = inference_seconds(setup, args.model, n, device) / n * 1e6
+                env_us = (env_before + 1e6 / env_steps_per_second(setup, 4.0)) / 2
+                learn_us = (learn_before + learner_seconds(setup, args.model, T, B, 1, device) / (T * B) * 1e6) / 2
                 # On a GPU the learner and inference cost no CPU core-time.
                 ceiling = cores / (env_us + (learn_us + infer_us if on_cpu else 0.0)) * 1e6
                 ratios.setdefault(num_actors, []).append(sps / ceiling)
