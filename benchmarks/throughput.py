@@ -256,16 +256,19 @@ def main(setup: Setup, default_model: str, default_T: int, argv=None) -> None:
         print(f"{'device':<6} {'envs':>4} {'(a) us':>7} {'(b) us':>7} {'batch':>6} {'(c) us':>7} {'ceiling':>8} "
               f"{'(d) SPS':>8} {'frames/s':>9} {'ratio':>6}   (a)-(c): core-us per agent step")
         ratios: dict[int, list[float]] = {}
+        def env_and_learner_us() -> tuple[float, float]:
+            """(a) and (b): core-us per agent step of the env alone and of the learner on one thread."""
+            return (1e6 / env_steps_per_second(setup, 4.0),
+                    learner_seconds(setup, args.model, T, B, 1, device) / (T * B) * 1e6)
+
         for num_actors in args.num_actors:
             for _ in range(args.repeats):
-                env_before = 1e6 / env_steps_per_second(setup, 4.0)
-                learn_before = learner_seconds(setup, args.model, T, B, 1, device) / (T * B) * 1e6
+                before = env_and_learner_us()
                 sps, batch, usage = end_to_end(setup, args.model, num_actors, args.num_servers, T, B, args.seconds,
                                                device, args.extra)
                 n = max(1, round(batch))
                 infer_us = inference_seconds(setup, args.model, n, device) / n * 1e6
-                env_us = (env_before + 1e6 / env_steps_per_second(setup, 4.0)) / 2
-                learn_us = (learn_before + learner_seconds(setup, args.model, T, B, 1, device) / (T * B) * 1e6) / 2
+                env_us, learn_us = ((x + y) / 2 for x, y in zip(before, env_and_learner_us()))
                 # On a GPU the learner and inference cost no CPU core-time.
                 ceiling = cores / (env_us + (learn_us + infer_us if on_cpu else 0.0)) * 1e6
                 ratios.setdefault(num_actors, []).append(sps / ceiling)

@@ -32,7 +32,7 @@ def build_stem(flags, obs_shape: tuple):
 
 
 def build_model(flags, spec: dict):
-    from models.policy import ActorCritic
+    from models.policy import ActorCritic, core_input_size
     from models.recurrent import make_core
 
     obs_shape = tuple(spec["obs_shape"])
@@ -44,7 +44,7 @@ def build_model(flags, spec: dict):
     last_action_input = not getattr(flags, "no_last_action", False)
     core = None
     if kind is not None:
-        core = make_core(kind, input_size=stem.out_size + 1 + (action["n"] if last_action_input else 0),
+        core = make_core(kind, input_size=core_input_size(stem.out_size, action["n"], last_action_input),
                          hidden_size=flags.hidden_size,
                          forget_bias=getattr(flags, "forget_bias", 0.0))
     value_stem = None

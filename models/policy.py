@@ -19,6 +19,11 @@ from torch import nn
 from torch.nn import functional as F
 
 
+def core_input_size(stem_out: int, num_actions: int, last_action_input: bool = True) -> int:
+    """Width of the core's input: stem features, clipped reward, one-hot last action (if fed)."""
+    return stem_out + 1 + (num_actions if last_action_input else 0)
+
+
 class ActorCritic(nn.Module):
     def __init__(self, stem: nn.Module, num_actions: int, core: nn.Module | None = None,
                  value_stem: nn.Module | None = None, last_action_input: bool = True):
@@ -29,7 +34,7 @@ class ActorCritic(nn.Module):
         self.value_stem = value_stem
         self.num_actions = num_actions
         self.last_action_input = last_action_input
-        self.extra_inputs = 1 + (num_actions if last_action_input else 0)  # reward, one-hot last action
+        self.extra_inputs = core_input_size(0, num_actions, last_action_input)  # reward, one-hot last action
         self.core_input_size = stem.out_size + self.extra_inputs
         self.core = core
         if core is not None and core.input_size != self.core_input_size:
