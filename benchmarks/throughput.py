@@ -129,12 +129,15 @@ def learner_seconds(setup: Setup, model: str, T: int, B: int, threads: int, devi
     return float(np.median(times))
 
 
-def inference_seconds(setup: Setup, model: str, batch: int, device: str, repeats: int = 50) -> float:
-    """Median wall seconds of one batched forward pass (T=1) plus sampling, on one thread."""
+def inference_seconds(setup: Setup, model: str, batch: int, device: str, precision: str = "float32",
+                      repeats: int = 50) -> float:
+    """Median wall seconds of one batched forward pass (T=1) plus sampling, on one thread, at the
+    run's --inference_precision."""
     from rl_core.agents.impala import sample_actions
 
     torch.set_num_threads(1)
     _, net = build(setup, model, device)
+    net.set_stem_dtype(getattr(torch, precision))  # as the run's inference copy
     inputs = {
         "obs": torch.randint(0, 255, (1, batch, *setup.obs_shape), dtype=torch.uint8),
         "reward": torch.zeros(1, batch),
@@ -238,6 +241,8 @@ def main(setup: Setup, default_model: str, default_T: int, argv=None) -> None:
     parser.add_argument("--seconds", type=float, default=60.0, help="Length of each end-to-end run.")
     parser.add_argument("--repeats", type=int, default=1, help="End-to-end runs per number of envs.")
     parser.add_argument("--device", nargs="+", default=["cuda"] if torch.cuda.is_available() else ["cpu"])
+    parser.add_argument("--inference_precision", default="float32", choices=["float32", "bfloat16"],
+                        help="The run's central inference precision; (c) is measured at it.")
     parser.add_argument("--extra", nargs=argparse.REMAINDER, default=[], help="Flags passed to the training run.")
     args = parser.parse_args(argv)
     from rl_core.runtime.allocator import keep_freed_memory
@@ -245,7 +250,8 @@ def main(setup: Setup, default_model: str, default_T: int, argv=None) -> None:
     keep_freed_memory()  # as the learner process does, so (b) and (c) are measured as they run
     cores = len(os.sched_getaffinity(0))
     T, B, fps = args.unroll_length, args.batch_size, setup.frames_per_step
-    print(f"machine: {cores} cores; {setup.env}, model {args.model}, T={T}, B={B}; 1 agent step = {fps} frame(s)")
+    print(f"machine: {cores} cores; {setup.env}, model {args.model}, T={T}, B={B}, "
+          f"inference in {args.inference_precision}; 1 agent step = {fps} frame(s)")
     print("(a) and (b) are the means of a measurement just before and one just after each end-to-end run,")
     print("(c) is measured just after it: each ratio compares (d) with the machine's speed in the same")
     print("minute (a shared host's speed drifts).")
@@ -265,9 +271,10 @@ def main(setup: Setup, default_model: str, default_T: int, argv=None) -> None:
             for _ in range(args.repeats):
                 before = env_and_learner_us()
                 sps, batch, usage = end_to_end(setup, args.model, num_actors, args.num_servers, T, B, args.seconds,
-                                               device, args.extra)
+                                               device, [f"--inference_precision={args.inference_precision}",
+                                                        *args.extra])
                 n = max(1, round(batch))
-                infer_us = inference_seconds(setup, args.model, n, device) / n * 1e6
+                infer_us = inference_seconds(setup, args.model, n, device, args.inference_precision) / n * 1e6
                 env_us, learn_us = ((x + y) / 2 for x, y in zip(before, env_and_learner_us()))
                 # On a GPU the learner and inference cost no CPU core-time.
                 ceiling = cores / (env_us + (learn_us + infer_us if on_cpu else 0.0)) * 1e6

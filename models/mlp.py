@@ -22,4 +22,5 @@ class MLPStem(nn.Module):
         self.out_size = in_size
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.net(obs.flatten(1).float())
+        weight = next(self.net.parameters(), None)  # computes in its parameters' dtype
+        return self.net(obs.flatten(1).to(weight.dtype if weight is not None else torch.float32))

@@ -10,6 +10,10 @@ then nothing the agent did reaches its next step except through the core's state
 
 ``value_stem`` (feedforward models only) gives the baseline its own tower, so the
 value loss does not steer the policy's features (SB3's default for MLP policies).
+
+``set_stem_dtype(torch.bfloat16)`` (on an inference copy, --inference_precision)
+runs the stem(s) in that dtype; their features are cast to the heads' dtype, so
+the core, its state and the heads keep theirs.
 """
 
 from __future__ import annotations
@@ -44,6 +48,12 @@ class ActorCritic(nn.Module):
         value_in = value_stem.out_size + self.extra_inputs if value_stem is not None else head_in
         self.baseline = nn.Linear(value_in, 1)
 
+    def set_stem_dtype(self, dtype: torch.dtype) -> None:
+        """Cast the stem (and the value tower) to ``dtype``; the rest keeps its dtype."""
+        self.stem.to(dtype)
+        if self.value_stem is not None:
+            self.value_stem.to(dtype)
+
     def initial_state(self, batch_size: int, device=None) -> tuple:
         """Recurrent state, every tensor batch-first; () for a feedforward model."""
         if self.core is None:
@@ -54,7 +64,8 @@ class ActorCritic(nn.Module):
         obs = inputs["obs"]
         T, B = obs.shape[:2]
         flat_obs = obs.flatten(0, 1)
-        features = self.stem(flat_obs).view(T, B, -1)
+        dtype = self.policy.weight.dtype
+        features = self.stem(flat_obs).view(T, B, -1).to(dtype)
         not_done = (~inputs["done"]).unsqueeze(-1).to(features.dtype)
         reward = inputs["reward"].clamp(-1, 1).unsqueeze(-1).to(features.dtype) * not_done
         extra = [reward]
@@ -64,7 +75,7 @@ class ActorCritic(nn.Module):
         if self.core is not None:
             x, state = self.core(x, inputs["done"], state)
         if self.value_stem is not None:
-            value_features = self.value_stem(flat_obs).view(T, B, -1)
+            value_features = self.value_stem(flat_obs).view(T, B, -1).to(dtype)
             value_x = torch.cat([value_features, *extra], dim=-1)
         else:
             value_x = x

@@ -2,7 +2,8 @@
 
 uint8 observations are scaled by 1/255 inside (folded into the first conv's
 weights, which saves a pass over the float copy of the batch); float
-observations are used as given. Any leading dims are accepted
+observations are used as given.  A stem computes in its parameters' dtype
+(float32, or bfloat16 for reduced-precision inference). Any leading dims are accepted
 ([T, B, C, H, W] -> [T, B, out_size]).
 The fc layer's input size is found by a dry run of the conv trunk on the
 observation shape given at construction, so any image size works.
@@ -43,7 +44,8 @@ class _Stem(nn.Module):
     out_size: int
 
     def _prepare(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Size, float]:
-        """Float [N, C, H, W] in channels-last, the leading dims, and the scale for the first conv."""
+        """[N, C, H, W] in channels-last and the stem's dtype, the leading dims, and the scale for
+        the first conv."""
         if tuple(obs.shape[-3:]) != self.obs_shape:
             raise ValueError(f"expected observations [..., {self.obs_shape}], got {tuple(obs.shape)}")
         lead = obs.shape[:-3]
@@ -51,7 +53,7 @@ class _Stem(nn.Module):
         # flatten() below is logical, so the fc layer sees the same order either way.
         # The layout change happens on the 4x smaller uint8 data.
         x = obs.reshape(-1, *self.obs_shape).contiguous(memory_format=torch.channels_last)
-        return x.float(), lead, (1.0 / 255.0 if obs.dtype == torch.uint8 else 1.0)
+        return x.to(self.fc.weight.dtype), lead, (1.0 / 255.0 if obs.dtype == torch.uint8 else 1.0)
 
     def trunk(self, x: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
         """Conv features of x * scale."""

@@ -55,11 +55,14 @@ def test_pretrained_frozen_stem_with_each_core(tmp_path, core):
     assert run(ATARI, *first, output=str(tmp_path / "out1"), timeout=180).returncode == 0
     source = torch.load(tmp_path / "runs" / "source" / "model.tar", weights_only=True)["model_state_dict"]
     path = str(tmp_path / "runs" / "source" / "model.tar")
+    # Acting with a bfloat16 stem (--inference_precision) while the learner trains in float32.
     args = atari_flags(tmp_path, "frozen", total_steps=1200, hidden_size=32, load_conv_net_from=path,
-                       freeze_conv=True, **{core: True})
+                       freeze_conv=True, inference_precision="bfloat16", **{core: True})
     result = run(ATARI, *args, output=str(tmp_path / "out2"), timeout=180)
     assert result.returncode == 0, result.stdout[-3000:]
+    assert "central inference runs the stem in bfloat16" in result.stdout
     trained = torch.load(tmp_path / "runs" / "frozen" / "model.tar", weights_only=True)["model_state_dict"]
+    assert all(v.dtype == torch.float32 for v in trained.values() if v.is_floating_point())
     for name in ["stem.conv1.weight", "stem.conv2.weight", "stem.conv3.bias"]:
         assert torch.equal(trained[name], source[name]), name
     assert not torch.equal(trained["stem.fc.weight"], source["stem.fc.weight"])  # loaded, then trained

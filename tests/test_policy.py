@@ -1,6 +1,9 @@
-"""ActorCritic's inputs: the one-hot last action reaches the core and heads unless --no_last_action."""
+"""ActorCritic: the one-hot last action reaches the core and heads unless --no_last_action; a
+bfloat16 stem on an inference copy (--inference_precision)."""
 
 from __future__ import annotations
+
+import copy
 
 import pytest
 import torch
@@ -43,3 +46,53 @@ def test_no_last_action_removes_it_from_every_input(flags):
     out0, out1 = outputs(without, a0), outputs(without, a1)
     for key in ("policy_logits", "baseline"):
         assert torch.equal(out0[key], out1[key]), key
+
+
+# bf16 keeps 8 significant bits: one rounding is off by at most 2^-8 relative.  A stem is a
+# few roundings deep, so its features and the logits stay within 2^-6 of float32.
+BF16_BOUND = 2.0**-6
+
+
+@pytest.mark.parametrize("model_flags", [["--model=atari"], ["--model=resnet", "--use_lstm"],
+                                         ["--model=atari", "--use_rtrl"], ["--value_net=separate"]])
+def test_bfloat16_stem_inference_copy(model_flags):
+    """set_stem_dtype(bfloat16): the stem(s) compute in bf16; the core, its state and the heads stay
+    float32; the copy follows the float32 weights the learner publishes into it."""
+    torch.manual_seed(0)
+    image = "--value_net=separate" not in model_flags
+    spec = {"obs_shape": [4, 84, 84], "obs_dtype": "|u1", "action": {"kind": "discrete", "n": 6}} if image else SPEC
+    model = build_model(make_parser().parse_args(model_flags), spec)
+    inference = copy.deepcopy(model)
+    inference.set_stem_dtype(torch.bfloat16)
+    stems = ("stem.", "value_stem.")
+    for name, p in inference.named_parameters():
+        assert p.dtype == (torch.bfloat16 if name.startswith(stems) else torch.float32), name
+
+    T, B = 3, 2
+    obs = (torch.randint(0, 256, (T, B, 4, 84, 84), dtype=torch.uint8) if image else torch.rand(T, B, 3))
+    inputs = {"obs": obs, "reward": torch.randn(T, B), "done": torch.tensor([[True, False]] * T),
+              "last_action": torch.randint(0, spec["action"]["n"], (T, B))}
+    state = tuple(torch.randn_like(s) for s in model.initial_state(B))
+    with torch.no_grad():
+        full, full_state = model(inputs, state)
+        half, half_state = inference(inputs, state)
+        full_features = model.stem(obs.flatten(0, 1))
+        half_features = inference.stem(obs.flatten(0, 1))
+    assert half_features.dtype == torch.bfloat16
+    assert (half_features.float() - full_features).norm() <= BF16_BOUND * full_features.norm()
+    for key in ("policy_logits", "baseline"):
+        assert half[key].dtype == torch.float32
+        assert not torch.equal(half[key], full[key])  # bf16 is in use
+        assert (half[key] - full[key]).abs().max() <= BF16_BOUND * full[key].abs().max()
+    assert len(half_state) == len(full_state)
+    assert all(s.dtype == torch.float32 for s in half_state)
+
+    # Publishing the learner's float32 weights (Learner.publish_weights) rounds the stem to bf16.
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.01)
+        for dst, src in zip(inference.state_dict().values(), model.state_dict().values()):
+            dst.copy_(src)
+    torch.testing.assert_close(inference.stem.state_dict(), {k: v.bfloat16() for k, v in model.stem.state_dict().items()},
+                               rtol=0, atol=0)
+    assert torch.equal(inference.policy.weight, model.policy.weight)

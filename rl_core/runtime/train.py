@@ -45,6 +45,22 @@ def select_device(flags) -> torch.device:
     return torch.device("cpu")
 
 
+def inference_precision(flags, device: torch.device) -> torch.dtype:
+    """The dtype of --inference_precision; warns where bfloat16 would be emulated (slower)."""
+    if flags.inference_precision == "float32":
+        return torch.float32
+    if device.type == "cpu":
+        try:
+            with open("/proc/cpuinfo") as f:
+                cpu_flags = set(f.read().split())
+        except OSError:
+            cpu_flags = set()
+        if not cpu_flags & {"avx512_bf16", "amx_bf16"}:
+            log.warning("--inference_precision=bfloat16: this CPU has no native bf16 (avx512_bf16 or amx_bf16), "
+                        "so inference may be slower than float32")
+    return torch.bfloat16
+
+
 def auto_torch_threads(flags) -> int:
     """Intra-op threads for the learner process: the cores the env servers leave.
 
@@ -233,6 +249,10 @@ class Training:
         model = model.to(self.device)
         inference_model = copy.deepcopy(model)
         inference_model.eval()
+        precision = inference_precision(f, self.device)
+        if precision != torch.float32:
+            inference_model.set_stem_dtype(precision)
+            log.info("central inference runs the stem in %s", f.inference_precision)
         trainable = [p for p in model.parameters() if p.requires_grad]
         optimizer = torch.optim.RMSprop(
             trainable, lr=f.learning_rate, momentum=f.momentum, eps=f.epsilon, alpha=f.alpha
