@@ -62,10 +62,11 @@ def make_parser(prog: str | None = None) -> argparse.ArgumentParser:
     g.add_argument("--max_inference_batch_size", type=int, default=0, help="Envs per inference batch (0: all of them).")
     g.add_argument("--inference_batch_timeout_ms", type=float, default=1.0, help="How long a batch waits for more requests.")
     g.add_argument("--inference_precision", default="float32", choices=["float32", "bfloat16"],
-                   help="Precision of central inference. bfloat16 runs its forward pass under autocast: on a CPU "
-                        "with native bf16 (avx512_bf16 or AMX) an AtariNet batch costs ~25%% less and leaves more "
-                        "cache to the learner. The logits are recorded as computed; V-trace corrects for the "
-                        "difference from the learner's float32 policy. The learner always trains in float32.")
+                   help="Precision of central inference. bfloat16 runs the inference copy's stem (convolutions, "
+                        "fc) in bf16; its core, state and heads stay float32. On a CPU with native bf16 "
+                        "(avx512_bf16 or AMX) an AtariNet batch costs ~40%% less and leaves more cache to the env "
+                        "servers and the learner. The logits are recorded as computed; V-trace corrects for the "
+                        "difference from the learner's policy. The learner always trains in float32.")
     g.add_argument("--max_learner_queue_size", type=int, default=None, metavar="N", help="Unroll chunks queued for the learner (default: 2 batches).")
     g.add_argument("--disable_cuda", action="store_true", help="Disable CUDA.")
     g.add_argument("--single_gpu", action="store_true",
