@@ -31,23 +31,57 @@ def build_stem(flags, obs_shape: tuple):
     raise UserError(f"observation shape {obs_shape} has no stem: vectors take the MLP, [C, H, W] images the CNNs")
 
 
+def action_size(action: dict) -> int:
+    """Width of an action: A for discrete actions (fed one-hot), D for a box of shape [D]."""
+    if action["kind"] == "discrete":
+        return int(action["n"])
+    if action["kind"] == "box" and len(action["shape"]) == 1:
+        return int(action["shape"][0])
+    raise UserError(f"action space {action} is not supported: Discrete, or a Box of shape [D]")
+
+
 def build_model(flags, spec: dict):
+    """The actor-critic for the env spec: a categorical head for discrete actions, a Gaussian
+    one for box actions; observation / value normalizers and orthogonal init if the flags ask."""
+    from functools import partial
+
+    from models.heads import GaussianHead
     from models.policy import ActorCritic, core_input_size
     from models.recurrent import make_core
 
     obs_shape = tuple(spec["obs_shape"])
     action = spec["action"]
-    if action["kind"] != "discrete":
-        raise UserError(f"action space {action['kind']} needs an agent with continuous actions; IMPALA takes discrete ones")
+    n = action_size(action)
     stem = build_stem(flags, obs_shape)
     kind = core_kind(flags)
     last_action_input = not getattr(flags, "no_last_action", False)
     core = None
     if kind is not None:
-        core = make_core(kind, input_size=core_input_size(stem.out_size, action["n"], last_action_input),
+        core = make_core(kind, input_size=core_input_size(stem.out_size, n, last_action_input),
                          hidden_size=flags.hidden_size,
                          forget_bias=getattr(flags, "forget_bias", 0.0))
     value_stem = None
     if flags.value_net == "separate" and kind is None and len(obs_shape) == 1:
         value_stem = build_stem(flags, obs_shape)
-    return ActorCritic(stem, action["n"], core=core, value_stem=value_stem, last_action_input=last_action_input)
+    head = None
+    if action["kind"] == "box":
+        head = partial(GaussianHead, action_dim=n, std_kind=getattr(flags, "std_kind", "softplus"),
+                       min_std=getattr(flags, "min_std", 1e-3), initial_std=getattr(flags, "initial_std", 1.0),
+                       state_dependent=getattr(flags, "state_dependent_std", False))
+    obs_normalizer = value_normalizer = None
+    if getattr(flags, "obs_normalization", False):
+        from rl_core.normalization import RunningMeanStd
+
+        obs_normalizer = RunningMeanStd(obs_shape)
+    if getattr(flags, "value_normalization", "none") != "none":
+        from rl_core.normalization import ValueNormalizer
+
+        value_normalizer = ValueNormalizer(flags.value_normalization, beta=getattr(flags, "popart_beta", 3e-4))
+    model = ActorCritic(stem, n, core=core, value_stem=value_stem, last_action_input=last_action_input,
+                        policy_head=head, obs_normalizer=obs_normalizer, obs_clip=getattr(flags, "obs_clip", 10.0),
+                        value_normalizer=value_normalizer)
+    if getattr(flags, "init", "default") == "orthogonal":
+        from models.init import orthogonal_init
+
+        orthogonal_init(model, policy_scale=getattr(flags, "policy_init_scale", 0.01))
+    return model

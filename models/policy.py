@@ -1,9 +1,18 @@
 """Actor-critic assembly: stem -> [features, clipped reward, one-hot last action] -> core -> heads.
 
 Inputs are time-major: obs [T, B, ...], reward [T, B], done [T, B] (obs[t] is the
-first observation of a new episode), last_action [T, B] (the action that led to
-obs[t]).  Reward and last action are zeroed where done, so nothing leaks across
-episodes.  Outputs: policy_logits [T, B, A] and baseline [T, B].
+first observation of a new episode), last_action [T, B] (discrete: the action index
+that led to obs[t], fed one-hot) or [T, B, D] (box actions: the action vector, fed as
+it is).  Reward and last action are zeroed where done, so nothing leaks across
+episodes.  Outputs: policy_logits [T, B, A] (discrete), or policy_mean and policy_std
+[T, B, D] (box: ``policy_head`` is a :class:`models.heads.GaussianHead`), and
+baseline [T, B].
+
+``obs_normalizer`` (an ``rl_core.normalization.RunningMeanStd`` over the observation
+shape) normalizes observations before the stem, clipped to +-``obs_clip``; the agent
+updates its statistics in the learner and they reach the inference copy with the
+weights.  ``value_normalizer`` (``ValueNormalizer``: PopArt or return std) makes the
+baseline head predict normalized values; ``baseline`` is always unnormalized.
 
 ``last_action_input=False`` leaves the one-hot last action out (the reward stays):
 then nothing the agent did reaches its next step except through the core's state.
@@ -30,23 +39,31 @@ def core_input_size(stem_out: int, num_actions: int, last_action_input: bool = T
 
 class ActorCritic(nn.Module):
     def __init__(self, stem: nn.Module, num_actions: int, core: nn.Module | None = None,
-                 value_stem: nn.Module | None = None, last_action_input: bool = True):
+                 value_stem: nn.Module | None = None, last_action_input: bool = True,
+                 policy_head=None, obs_normalizer: nn.Module | None = None, obs_clip: float = 10.0,
+                 value_normalizer: nn.Module | None = None):
+        """``num_actions``: A for discrete actions, the action dimension D with a ``policy_head``
+        (a callable ``head_in -> module``, e.g. a GaussianHead factory) for box actions."""
         super().__init__()
         if core is not None and value_stem is not None:
             raise ValueError("a separate value tower needs a feedforward model (no recurrent core)")
         self.stem = stem
         self.value_stem = value_stem
         self.num_actions = num_actions
+        self.continuous = policy_head is not None
         self.last_action_input = last_action_input
-        self.extra_inputs = core_input_size(0, num_actions, last_action_input)  # reward, one-hot last action
+        self.extra_inputs = core_input_size(0, num_actions, last_action_input)  # reward, last action
         self.core_input_size = stem.out_size + self.extra_inputs
         self.core = core
         if core is not None and core.input_size != self.core_input_size:
             raise ValueError(f"core input size {core.input_size} != {self.core_input_size}")
         head_in = core.hidden_size if core is not None else self.core_input_size
-        self.policy = nn.Linear(head_in, num_actions)
+        self.policy = policy_head(head_in) if self.continuous else nn.Linear(head_in, num_actions)
         value_in = value_stem.out_size + self.extra_inputs if value_stem is not None else head_in
         self.baseline = nn.Linear(value_in, 1)
+        self.obs_normalizer = obs_normalizer
+        self.obs_clip = obs_clip
+        self.value_normalizer = value_normalizer
 
     def set_stem_dtype(self, dtype: torch.dtype) -> None:
         """Cast the stem (and the value tower) to ``dtype``; the rest keeps its dtype."""
@@ -63,14 +80,20 @@ class ActorCritic(nn.Module):
     def forward(self, inputs: dict, state: tuple = ()):
         obs = inputs["obs"]
         T, B = obs.shape[:2]
+        if self.obs_normalizer is not None:
+            obs = self.obs_normalizer.normalize(obs.float(), clip=self.obs_clip)
         flat_obs = obs.flatten(0, 1)
-        dtype = self.policy.weight.dtype
+        dtype = self.baseline.weight.dtype
         features = self.stem(flat_obs).view(T, B, -1).to(dtype)
         not_done = (~inputs["done"]).unsqueeze(-1).to(features.dtype)
         reward = inputs["reward"].clamp(-1, 1).unsqueeze(-1).to(features.dtype) * not_done
         extra = [reward]
         if self.last_action_input:
-            extra.append(F.one_hot(inputs["last_action"].long(), self.num_actions).to(features.dtype) * not_done)
+            if self.continuous:
+                last = inputs["last_action"].to(features.dtype).view(T, B, -1)
+            else:
+                last = F.one_hot(inputs["last_action"].long(), self.num_actions).to(features.dtype)
+            extra.append(last * not_done)
         x = torch.cat([features, *extra], dim=-1)
         if self.core is not None:
             x, state = self.core(x, inputs["done"], state)
@@ -79,4 +102,9 @@ class ActorCritic(nn.Module):
             value_x = torch.cat([value_features, *extra], dim=-1)
         else:
             value_x = x
-        return {"policy_logits": self.policy(x), "baseline": self.baseline(value_x).squeeze(-1)}, state
+        baseline = self.baseline(value_x).squeeze(-1)
+        if self.value_normalizer is not None:
+            baseline = self.value_normalizer.denormalize(baseline)
+        if self.continuous:
+            return dict(self.policy(x), baseline=baseline), state
+        return {"policy_logits": self.policy(x), "baseline": baseline}, state

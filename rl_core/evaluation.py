@@ -95,22 +95,29 @@ def play(
     record_frames: list | None = None,
     stop: threading.Event | None = None,
     progress: Callable[[int], None] | None = None,
+    agent=None,
 ) -> list[dict]:
     """Play ``num_episodes`` episodes on ``len(seeds)`` envs in parallel, one batched forward per step.
 
-    Env i plays every ``len(seeds)``-th episode, so long episodes are not
-    under-counted.  ``record_frames`` (a list) receives env 0's first episode.
+    The actions are ``agent.act``'s (greedy: the most likely action, or a Gaussian's mean);
+    without an agent, IMPALA's.  Env i plays every ``len(seeds)``-th episode, so long
+    episodes are not under-counted.  ``record_frames`` (a list) receives env 0's first episode.
     """
-    from rl_core.agents.impala import sample_actions
+    from rl_core.agents.base import action_field
 
     n = max(1, min(len(seeds), num_episodes))
     quota = [num_episodes // n + (i < num_episodes % n) for i in range(n)]
     envs = [env_fn(seeds[i]) for i in range(n)]
     try:
         obs = [env.reset(seed=seeds[i])[0] for i, env in enumerate(envs)]
+        if agent is None:
+            from rl_core.agents.impala import ImpalaAgent
+
+            agent = ImpalaAgent(None, {"action": {"kind": "discrete", "n": model.num_actions}})
         reward = np.zeros(n, np.float32)
         done = np.ones(n, np.bool_)
-        last_action = np.zeros(n, np.int64)
+        action_shape, action_dtype = action_field(agent.spec)
+        last_action = np.zeros((n, *action_shape), action_dtype)
         ep_return = np.zeros(n, np.float64)
         ep_length = np.zeros(n, np.int64)
         active = np.array([q > 0 for q in quota])
@@ -132,12 +139,12 @@ def play(
                 "last_action": torch.from_numpy(last_action[None]).to(device),
             }
             with torch.inference_mode():
-                out, state = model(inputs, state)
-                actions = sample_actions(out["policy_logits"], greedy=greedy)[0].cpu().numpy()
+                actions, _, state = agent.act(model, inputs, state, greedy=greedy)
+                actions = actions[0].cpu().numpy()
             for i, env in enumerate(envs):
                 if not active[i]:
                     continue
-                o, r, terminated, truncated, info = env.step(int(actions[i]))
+                o, r, terminated, truncated, info = env.step(step_action(actions[i], agent.spec["action"]))
                 d = bool(terminated or truncated)
                 ep_return[i] += r
                 ep_length[i] += 1
@@ -171,6 +178,16 @@ def play(
                 pass
 
 
+def step_action(action: np.ndarray, action_spec: dict):
+    """What env.step takes: an int for discrete actions, a box action clipped to the bounds."""
+    if action_spec["kind"] == "discrete":
+        return int(action)
+    shape = tuple(action_spec["shape"])
+    low = np.asarray(action_spec["low"], np.float32).reshape(shape)
+    high = np.asarray(action_spec["high"], np.float32).reshape(shape)
+    return np.clip(action, low, high)
+
+
 def summarize(returns: list[float]) -> dict:
     return {
         "episodes": len(returns),
@@ -186,6 +203,7 @@ def final_test(
     device="cpu",
     record_path: str | None = None,
     stop: threading.Event | None = None,
+    agent=None,
 ) -> dict:
     """Run the package's protocol; returns the result written to final_test.json."""
     from rl_core.video import write_video
@@ -205,7 +223,7 @@ def final_test(
                          r + 1, len(runs), run["name"], k, run["episodes"], base + k, total)
 
         episodes = play(model, env_fn, seeds, run["episodes"], greedy=not flags.valid_sample, device=device,
-                        record_frames=frames if r == 0 else None, stop=stop, progress=progress)
+                        record_frames=frames if r == 0 else None, stop=stop, progress=progress, agent=agent)
         done_before += len(episodes)
         returns = [e["return"] for e in episodes]
         result = {"name": run["name"], "group": run.get("group", "test"), "overrides": run.get("overrides", {})}

@@ -113,6 +113,10 @@ def make_parser(prog: str | None = None) -> argparse.ArgumentParser:
     g.add_argument("--momentum", type=float, default=0, help="RMSProp momentum.")
     g.add_argument("--epsilon", type=float, default=0.01, help="RMSProp epsilon.")
     g.add_argument("--grad_norm_clipping", type=float, default=40.0, help="Global gradient norm clip (0: off).")
+
+    from rl_core import agents
+
+    agents.add_flags(p)
     return p
 
 
@@ -142,3 +146,6 @@ def check(parser: argparse.ArgumentParser, flags: argparse.Namespace) -> None:
         parser.error(f"--hidden_size must be positive, got {flags.hidden_size}")
     if not 0 <= flags.discounting <= 1:
         parser.error(f"--discounting must be in [0, 1], got {flags.discounting}")
+    from rl_core import agents
+
+    agents.check_flags(parser, flags)

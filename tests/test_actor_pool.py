@@ -12,6 +12,8 @@ import torch
 from models.mlp import MLPStem
 from models.policy import ActorCritic
 from models.recurrent import make_core
+from rl_core.agents import make_agent
+from rl_core.flags import make_parser
 from rl_core.runtime import transport as tp
 from rl_core.runtime.actor_pool import ActorThread, RunStats, connect_server, inference_loop
 from rl_core.runtime.batcher import InferenceBatcher
@@ -63,9 +65,10 @@ def test_unrolls_overlap_by_one_step_and_align_actions(tmp_path, core):
     learner_queue = queue.Queue(maxsize=3)
     conn, spec = connect_server(address, flags(), None)
     stats = RunStats()
+    agent = make_agent(make_parser().parse_args(["--agent=impala"]), spec)
     actor = ActorThread(0, address, conn, spec, flags(), None, batcher, learner_queue,
-                        lambda n: model.initial_state(n), stats, stop)
-    start_thread("inference", lambda: inference_loop(batcher, model, threading.Lock(), "cpu", stop), errors)
+                        lambda n: model.initial_state(n), stats, stop, agent)
+    start_thread("inference", lambda: inference_loop(batcher, model, threading.Lock(), "cpu", stop, agent), errors)
     start_thread("actor", actor.run, errors)
     unrolls = [learner_queue.get(timeout=20) for _ in range(3)]
     stop.set()
@@ -108,6 +111,74 @@ def test_unrolls_overlap_by_one_step_and_align_actions(tmp_path, core):
     if core:
         assert any(not torch.equal(a, b) for a, b in zip(unrolls[1][1], model.initial_state(K)))
     assert stats.env_steps >= steps * K
+
+
+class PendulumRecorder(gym.Wrapper):
+    """Pendulum (a Box action) recording the actions it receives."""
+
+    def __init__(self, log):
+        super().__init__(gym.make("Pendulum-v1", max_episode_steps=7))  # truncations inside the unrolls
+        self.log = log
+
+    def step(self, action):
+        self.log.append(np.array(action, copy=True))
+        return self.env.step(action)
+
+
+@pytest.mark.parametrize("env,squash", [("cartpole", False), ("pendulum", False), ("pendulum", True)])
+def test_ppo_unrolls_store_what_the_learner_needs(tmp_path, env, squash):
+    """--agent ppo: the store keeps the action (int64 or float32 [D]), the behaviour log-probability,
+    distribution parameters and value; the learner reproduces them from the unroll; box actions
+    reach the env clipped to its bounds; Pendulum's time limit arrives as truncated, not terminal."""
+    logs = [[] for _ in range(K)]
+    make = (lambda i: Recorder(logs[i])) if env == "cartpole" else (lambda i: PendulumRecorder(logs[i]))
+    address = tp.Address("unix", path=str(tmp_path / "srv.0"))
+    server = EnvServer(address, [lambda i=i: make(i) for i in range(K)], seeds=list(range(K)))
+    server_stop = threading.Event()
+    threading.Thread(target=server.serve_forever, args=(server_stop,), daemon=True).start()
+    conn, spec = connect_server(address, flags(), None)
+    args = ["--agent=ppo", "--mlp_sizes=16", f"--unroll_length={T}", "--initial_std=3"]
+    if squash:
+        args.append("--squash")
+    agent = make_agent(make_parser().parse_args(args), spec)
+    torch.manual_seed(0)
+    model = agent.build_model()
+    stop = threading.Event()
+    errors = ErrorBox(stop)
+    batcher = InferenceBatcher(max_batch_size=K, timeout_s=0.001)
+    learner_queue = queue.Queue(maxsize=3)
+    actor = ActorThread(0, address, conn, spec, flags(), None, batcher, learner_queue,
+                        lambda n: model.initial_state(n), RunStats(), stop, agent)
+    start_thread("inference", lambda: inference_loop(batcher, model, threading.Lock(), "cpu", stop, agent), errors)
+    start_thread("actor", actor.run, errors)
+    unrolls = [learner_queue.get(timeout=20) for _ in range(3)]
+    stop.set()
+    server_stop.set()
+    assert errors.error is None
+    for unroll, state in unrolls:
+        if env == "cartpole":
+            assert unroll["action"].dtype == torch.int64 and unroll["action"].shape == (T + 1, K)
+            assert set(unroll) >= {"policy_logits", "log_prob", "baseline", "truncated"}
+        else:
+            assert unroll["action"].dtype == torch.float32 and unroll["action"].shape == (T + 1, K, 1)
+            assert set(unroll) >= {"policy_mean", "policy_std", "log_prob", "baseline", "truncated"}
+        with torch.no_grad():
+            inputs = {"obs": unroll["obs"], "reward": unroll["reward"], "done": unroll["done"],
+                      "last_action": unroll["action"]}
+            out, _ = model(inputs, state)
+            dist = agent.distribution({k: out[k][:-1] for k in agent.param_keys})
+            torch.testing.assert_close(dist.log_prob(unroll["action"][1:]), unroll["log_prob"][1:],
+                                       rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(unroll["baseline"][1:], out["baseline"][:-1], rtol=1e-5, atol=1e-5)
+    if env == "pendulum":
+        sent = np.concatenate([np.stack(log) for log in logs])
+        assert sent.min() >= -2.0 and sent.max() <= 2.0  # clipped (or squashed) to Pendulum's bounds
+        stored = torch.cat([u["action"][1:] for u, _ in unrolls])
+        if not squash:  # a std of 3 puts samples outside [-2, 2]: stored unclipped, sent clipped
+            assert stored.abs().max() > 2.0
+        truncated = torch.cat([u["truncated"][1:] for u, _ in unrolls])
+        done = torch.cat([u["done"][1:] for u, _ in unrolls])
+        assert truncated.any() and torch.equal(truncated, done)  # every Pendulum end is a time limit
 
 
 def test_inference_batcher_merges_requests_up_to_max():

@@ -14,6 +14,32 @@ def add_flags(parser) -> None:
     parser.set_defaults(env="CartPole-v1", value_net="separate")
 
 
+# The on-policy agents' defaults for classic control: cleanrl's ppo.py settings for CartPole
+# (Huang et al. 2022, "The 37 Implementation Details of PPO": 4 envs x 128 steps per update,
+# Adam 2.5e-4 with eps 1e-5, GAE 0.95, 4 epochs of 4 minibatches, clip 0.2, entropy 0.01,
+# gradient clip 0.5, advantage normalization, orthogonal init), here as 4 unrolls of 128 steps
+# from 8 envs; per agent, what the sweep in the README chose.
+ON_POLICY = dict(
+    optimizer="adam", learning_rate=2.5e-4, epsilon=1e-5, num_actors=8, unroll_length=128, batch_size=4,
+    grad_norm_clipping=0.5, reward_clipping="none", entropy_cost=0.01, baseline_cost=0.5, gae_lambda=0.95,
+    advantage_normalization=True, init="orthogonal",
+)
+AGENT_DEFAULTS = {
+    "ppo": dict(num_epochs=4, num_minibatches=4, batch_mode="split"),
+    "vpg": dict(num_epochs=1, num_minibatches=1, learning_rate=1e-3),
+    "awr": dict(num_epochs=4, num_minibatches=4, batch_mode="split"),
+    "vmpo": dict(num_epochs=4, num_minibatches=4, batch_mode="split"),
+    "vtrace": dict(num_epochs=1, num_minibatches=1, advantage="vtrace", learning_rate=1e-3),
+}
+
+
+def agent_defaults(agent: str) -> dict:
+    """Flag defaults for ``--agent``; IMPALA keeps the common (torchbeast) ones."""
+    if agent not in AGENT_DEFAULTS:
+        return {}
+    return dict(ON_POLICY, **AGENT_DEFAULTS[agent])
+
+
 def make_env(flags, seed: int, render_mode: str | None = None) -> gym.Env:
     """The gymnasium env ``flags.env``; seeded by the env server's first reset(seed)."""
     try:

@@ -1,10 +1,13 @@
-"""IMPALA (Espeholt et al. 2018): V-trace actor-critic over [T+1, B] unrolls."""
+"""IMPALA (Espeholt et al. 2018): V-trace actor-critic over [T+1, B] unrolls, one step per batch."""
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from torch.nn import functional as F
 
+from rl_core.agents.base import Agent
+from rl_core.errors import UserError
 from rl_core.losses.impala import impala_loss
 
 
@@ -16,17 +19,39 @@ def sample_actions(policy_logits: torch.Tensor, greedy: bool = False) -> torch.T
     return torch.multinomial(F.softmax(flat.float(), dim=-1), 1).view(policy_logits.shape[:-1])
 
 
-class ImpalaAgent:
+class ImpalaAgent(Agent):
     """The loss of one learner batch.
 
     ``batch`` holds the unroll store's fields, [T+1, B, ...]: index t has obs[t],
     the reward and done that came with it, and the action (with the behaviour
     policy's logits) that led to it.  So the learner pairs its outputs [:-1]
     with batch[1:], and bootstraps from its value of the last observation.
+
+    A time-limit truncation (``batch["truncated"]``) is not a terminal state: its
+    transition is replaced by one whose V-trace target is V(x_t) itself (reward
+    V(x_t), discount 0; see ``rl_core.losses.advantages.bootstrap_truncations``), so
+    earlier steps bootstrap from V(x_t) and that step adds no policy gradient.
     """
 
-    def __init__(self, flags):
-        self.flags = flags
+    name = "impala"
+
+    def build_model(self):
+        if self.spec["action"]["kind"] != "discrete":
+            raise UserError("--agent impala takes discrete actions; for a Box action space use --agent ppo, "
+                            "vpg, awr, vmpo or vtrace")
+        return super().build_model()
+
+    def unroll_fields(self):
+        n = self.spec["action"]["n"]
+        return {"policy_logits": ((n,), np.dtype(np.float32)), "baseline": ((), np.dtype(np.float32))}
+
+    def act(self, model, inputs, state, greedy=False):
+        outputs, state = model(inputs, state)
+        logits = outputs["policy_logits"]
+        return sample_actions(logits, greedy), {"policy_logits": logits, "baseline": outputs["baseline"]}, state
+
+    def updates(self, model, batch, state):
+        yield self.loss(model, batch, state)
 
     def loss(self, model, batch: dict, initial_state: tuple):
         f = self.flags
@@ -35,13 +60,17 @@ class ImpalaAgent:
         rewards = batch["reward"][1:]
         if f.reward_clipping == "abs_one":
             rewards = rewards.clamp(-1, 1)
+        values = outputs["baseline"][:-1]
+        truncated = batch.get("truncated")
+        if truncated is not None:
+            rewards = torch.where(truncated[1:], values.detach(), rewards)
         return impala_loss(
             behavior_policy_logits=batch["policy_logits"][1:],
             target_policy_logits=outputs["policy_logits"][:-1],
             actions=batch["action"][1:],
             rewards=rewards,
             dones=batch["done"][1:],
-            values=outputs["baseline"][:-1],
+            values=values,
             bootstrap_value=outputs["baseline"][-1],
             discounting=f.discounting,
             baseline_cost=f.baseline_cost,

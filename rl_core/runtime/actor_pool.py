@@ -3,8 +3,9 @@
 Each actor thread steps its server's K envs in lock-step: it sends the inputs of
 the K envs to the inference batcher, sends the returned actions to the server,
 and writes every step into an unroll store of T+1 steps.  Index t of the store
-holds obs[t], the reward and done that came with it, and the action that led to
-it with the behaviour policy's logits.  A full unroll goes to the bounded
+holds obs[t], the reward, done and truncated that came with it, and the action
+that led to it with what the agent keeps of that inference step (its
+``unroll_fields``: IMPALA's behaviour logits and baseline, PPO's log-probability).  A full unroll goes to the bounded
 learner queue and its last step becomes the first of the next one.  The agent
 state of the K envs lives here (it travels through the batcher) and is stored
 at the start of every unroll for the learner.
@@ -19,6 +20,7 @@ import time
 import numpy as np
 import torch
 
+from rl_core.agents.base import action_field
 from rl_core.errors import EnvServerError
 from rl_core.runtime import transport as tp
 from rl_core.runtime.batcher import InferenceBatcher
@@ -93,6 +95,7 @@ class ActorThread:
         initial_state_fn,
         stats: RunStats,
         stop: threading.Event,
+        agent,
     ):
         self.index = index
         self.address = address
@@ -106,24 +109,28 @@ class ActorThread:
         self.stats = stats
         self.stop = stop
         self.K = spec["num_envs"]
-        self.num_actions = spec["action"]["n"]
+        action_shape, action_dtype = action_field(spec)
+        self.fields = {"action": (action_shape, action_dtype), **agent.unroll_fields()}
 
     # ------------------------------------------------------------ buffers
     def _new_store(self) -> dict[str, np.ndarray]:
         T1, K = self.flags.unroll_length + 1, self.K
-        return {
+        store = {
             "obs": np.empty((T1, K, *self.spec["obs_shape"]), np.dtype(self.spec["obs_dtype"])),
             "reward": np.zeros((T1, K), np.float32),
             "done": np.zeros((T1, K), np.bool_),
-            "action": np.zeros((T1, K), np.int64),
-            "policy_logits": np.zeros((T1, K, self.num_actions), np.float32),
-            "baseline": np.zeros((T1, K), np.float32),
+            "truncated": np.zeros((T1, K), np.bool_),
         }
+        for name, (shape, dtype) in self.fields.items():
+            store[name] = np.zeros((T1, K, *shape), dtype)
+        return store
 
     def _record_env(self, store, t: int, msg: dict) -> None:
         store["obs"][t] = msg["obs"]
         store["reward"][t] = msg["reward"]
         store["done"][t] = msg["done"]
+        if "truncated" in msg:
+            store["truncated"][t] = msg["truncated"]
         ends = msg["episode_end"]
         if ends.any():
             stat_names = [k for k in msg if k.startswith("stat/")]
@@ -190,13 +197,13 @@ class ActorThread:
                 # learner queue then holds back this server alone, not the others' batch.
                 self._put(*finished)
                 finished = None
-            action, logits, baseline, state = request.wait(self.stop)
+            action, extras, state = request.wait(self.stop)
             self.conn.send(tp.ACTION, {"action": action})
             msg = self._recv_step()
             t += 1
             store["action"][t] = action
-            store["policy_logits"][t] = logits
-            store["baseline"][t] = baseline
+            for name, value in extras.items():
+                store[name][t] = value
             self._record_env(store, t, msg)
             with self.stats.lock:
                 self.stats.env_steps += K
@@ -220,10 +227,9 @@ class ActorThread:
                     raise tp.Stopped()
 
 
-def inference_loop(batcher: InferenceBatcher, model, lock: threading.Lock, device, stop: threading.Event) -> None:
-    """Answer batched requests with the inference model (central inference)."""
-    from rl_core.agents.impala import sample_actions
-
+def inference_loop(batcher: InferenceBatcher, model, lock: threading.Lock, device, stop: threading.Event,
+                   agent) -> None:
+    """Answer batched requests with the inference model (central inference): ``agent.act``."""
     while True:
         requests = batcher.get_batch(stop)
         sizes = [r.size for r in requests]
@@ -232,15 +238,13 @@ def inference_loop(batcher: InferenceBatcher, model, lock: threading.Lock, devic
         if len(states):
             states = tuple(torch.cat([r.state[i] for r in requests], dim=0) for i in range(len(states)))
         with lock, torch.inference_mode():
-            outputs, new_state = model(inputs, states)
-            action = sample_actions(outputs["policy_logits"])
+            action, extras, new_state = agent.act(model, inputs, states)
         action = action[0].cpu().numpy()
-        logits = outputs["policy_logits"][0].float().cpu().numpy()
-        baseline = outputs["baseline"][0].float().cpu().numpy()
+        extras = {k: v[0].float().cpu().numpy() for k, v in extras.items()}
         split_state = [torch.split(s, sizes, dim=0) for s in new_state] if len(new_state) else []
         start = 0
         for i, (request, size) in enumerate(zip(requests, sizes)):
             end = start + size
             state_i = tuple(s[i] for s in split_state)
-            request.set_result((action[start:end], logits[start:end], baseline[start:end], state_i))
+            request.set_result((action[start:end], {k: v[start:end] for k, v in extras.items()}, state_i))
             start = end

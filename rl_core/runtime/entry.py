@@ -35,9 +35,24 @@ def make_parser(env_pkg, prog=None):
     return parser
 
 
+def apply_agent_defaults(env_pkg, parser, argv) -> None:
+    """The package's defaults for the chosen --agent (``env_pkg.agent_defaults(name)``), under the
+    flags given on the command line: the agent is read first, then its defaults are set."""
+    if not hasattr(env_pkg, "agent_defaults"):
+        return
+    known, _ = parser.parse_known_args(argv)
+    defaults = env_pkg.agent_defaults(known.agent)
+    unknown = [k for k in defaults if not hasattr(known, k)]
+    if unknown:
+        raise ValueError(f"{env_pkg.__name__}.agent_defaults({known.agent!r}) names unknown flags {unknown}")
+    parser.set_defaults(**defaults)
+
+
 def parse_flags(env_pkg, argv=None, prog=None, parser=None):
     """Parse and check; ``--dry_run`` prints the configuration and exits 0."""
     parser = parser or make_parser(env_pkg, prog)
+    argv = sys.argv[1:] if argv is None else argv
+    apply_agent_defaults(env_pkg, parser, argv)
     flags = parser.parse_args(argv)
     flags_lib.check(parser, flags)
     if hasattr(env_pkg, "check_flags"):

@@ -7,6 +7,8 @@ each ACTION message of K actions it steps the K envs and answers one STEP:
     obs [K, ...]         observation after the step (the reset one where done)
     reward [K] f32       reward of the step
     done [K] bool        the training episode ended at this step
+    truncated [K] bool   ... by a time limit (gymnasium's truncated), not a terminal
+                         state: value targets bootstrap there instead of stopping
     episode_end [K] bool the logged episode ended (differs from done for e.g.
                          Atari's episodic life: env info["episode_end"])
     episode_step [K] i32, episode_return [K] f32
@@ -176,6 +178,7 @@ class EnvServer:
         obs = np.empty((K, *self.obs_shape), self.obs_dtype)
         reward = np.zeros(K, np.float32)
         done = np.ones(K, np.bool_)
+        truncated_out = np.zeros(K, np.bool_)
         episode_end = np.zeros(K, np.bool_)
         episode_step = np.zeros(K, np.int32)
         episode_return = np.zeros(K, np.float32)
@@ -188,6 +191,7 @@ class EnvServer:
             "obs": obs,
             "reward": reward,
             "done": done,
+            "truncated": truncated_out,
             "episode_end": episode_end,
             "episode_step": out_step,
             "episode_return": out_return,
@@ -196,8 +200,11 @@ class EnvServer:
         action_spec = self.action_spec
         if action_spec["kind"] == "discrete":
             n_actions, action_shape = action_spec["n"], (K,)
-        else:
+        else:  # a Gaussian policy's samples are clipped to the bounds here (gymnasium's ClipAction)
             n_actions, action_shape = None, (K, *action_spec["shape"])
+            shape = tuple(action_spec["shape"])
+            low = np.asarray(action_spec["low"], np.float32).reshape(shape)
+            high = np.asarray(action_spec["high"], np.float32).reshape(shape)
         while True:
             kind, msg = conn.recv(stop)
             if kind != tp.ACTION or "action" not in msg:
@@ -211,6 +218,10 @@ class EnvServer:
                 if actions.size and (actions.min() < 0 or actions.max() >= n_actions):
                     raise tp.ProtocolError(f"action out of range [0, {n_actions})")
                 actions = actions.tolist()
+            else:
+                if actions.dtype.kind != "f":
+                    raise tp.ProtocolError(f"box actions must be floats, got {actions.dtype}")
+                actions = np.clip(actions, low, high)
             stats: dict[str, np.ndarray] = {}
             for slot, env in enumerate(self.envs):
                 try:
@@ -223,6 +234,7 @@ class EnvServer:
                 end = bool(info.get("episode_end", d)) if info else d
                 reward[slot] = r
                 done[slot] = d
+                truncated_out[slot] = bool(truncated) and not terminated
                 episode_end[slot] = end
                 out_step[slot] = episode_step[slot]
                 out_return[slot] = episode_return[slot]

@@ -1,8 +1,9 @@
-"""Learner threads: [T+1, B] batches from the learner queue -> loss -> optimizer step.
+"""Learner threads: [T+1, B] batches from the learner queue -> the agent's losses -> optimizer steps.
 
 Actor threads enqueue unroll chunks of K envs each; ``UnrollBatcher`` cuts and
-joins them into batches of exactly B columns.  After every optimizer step the
-new weights are published to the inference model.
+joins them into batches of exactly B columns.  The agent turns a batch into one
+loss (IMPALA) or several (epochs x minibatches); each gets an optimizer step.
+After the batch the new weights are published to the inference model.
 """
 
 from __future__ import annotations
@@ -92,23 +93,30 @@ class Learner:
                 dst.copy_(src)
 
     def learn(self, batch: dict, state: tuple) -> dict[str, float]:
-        """One optimizer step on a batch already on the device."""
+        """The agent's optimizer steps on one batch already on the device."""
         f = self.flags
+        max_norm = f.grad_norm_clipping if f.grad_norm_clipping > 0 else float("inf")
         with self.lock:
             start = time.perf_counter()
-            loss, stats = self.agent.loss(self.model, batch, state)
-            self.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            max_norm = f.grad_norm_clipping if f.grad_norm_clipping > 0 else float("inf")
-            grad_norm = nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
-            self.optimizer.step()
+            sums: dict[str, float] = {}
+            n = 0
+            for loss, stats in self.agent.updates(self.model, batch, state):
+                self.optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                grad_norm = nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
+                self.optimizer.step()
+                stats = dict(stats, grad_norm=float(grad_norm))
+                for k, v in stats.items():
+                    sums[k] = sums.get(k, 0.0) + float(v)
+                n += 1
             self.scheduler.step()
             self.publish_weights()
             previous_step = self.step
             self.step += f.unroll_length * batch["reward"].shape[1]
             self.learner_steps += 1
             self.learn_seconds += time.perf_counter() - start
-            stats = dict(stats, grad_norm=float(grad_norm), learning_rate=self.scheduler.get_last_lr()[0])
+            stats = {k: v / max(n, 1) for k, v in sums.items()}
+            stats.update(learning_rate=self.scheduler.get_last_lr()[0], optimizer_steps=n)
             crossed = (previous_step, self.step)
         with self.stats_lock:
             for k, v in stats.items():

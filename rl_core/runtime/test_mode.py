@@ -41,12 +41,13 @@ def evaluate_checkpoint(flags, env_pkg, parser, argv: list[str]) -> int:
         for key, value in saved.get("flags", {}).items():
             if key not in given and hasattr(flags, key) and key not in ("mode", "checkpoint"):
                 setattr(flags, key, value)
-        from models import build_model
+        from rl_core.agents import make_agent
 
         probe = evaluation.make_test_env_fn(env_pkg, flags, {}, record=False)(0)
         spec = local_spec(probe)
         probe.close()
-        model = build_model(flags, spec)
+        agent = make_agent(flags, spec)
+        model = agent.build_model()
         try:
             model.load_state_dict(saved["model_state_dict"])
         except (KeyError, RuntimeError) as e:
@@ -58,7 +59,7 @@ def evaluate_checkpoint(flags, env_pkg, parser, argv: list[str]) -> int:
         stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
         record = os.path.join(outdir, f"eval-{stamp}-first_episode") if flags.record_video else None
         log.info("testing %s (step %s) on %s", flags.checkpoint, saved.get("step"), flags.env)
-        result = evaluation.final_test(model, env_pkg, flags, device, record)
+        result = evaluation.final_test(model, env_pkg, flags, device, record, agent=agent)
     except UserError as e:
         log.error("error: %s", e)
         return 2

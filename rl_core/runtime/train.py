@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from rl_core import checkpoint, evaluation
-from rl_core.agents.impala import ImpalaAgent
+from rl_core.agents import make_agent
 from rl_core.errors import UserError
 from rl_core.run_log import RunLog, setup_logging
 from rl_core.runtime import transport as tp
@@ -240,11 +240,10 @@ class Training:
         self.spec = spec
         self.run_log.write_meta(flags=checkpoint.flags_dict(f), env_spec=spec)
         self.device = select_device(f)
-        from models import build_model
-
         from models.pretrained import apply_flags
 
-        model = build_model(f, spec)
+        self.agent = agent = make_agent(f, spec)
+        model = agent.build_model()
         apply_flags(model, f)
         model = model.to(self.device)
         inference_model = copy.deepcopy(model)
@@ -253,16 +252,7 @@ class Training:
         if precision != torch.float32:
             inference_model.set_stem_dtype(precision)
             log.info("central inference runs the stem in %s", f.inference_precision)
-        trainable = [p for p in model.parameters() if p.requires_grad]
-        optimizer = torch.optim.RMSprop(
-            trainable, lr=f.learning_rate, momentum=f.momentum, eps=f.epsilon, alpha=f.alpha
-        )
-        steps_per_update = f.unroll_length * f.batch_size
-
-        def lr_lambda(epoch):
-            return 1 - min(epoch * steps_per_update, f.total_steps) / f.total_steps
-
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda)
+        optimizer, scheduler = agent.make_optimizer(model)
         step, learner_steps = self._maybe_resume(model, optimizer, scheduler)
         inference_model.load_state_dict(model.state_dict())
         log.info("model on %s: %s", self.device, model)
@@ -275,7 +265,7 @@ class Training:
         self.batcher = InferenceBatcher(max_batch, f.inference_batch_timeout_ms / 1000.0)
         inference_lock = threading.Lock()
         self.learner = Learner(
-            f, model, inference_model, inference_lock, ImpalaAgent(f), optimizer, scheduler,
+            f, model, inference_model, inference_lock, agent, optimizer, scheduler,
             UnrollBatcher(self.learner_queue, f.batch_size), self.device, self.stop, step=step,
         )
         self.learner.learner_steps = learner_steps
@@ -290,12 +280,12 @@ class Training:
         for i in range(f.num_inference_threads):
             self.threads.append(start_thread(
                 f"inference-{i}",
-                lambda: inference_loop(self.batcher, inference_model, inference_lock, self.device, self.stop),
+                lambda: inference_loop(self.batcher, inference_model, inference_lock, self.device, self.stop, agent),
                 self.errors,
             ))
         for i, (address, conn) in enumerate(zip(self.addresses, self.connections)):
             actor = ActorThread(i, address, conn, spec, f, self.secret, self.batcher, self.learner_queue,
-                                initial_state, self.stats, self.stop)
+                                initial_state, self.stats, self.stop, agent)
             self.threads.append(start_thread(f"actor-{i}", actor.run, self.errors))
             self.connections[i] = actor  # closed through the actor at shutdown
         for i in range(f.num_learner_threads):
@@ -452,7 +442,8 @@ class Training:
         f = self.flags
         log.info("final test of the model at step %d", self.learner.step)
         record = os.path.join(self.rundir, "test_first_episode") if f.record_video else None
-        result = evaluation.final_test(self.learner.model, self.env_pkg, f, self.device, record, self.test_stop)
+        result = evaluation.final_test(self.learner.model, self.env_pkg, f, self.device, record, self.test_stop,
+                                       agent=self.agent)
         if self.test_stop.is_set():
             log.info("final test interrupted: nothing written")
             return
@@ -533,7 +524,7 @@ class Validation:
             overrides = getattr(t.env_pkg, "validation_overrides", lambda flags: {})(f)
             env_fn = evaluation.make_test_env_fn(t.env_pkg, f, overrides, record=record)
             episodes = evaluation.play(model, env_fn, seeds, f.valid_num_episodes, greedy=not f.valid_sample,
-                                       device=t.device, record_frames=frames, stop=t.stop)
+                                       device=t.device, record_frames=frames, stop=t.stop, agent=t.agent)
             video = None
             if frames:
                 from rl_core.video import write_video

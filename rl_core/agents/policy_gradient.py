@@ -1,0 +1,266 @@
+"""The configurable on-policy agent (Andrychowicz et al. 2020, "What Matters in On-Policy
+Reinforcement Learning?"; SEED RL's ``policy_gradient`` agent).
+
+One agent, its parts chosen by flags: the policy loss (``--agent vpg | ppo | awr | vmpo |
+vtrace``), the advantage estimator (``--advantage gae | vtrace | nstep``), the value loss
+(MSE or Huber, optionally clipped), advantage, value and observation normalization, entropy
+and KL regularizers (a fixed cost, or a Lagrange multiplier towards a target), and how each
+learner batch [T+1, B] is consumed: ``--num_epochs`` passes of ``--num_minibatches``
+optimizer steps in one of SEED's ``--batch_mode``s.
+
+Every loss term is a pure function of ``rl_core.losses``; this module only wires the
+batch into them.  Alignment is the unroll store's: index t+1 of the batch holds the
+action taken at obs[t], its behaviour log-probability and distribution parameters, the
+behaviour value V_old(obs[t]), and the reward, done and truncated of that transition.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from rl_core.agents.base import Agent, action_field
+from rl_core.agents.impala import sample_actions
+from rl_core.distributions import make_distribution
+from rl_core.losses import advantages as adv_lib
+from rl_core.losses import policy_gradient as pg_lib
+
+STEP_KEYS = ("action", "reward", "done", "truncated", "log_prob", "baseline")
+
+
+def _softplus_inverse(value: float) -> float:
+    return value + math.log(-math.expm1(-value))
+
+
+class LagrangeMultipliers(nn.Module):
+    """Positive multipliers softplus(raw), trained by the agent's optimizer with the model."""
+
+    def __init__(self, initial: dict[str, float]):
+        super().__init__()
+        self.raw = nn.ParameterDict({k: nn.Parameter(torch.tensor(_softplus_inverse(v))) for k, v in initial.items()})
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.raw
+
+    def value(self, name: str) -> torch.Tensor:
+        return F.softplus(self.raw[name]) + 1e-8
+
+
+class PolicyGradientAgent(Agent):
+    def __init__(self, flags, spec=None):
+        super().__init__(flags, spec)
+        self.kind = flags.agent
+        if spec is not None:
+            self.discrete = spec["action"]["kind"] == "discrete"
+            self.param_keys = ("policy_logits",) if self.discrete else ("policy_mean", "policy_std")
+
+    # ------------------------------------------------------------ model
+    def build_model(self):
+        f = self.flags
+        model = super().build_model()
+        multipliers = {}
+        if self.kind == "vmpo":
+            multipliers.update(temperature=f.vmpo_init_temperature, kl=f.vmpo_init_alpha)
+        elif f.target_kl is not None:
+            multipliers["kl"] = f.lagrange_init
+        if f.target_entropy is not None:
+            multipliers["entropy"] = f.lagrange_init
+        if multipliers:
+            model.lagrange = LagrangeMultipliers(multipliers)
+        return model
+
+    def distribution(self, params: dict):
+        return make_distribution(self.spec["action"], params, squash=self.flags.squash)
+
+    # ----------------------------------------------------------- acting
+    def unroll_fields(self):
+        f32 = np.dtype(np.float32)
+        action = self.spec["action"]
+        if self.discrete:
+            fields = {"policy_logits": ((action["n"],), f32)}
+        else:
+            shape, _ = action_field(self.spec)
+            fields = {"policy_mean": (shape, f32), "policy_std": (shape, f32)}
+        fields.update(log_prob=((), f32), baseline=((), f32))
+        return fields
+
+    def act(self, model, inputs, state, greedy=False):
+        outputs, state = model(inputs, state)
+        params = {k: outputs[k] for k in self.param_keys}
+        if self.discrete:  # the fast path IMPALA's inference uses
+            logits = params["policy_logits"]
+            action = sample_actions(logits, greedy)
+            log_prob = F.log_softmax(logits.float(), -1).gather(-1, action.unsqueeze(-1)).squeeze(-1)
+        else:
+            dist = self.distribution(params)
+            action = dist.mode() if greedy else dist.sample()
+            log_prob = dist.log_prob(action)
+        return action, dict(params, log_prob=log_prob, baseline=outputs["baseline"]), state
+
+    # ---------------------------------------------------------- learning
+    def updates(self, model, batch, state):
+        f = self.flags
+        if model.obs_normalizer is not None:
+            with torch.no_grad():
+                model.obs_normalizer.update(batch["obs"][1:])
+        B = batch["reward"].shape[1]
+        if f.batch_mode in ("repeat", "shuffle"):
+            if model.value_normalizer is not None:
+                tr = self.transitions(model, batch, state)
+                self.update_value_normalizer(model, tr["returns"], tr["mask"])
+            for _ in range(f.num_epochs):
+                order = torch.randperm(B) if f.batch_mode == "shuffle" else torch.arange(B)
+                for idx in order.tensor_split(f.num_minibatches):
+                    idx = idx.to(batch["reward"].device)
+                    mb = {k: v[:, idx] for k, v in batch.items()}
+                    yield self.unroll_loss(model, mb, tuple(s[idx] for s in state))
+            return
+        transitions = None
+        for _ in range(f.num_epochs):
+            if transitions is None or f.batch_mode == "split_with_advantage_recomputation":
+                transitions = self.transitions(model, batch, state)
+                if model.value_normalizer is not None:
+                    self.update_value_normalizer(model, transitions["returns"], transitions["mask"])
+            n = transitions["advantages"].shape[0]
+            for idx in torch.randperm(n).tensor_split(f.num_minibatches):
+                idx = idx.to(batch["reward"].device)
+                yield self.transition_loss(model, {k: v[idx] for k, v in transitions.items()})
+
+    @staticmethod
+    @torch.no_grad()
+    def update_value_normalizer(model, returns, mask) -> None:
+        """PopArt / return-std statistics from this batch's value targets, once per batch before its
+        optimizer steps (the head is rescaled in place, so not while a graph holds its weights)."""
+        model.value_normalizer.update(returns[mask > 0], head=model.baseline)
+
+    def _step_data(self, batch: dict) -> dict:
+        """The [1:] side of a batch: what happened after each obs[t] (see the module docstring)."""
+        step = {k: batch[k][1:] for k in STEP_KEYS if k in batch}
+        if "truncated" not in step:
+            step["truncated"] = torch.zeros_like(step["done"])
+        for k in self.param_keys:
+            step["behaviour/" + k] = batch[k][1:]
+        return step
+
+    def advantages(self, values, bootstrap_value, target_log_probs, step):
+        """(advantages, returns, mask) [T, B] with the chosen estimator; truncations bootstrap."""
+        f = self.flags
+        rewards = step["reward"]
+        if f.reward_clipping == "abs_one":
+            rewards = rewards.clamp(-1, 1)
+        discounts = (~step["done"]).to(values.dtype) * f.discounting
+        rewards, discounts, mask = adv_lib.bootstrap_truncations(rewards, discounts, values, step["truncated"])
+        if f.advantage == "gae":
+            out = adv_lib.gae(values, rewards, discounts, bootstrap_value, f.gae_lambda)
+        elif f.advantage == "nstep":
+            out = adv_lib.nstep(values, rewards, discounts, bootstrap_value, f.nstep)
+        else:
+            out = adv_lib.vtrace(target_log_probs - step["log_prob"], values, rewards, discounts, bootstrap_value,
+                                 f.clip_rho_threshold, f.clip_c_threshold, f.clip_pg_rho_threshold, f.vtrace_lambda)
+        return out.advantages, out.returns, mask
+
+    def unroll_loss(self, model, batch, state):
+        """Loss of whole unrolls [T+1, b]: advantages from this pass's values (repeat, shuffle)."""
+        inputs = {"obs": batch["obs"], "reward": batch["reward"], "done": batch["done"], "last_action": batch["action"]}
+        outputs, _ = model(inputs, state)
+        step = self._step_data(batch)
+        dist = self.distribution({k: outputs[k][:-1] for k in self.param_keys})
+        log_probs = dist.log_prob(step["action"])
+        values = outputs["baseline"][:-1]
+        advantages, returns, mask = self.advantages(values.detach(), outputs["baseline"][-1].detach(),
+                                                    log_probs.detach(), step)
+        return self.loss_terms(model, dist, log_probs, values, advantages, returns, mask, step)
+
+    @torch.no_grad()
+    def transitions(self, model, batch, state) -> dict:
+        """The batch as T*B shuffled-able transitions, with advantages from the current model (split)."""
+        inputs = {"obs": batch["obs"], "reward": batch["reward"], "done": batch["done"], "last_action": batch["action"]}
+        outputs, _ = model(inputs, state)
+        step = self._step_data(batch)
+        dist = self.distribution({k: outputs[k][:-1] for k in self.param_keys})
+        advantages, returns, mask = self.advantages(outputs["baseline"][:-1], outputs["baseline"][-1],
+                                                    dist.log_prob(step["action"]), step)
+        flat = {"in/" + k: v[:-1] for k, v in inputs.items()}
+        flat.update(step)
+        flat.update(advantages=advantages, returns=returns, mask=mask)
+        return {k: v.flatten(0, 1) for k, v in flat.items()}
+
+    def transition_loss(self, model, tr: dict):
+        inputs = {k[3:]: v.unsqueeze(0) for k, v in tr.items() if k.startswith("in/")}
+        outputs, _ = model(inputs, ())
+        step = {k: v.unsqueeze(0) for k, v in tr.items() if not k.startswith("in/")}
+        dist = self.distribution({k: outputs[k] for k in self.param_keys})
+        log_probs = dist.log_prob(step["action"])
+        return self.loss_terms(model, dist, log_probs, outputs["baseline"], step["advantages"], step["returns"],
+                               step["mask"], step)
+
+    def loss_terms(self, model, dist, log_probs, values, advantages, returns, mask, step):
+        """Policy + value + entropy + KL terms of one minibatch, each [T, b] reduced over the mask."""
+        f = self.flags
+
+        def reduce(x, mask=mask):
+            return pg_lib.reduce(x, mask, f.loss_reduction)
+
+        # The mask drops truncated transitions (their outcome is unknown) from the terms that
+        # depend on it, the policy and value losses; entropy and KL are about the state x_t
+        # alone and cover every step.
+
+        if f.advantage_normalization:
+            advantages = pg_lib.normalize_advantages(advantages, mask)
+        lagrange = getattr(model, "lagrange", None)
+        stats = {}
+        extra = torch.zeros((), device=values.device)
+        if self.kind == "ppo":
+            policy = reduce(pg_lib.ppo_clip(log_probs, step["log_prob"], advantages, f.ppo_clip))
+            stats["clip_fraction"] = pg_lib.masked_mean(
+                pg_lib.ppo_clip_fraction(log_probs.detach(), step["log_prob"], f.ppo_clip), mask).item()
+        elif self.kind == "awr":
+            policy = reduce(pg_lib.awr(log_probs, advantages, f.awr_beta, f.awr_max_weight))
+        elif self.kind == "vmpo":
+            terms = pg_lib.vmpo(log_probs, advantages, lagrange.value("temperature"), f.vmpo_eps_eta, mask=mask)
+            policy = terms.policy.sum()  # psi sums to 1 over the selected steps: L_pi is a sum
+            extra = extra + terms.temperature
+            stats["temperature"] = lagrange.value("temperature").item()
+        else:  # vpg; vtrace (with --advantage vtrace the advantages hold V-trace's rho_pg clipping)
+            policy = reduce(pg_lib.vpg(log_probs, advantages))
+
+        normalizer = model.value_normalizer
+        old_values = step["baseline"]
+        if normalizer is not None:
+            values, returns, old_values = (normalizer.normalize(x) for x in (values, returns, old_values))
+        value = f.baseline_cost * reduce(pg_lib.value_loss(
+            values, returns, kind=f.value_loss, huber_delta=f.huber_delta,
+            clip_epsilon=f.value_clip or None, old_values=old_values if f.value_clip else None))
+
+        entropy = dist.entropy()
+        if lagrange is not None and "entropy" in lagrange:
+            term, multiplier_loss = pg_lib.lagrange_penalty(entropy, lagrange.value("entropy"), f.target_entropy,
+                                                            None, kind="lower")
+            entropy_loss = reduce(term, None) + multiplier_loss
+            stats["entropy_multiplier"] = lagrange.value("entropy").item()
+        else:
+            entropy_loss = -f.entropy_cost * reduce(entropy, None)
+
+        kl_loss = torch.zeros((), device=values.device)
+        need_kl = (lagrange is not None and "kl" in lagrange) or f.kl_cost
+        if need_kl:
+            behaviour = self.distribution({k: step["behaviour/" + k] for k in self.param_keys})
+            kl = behaviour.kl(dist)
+            if lagrange is not None and "kl" in lagrange:
+                target = f.vmpo_eps_alpha if self.kind == "vmpo" else f.target_kl
+                term, multiplier_loss = pg_lib.lagrange_penalty(kl, lagrange.value("kl"), target, None, kind="upper")
+                kl_loss = reduce(term, None) + multiplier_loss
+                stats["kl_multiplier"] = lagrange.value("kl").item()
+            else:
+                kl_loss = f.kl_cost * reduce(kl, None)
+            stats["kl"] = kl.detach().mean().item()
+
+        total = policy + value + entropy_loss + kl_loss + extra
+        stats.update(pg_loss=policy.item(), baseline_loss=value.item(), entropy_loss=entropy_loss.item(),
+                     entropy=entropy.detach().mean().item(), total_loss=total.item(),
+                     mean_advantage=pg_lib.masked_mean(advantages.detach(), mask).item())
+        return total, stats

@@ -1,0 +1,27 @@
+"""Optimizer and learning-rate schedule from the flags, for every agent."""
+
+from __future__ import annotations
+
+import torch
+
+
+def make_optimizer(flags, params):
+    """``--optimizer rmsprop`` (IMPALA's: --alpha, --momentum, --epsilon) or ``adam`` (--epsilon as
+    Adam's eps); the rate decays linearly to 0 over --total_steps unless ``--lr_decay none``.
+
+    Returns ``(optimizer, scheduler)``; the scheduler steps once per learner batch.
+    """
+    kind = getattr(flags, "optimizer", "rmsprop")
+    if kind == "adam":
+        optimizer = torch.optim.Adam(params, lr=flags.learning_rate, eps=flags.epsilon)
+    else:
+        optimizer = torch.optim.RMSprop(params, lr=flags.learning_rate, momentum=flags.momentum,
+                                        eps=flags.epsilon, alpha=flags.alpha)
+    steps_per_update = flags.unroll_length * flags.batch_size
+    linear = getattr(flags, "lr_decay", "linear") == "linear"
+    total = flags.total_steps
+
+    def lr_lambda(epoch):
+        return 1 - min(epoch * steps_per_update, total) / total if linear else 1.0
+
+    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda)

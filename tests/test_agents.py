@@ -1,0 +1,218 @@
+"""The agent seam: --agent vtrace reproduces IMPALA's loss; how the on-policy agent consumes a
+batch (epochs, minibatches, batch modes); its whole state (normalizers, Lagrange multipliers,
+optimizer) survives checkpoints exactly."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+import torch
+from torch.nn import functional as F
+
+from rl_core.agents import make_agent
+from rl_core.flags import make_parser
+
+T, B = 6, 5
+DISCRETE = {"obs_shape": [4], "obs_dtype": "<f4", "action": {"kind": "discrete", "n": 3}}
+BOX = {"obs_shape": [3], "obs_dtype": "<f4",
+       "action": {"kind": "box", "shape": [2], "low": [-1.0, -2.0], "high": [1.0, 2.0]}}
+
+
+def flags(*args):
+    return make_parser().parse_args(["--mlp_sizes=16", f"--unroll_length={T}", f"--batch_size={B}", *args])
+
+
+def random_batch(spec, agent, model, seed=0, truncate=True):
+    """A [T+1, B] batch as the actor pool stores it: behaviour fields from a perturbed policy."""
+    g = torch.Generator().manual_seed(seed)
+    obs = torch.randn(T + 1, B, *spec["obs_shape"], generator=g)
+    done = torch.rand(T + 1, B, generator=g) < 0.2
+    truncated = done & (torch.rand(T + 1, B, generator=g) < 0.5) if truncate else torch.zeros_like(done)
+    batch = {"obs": obs, "reward": 3 * torch.randn(T + 1, B, generator=g), "done": done, "truncated": truncated}
+    if spec["action"]["kind"] == "discrete":
+        batch["action"] = torch.randint(0, 3, (T + 1, B), generator=g)
+        logits = torch.randn(T + 1, B, 3, generator=g)
+        batch["policy_logits"] = logits
+        batch["log_prob"] = F.log_softmax(logits, -1).gather(-1, batch["action"].unsqueeze(-1)).squeeze(-1)
+    else:
+        batch["action"] = torch.rand(T + 1, B, 2, generator=g) * 1.8 - 0.9
+        batch["policy_mean"] = torch.randn(T + 1, B, 2, generator=g) * 0.3
+        batch["policy_std"] = torch.rand(T + 1, B, 2, generator=g) + 0.5
+        dist = agent.distribution({"policy_mean": batch["policy_mean"], "policy_std": batch["policy_std"]})
+        batch["log_prob"] = dist.log_prob(batch["action"])
+    batch["baseline"] = torch.randn(T + 1, B, generator=g)
+    return batch
+
+
+def test_vtrace_agent_with_impala_settings_gives_impala_loss():
+    """One epoch, one minibatch, summed terms, V-trace advantages, RMSprop: the same loss and
+    gradients as --agent impala, with rewards outside [-1, 1], truncations and three thresholds."""
+    common = ["--entropy_cost=0.013", "--baseline_cost=0.7", "--discounting=0.95", "--reward_clipping=abs_one",
+              "--clip_rho_threshold=1.3", "--clip_pg_rho_threshold=0.8", "--clip_c_threshold=0.9",
+              "--vtrace_lambda=0.9"]
+    impala = make_agent(flags("--agent=impala", *common), DISCRETE)
+    vtrace = make_agent(flags("--agent=vtrace", "--advantage=vtrace", "--loss_reduction=sum", "--num_epochs=1",
+                              "--num_minibatches=1", "--batch_mode=repeat", "--no-advantage_normalization",
+                              *common), DISCRETE)
+    torch.manual_seed(0)
+    model = impala.build_model()
+    batch = random_batch(DISCRETE, vtrace, model)
+    assert batch["truncated"][1:].any() and (batch["reward"].abs() > 1).any()
+
+    (impala_loss, _), = list(impala.updates(model, batch, ()))
+    impala_grads = torch.autograd.grad(impala_loss, list(model.parameters()))
+    (vtrace_loss, stats), = list(vtrace.updates(model, batch, ()))
+    vtrace_grads = torch.autograd.grad(vtrace_loss, list(model.parameters()))
+    torch.testing.assert_close(vtrace_loss, impala_loss, rtol=1e-5, atol=1e-5)
+    for a, b in zip(vtrace_grads, impala_grads):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    # ... and a different threshold changes both the same way (the flags reach the same places).
+    other = make_agent(flags("--agent=vtrace", "--advantage=vtrace", "--loss_reduction=sum", "--batch_mode=repeat",
+                             *common, "--clip_pg_rho_threshold=0.3"), DISCRETE)
+    (other_loss, _), = list(other.updates(model, batch, ()))
+    assert not torch.allclose(other_loss, vtrace_loss)
+
+
+@pytest.mark.parametrize("mode", ["repeat", "shuffle", "split", "split_with_advantage_recomputation"])
+def test_epochs_and_minibatches_per_batch_mode(mode, monkeypatch):
+    agent = make_agent(flags("--agent=ppo", f"--batch_mode={mode}", "--num_epochs=3", "--num_minibatches=2"), DISCRETE)
+    torch.manual_seed(0)
+    model = agent.build_model()
+    batch = random_batch(DISCRETE, agent, model)
+    seen = []
+    recomputed = []
+    original_unroll, original_transitions = agent.unroll_loss, agent.transitions
+    monkeypatch.setattr(agent, "unroll_loss", lambda m, mb, st: seen.append(mb["obs"].shape[1]) or original_unroll(m, mb, st))
+    monkeypatch.setattr(agent, "transitions", lambda *a: recomputed.append(1) or original_transitions(*a))
+    original_transition_loss = agent.transition_loss
+    monkeypatch.setattr(agent, "transition_loss", lambda m, tr: seen.append(tr["advantages"].shape[0]) or original_transition_loss(m, tr))
+    losses = [loss for loss, _ in agent.updates(model, batch, ())]
+    assert len(losses) == 3 * 2 and all(torch.isfinite(x) for x in losses)
+    if mode in ("repeat", "shuffle"):
+        assert seen == [3, 2] * 3  # whole unrolls, every unroll once per epoch
+    else:
+        assert seen == [15, 15] * 3  # T*B transitions split in two
+        assert len(recomputed) == (3 if mode == "split_with_advantage_recomputation" else 1)
+
+
+def test_shuffle_visits_every_unroll_once_per_epoch(monkeypatch):
+    agent = make_agent(flags("--agent=ppo", "--batch_mode=shuffle", "--num_epochs=2", "--num_minibatches=5"), DISCRETE)
+    model = agent.build_model()
+    batch = random_batch(DISCRETE, agent, model)
+    batch["obs"][:, :, 0] = torch.arange(B, dtype=torch.float32)  # tag each unroll
+    seen = []
+    monkeypatch.setattr(agent, "unroll_loss", lambda m, mb, st: (seen.append(int(mb["obs"][0, 0, 0])),
+                                                                 (torch.zeros(()), {}))[1])
+    list(agent.updates(model, batch, ()))
+    assert sorted(seen[:5]) == sorted(seen[5:]) == list(range(B))
+
+
+def test_split_modes_refuse_recurrent_cores():
+    with pytest.raises(SystemExit):
+        from rl_core import flags as flags_lib
+
+        parser = make_parser()
+        flags_lib.check(parser, parser.parse_args(["--agent=ppo", "--batch_mode=split", "--use_lstm"]))
+
+
+AGENT_STATE_FLAGS = {
+    "vmpo": ["--agent=vmpo", "--obs_normalization", "--value_normalization=popart", "--popart_beta=0.1"],
+    "ppo_box": ["--agent=ppo", "--obs_normalization", "--value_normalization=return_std", "--popart_beta=0.1",
+                "--target_entropy=0.5", "--target_kl=0.01", "--squash", "--optimizer=adam"],
+}
+
+
+def _save_load(obj):
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    buffer.seek(0)
+    return torch.load(buffer, weights_only=True)
+
+
+@pytest.mark.parametrize("case", sorted(AGENT_STATE_FLAGS))
+def test_resume_twice_equals_an_uninterrupted_run(case):
+    """Normalizer statistics, PopArt / return-std scales, Lagrange multipliers and the optimizer
+    state all live in what a checkpoint saves: stopping and resuming twice changes nothing."""
+    from rl_core.runtime.learner import Learner
+
+    spec = BOX if case.endswith("box") else DISCRETE
+    f = flags(*AGENT_STATE_FLAGS[case], "--num_epochs=2", "--num_minibatches=2", "--total_steps=100000")
+    batches = [random_batch(spec, make_agent(f, spec), None, seed=s) for s in range(6)]
+
+    def fresh():
+        agent = make_agent(f, spec)
+        torch.manual_seed(123)
+        model = agent.build_model()
+        inference = agent.build_model()
+        optimizer, scheduler = agent.make_optimizer(model)
+        return Learner(f, model, inference, __import__("threading").Lock(), agent, optimizer, scheduler,
+                       None, "cpu", None)
+
+    def train(learner, indices):
+        for i in indices:
+            torch.manual_seed(1000 + i)  # minibatch shuffles
+            learner.learn(batches[i], ())
+
+    def checkpoint(learner):
+        return _save_load({"model": learner.model.state_dict(), "optimizer": learner.optimizer.state_dict(),
+                           "scheduler": learner.scheduler.state_dict()})
+
+    def restore(state):
+        learner = fresh()
+        learner.model.load_state_dict(state["model"])
+        learner.optimizer.load_state_dict(state["optimizer"])
+        learner.scheduler.load_state_dict(state["scheduler"])
+        return learner
+
+    straight = fresh()
+    train(straight, range(6))
+    resumed = fresh()
+    train(resumed, range(2))
+    resumed = restore(checkpoint(resumed))
+    train(resumed, range(2, 4))
+    resumed = restore(checkpoint(resumed))
+    train(resumed, range(4, 6))
+
+    a, b = straight.model.state_dict(), resumed.model.state_dict()
+    agent_state = [k for k in a if k.startswith(("obs_normalizer.", "value_normalizer.", "lagrange."))]
+    assert any(k.startswith("obs_normalizer.") for k in agent_state)
+    assert any(k.startswith("value_normalizer.") for k in agent_state)
+    assert any(k.startswith("lagrange.") for k in agent_state)
+    initial = fresh().model.state_dict()
+    for k in agent_state:  # they did move during training (return_std keeps its mean at 0) ...
+        if k != "value_normalizer.mu" or "--value_normalization=popart" in AGENT_STATE_FLAGS[case]:
+            assert not torch.equal(a[k], initial[k]), k
+    for k in a:  # ... and the resumed run holds exactly the same values
+        assert torch.equal(a[k], b[k]), k
+    sa, sb = straight.optimizer.state_dict()["state"], resumed.optimizer.state_dict()["state"]
+    for i in sa:
+        for name, value in sa[i].items():
+            assert torch.equal(torch.as_tensor(value), torch.as_tensor(sb[i][name])), (i, name)
+    assert straight.scheduler.state_dict()["last_epoch"] == resumed.scheduler.state_dict()["last_epoch"] == 6
+
+
+@pytest.mark.parametrize("agent_name", ["vpg", "ppo", "awr", "vmpo", "vtrace"])
+@pytest.mark.parametrize("spec", [DISCRETE, BOX], ids=["discrete", "box"])
+def test_every_on_policy_agent_takes_steps_on_both_action_kinds(agent_name, spec):
+    f = flags(f"--agent={agent_name}", "--num_epochs=2", "--num_minibatches=2", "--optimizer=adam",
+              "--learning_rate=0.01")
+    agent = make_agent(f, spec)
+    torch.manual_seed(0)
+    model = agent.build_model()
+    optimizer, _ = agent.make_optimizer(model)
+    batch = random_batch(spec, agent, model)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    for loss, stats in agent.updates(model, batch, ()):
+        assert torch.isfinite(loss) and "pg_loss" in stats
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    assert not torch.equal(before["baseline.weight"], model.baseline.weight)
+    with torch.no_grad():
+        inputs = {"obs": batch["obs"][:1], "reward": batch["reward"][:1], "done": batch["done"][:1],
+                  "last_action": batch["action"][:1]}
+        greedy, extras, _ = agent.act(model, inputs, (), greedy=True)
+        again, _, _ = agent.act(model, inputs, (), greedy=True)
+    assert torch.equal(greedy, again)  # greedy is deterministic: argmax, or the Gaussian's mean
+    assert set(extras) == set(agent.unroll_fields())
