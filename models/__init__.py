@@ -76,7 +76,7 @@ def build_model(flags, spec: dict):
     if getattr(flags, "value_normalization", "none") != "none":
         from rl_core.normalization import ValueNormalizer
 
-        value_normalizer = ValueNormalizer(flags.value_normalization, beta=getattr(flags, "popart_beta", 3e-4))
+        value_normalizer = ValueNormalizer(flags.value_normalization, beta=getattr(flags, "popart_beta", 0.0))
     model = ActorCritic(stem, n, core=core, value_stem=value_stem, last_action_input=last_action_input,
                         policy_head=head, obs_normalizer=obs_normalizer, obs_clip=getattr(flags, "obs_clip", 10.0),
                         value_normalizer=value_normalizer)

@@ -118,6 +118,11 @@ class ValueNormalizer(nn.Module):
       sqrt(nu) (clamped), nu' = (1 - beta) nu + beta mean(G^2), and the head
       is rescaled as above with mu = mu' = 0.
 
+    ``beta = 0`` replaces the moving averages by the running averages over every
+    target seen so far (step ``n / (count + n)`` for a batch of n targets, so the
+    first batch sets the moments): SEED RL's ``AverageMeanStd``, which suits
+    statistics updated once per learner batch.  ``count`` is a buffer too.
+
     The targets G passed to :meth:`update` are unnormalised (e.g. V-trace
     targets computed from ``denormalize``d values).
     """
@@ -128,8 +133,8 @@ class ValueNormalizer(nn.Module):
         super().__init__()
         if kind not in self.KINDS:
             raise ValueError(f"unknown value normalisation {kind!r}; use one of {', '.join(self.KINDS)}")
-        if not 0.0 < beta <= 1.0:
-            raise ValueError(f"value normaliser beta must be in (0, 1]; got {beta}")
+        if not 0.0 <= beta <= 1.0:
+            raise ValueError(f"value normaliser beta must be in [0, 1]; got {beta}")
         if not 0.0 < min_std <= max_std:
             raise ValueError(f"value normaliser needs 0 < min_std <= max_std; got {min_std}, {max_std}")
         self.kind = kind
@@ -138,6 +143,7 @@ class ValueNormalizer(nn.Module):
         self.max_std = float(max_std)
         self.register_buffer("mu", torch.tensor(0.0, dtype=torch.float64))
         self.register_buffer("nu", torch.tensor(1.0, dtype=torch.float64))
+        self.register_buffer("count", torch.tensor(0.0, dtype=torch.float64))
 
     def extra_repr(self) -> str:
         return f"kind={self.kind!r}, beta={self.beta}, min_std={self.min_std}, max_std={self.max_std}"
@@ -184,6 +190,9 @@ class ValueNormalizer(nn.Module):
         if g.numel() == 0:
             return
         beta = self.beta
+        if beta == 0.0:  # running average over all targets so far
+            beta = g.numel() / (float(self.count) + g.numel())
+        self.count.add_(g.numel())
         old_mu, old_std = self.mu.clone(), self.std
         if self.kind == "popart":
             new_mu = (1.0 - beta) * self.mu + beta * g.mean()

@@ -192,7 +192,7 @@ def test_value_normalizer_state_dict_and_errors():
     vn = ValueNormalizer("popart", beta=0.1)
     vn.update(torch.randn(100) * 7 + 2)
     state = vn.state_dict()
-    assert set(state) == {"mu", "nu"} and all(t.dtype == torch.float64 and t.dim() == 0 for t in state.values())
+    assert set(state) == {"mu", "nu", "count"} and all(t.dtype == torch.float64 and t.dim() == 0 for t in state.values())
     restored = ValueNormalizer("popart", beta=0.1)
     restored.load_state_dict(state)
     v = torch.randn(10)
@@ -201,6 +201,26 @@ def test_value_normalizer_state_dict_and_errors():
     with pytest.raises(ValueError):
         ValueNormalizer("minmax")
     with pytest.raises(ValueError):
-        ValueNormalizer("popart", beta=0.0)
+        ValueNormalizer("popart", beta=-0.1)
     with pytest.raises(ValueError):
         vn.update(torch.ones(3), nn.Linear(2, 1, bias=False))
+
+
+def test_value_normalizer_beta_zero_is_the_running_average_of_all_targets():
+    """beta=0: mu and nu are the plain averages of every target so far (SEED's AverageMeanStd)."""
+    from rl_core.normalization import ValueNormalizer
+
+    torch.manual_seed(0)
+    chunks = [torch.randn(n) * 5 + 3 for n in (7, 1, 30, 12)]
+    norm = ValueNormalizer("popart", beta=0.0)
+    head = torch.nn.Linear(3, 1)
+    h = torch.randn(4, 3)
+    before = norm.denormalize(head(h).squeeze(-1)).detach()
+    for chunk in chunks:
+        norm.update(chunk, head=head)
+    seen = torch.cat(chunks).double()
+    assert abs(norm.mu.item() - seen.mean().item()) < 1e-9
+    assert abs(norm.nu.item() - seen.pow(2).mean().item()) < 1e-9
+    assert norm.count.item() == len(seen)
+    after = norm.denormalize(head(h).squeeze(-1)).detach()
+    assert torch.allclose(before, after, atol=1e-4)

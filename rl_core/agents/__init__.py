@@ -64,7 +64,9 @@ def add_flags(p: argparse.ArgumentParser) -> None:
       help="Normalize advantages per minibatch.")
     a("--value_normalization", default="none", choices=["none", "popart", "return_std"],
       help="Value head predicts normalized values: PopArt (mean and std) or the return's std.")
-    a("--popart_beta", type=float, default=3e-4, help="Step size of the value normalizer's statistics.")
+    a("--popart_beta", type=float, default=0.0,
+      help="Step size of the value normalizer's moving averages, updated once per learner batch (0: the "
+           "average over every target so far, as SEED RL's AverageMeanStd).")
     a("--obs_normalization", action=argparse.BooleanOptionalAction, default=False,
       help="Normalize observations by running mean/std (kept in the checkpoint).")
     a("--obs_clip", type=float, default=10.0, help="Normalized observations are clipped to +-this.")
