@@ -42,3 +42,35 @@ def test_impala_solves_cartpole_within_500k_steps(tmp_path):
           f">= 400 first at step {reached[0] if reached else None}; wall {wall:.0f} s")
     assert reached, f"mean return over the last 100 episodes never reached 400: {returns[-5:]}"
     assert returns[-1][1] >= 400
+
+
+def _on_policy_cartpole(tmp_path, agent: str):
+    """``torchbeast_gym`` with nothing but --env and --agent (and a seed): the package's defaults."""
+    start = time.monotonic()
+    result = run(
+        "torchbeast_gym.polybeast", "--env=CartPole-v1", f"--agent={agent}", "--total_steps=500000", "--seed=1",
+        "--log_interval=2", "--disable_final_test", f"--pipes_basename=unix:{tmp_path}/pipe",
+        f"--savedir={tmp_path}", f"--xpid={agent}", output=str(tmp_path / "out"), timeout=900,
+    )
+    wall = time.monotonic() - start
+    assert result.returncode == 0, result.stdout[-3000:]
+    rows = csv_rows(str(tmp_path / agent / "logs.csv"))
+    returns = [(int(r["step"]), float(r["return_last_100"])) for r in rows if r["return_last_100"] != "nan"]
+    final_step = int(rows[-1]["step"])
+    assert final_step >= 500_000
+    print(f"\n{agent} CartPole: last-100 mean {returns[-1][1]:.1f} at step {final_step}; "
+          f">= 400 first at {next((s for s, v in returns if v >= 400), None)}; wall {wall:.0f} s")
+    return returns
+
+
+def test_ppo_with_the_package_defaults_solves_cartpole(tmp_path):
+    """PPO reaches a mean return >= 475 over the last 100 episodes within 500k agent steps (a random
+    policy scores about 22)."""
+    returns = _on_policy_cartpole(tmp_path, "ppo")
+    assert max(v for _, v in returns) >= 475, returns[-5:]
+    assert returns[-1][1] >= 475, returns[-5:]
+
+
+def test_awr_with_the_package_defaults_learns_cartpole(tmp_path):
+    returns = _on_policy_cartpole(tmp_path, "awr")
+    assert returns[-1][1] >= 400, returns[-5:]

@@ -525,6 +525,30 @@ def add_flags(parser) -> None:
                         batch_size=32, unroll_length=20, total_steps=50_000_000)
 
 
+# PPO on Atari as Schulman et al. 2017 (Table 5) and cleanrl's ppo_atari.py train it: 8 envs x
+# 128 steps per update, Adam 2.5e-4 (eps 1e-5) decaying linearly, 4 epochs of 4 minibatches, clip
+# 0.1, GAE 0.95, entropy 0.01, value cost 0.5, gradient clip 0.5, clipped rewards, advantage
+# normalization, orthogonal init.  Minibatches keep unrolls whole (--batch_mode shuffle: 2 of the
+# 8 unrolls each), so --use_lstm and the other cores work with the same defaults.
+PPO_DEFAULTS = dict(
+    num_actors=8, num_servers=2, unroll_length=128, batch_size=8, optimizer="adam", learning_rate=2.5e-4,
+    epsilon=1e-5, num_epochs=4, num_minibatches=4, batch_mode="shuffle", ppo_clip=0.1, advantage="gae",
+    gae_lambda=0.95, entropy_cost=0.01, baseline_cost=0.5, grad_norm_clipping=0.5, reward_clipping="abs_one",
+    advantage_normalization=True, init="orthogonal", total_steps=10_000_000,
+)
+
+
+def agent_defaults(agent: str) -> dict:
+    """Defaults for ``--agent``: IMPALA keeps torchbeast's (above); PPO the published Atari ones.
+    VPG, AWR, V-MPO and V-trace take PPO's data path and optimizer with one pass per batch."""
+    if agent == "ppo":
+        return dict(PPO_DEFAULTS)
+    if agent in ("vpg", "awr", "vmpo", "vtrace"):
+        return dict(PPO_DEFAULTS, num_epochs=1, num_minibatches=1,
+                    **({"advantage": "vtrace"} if agent == "vtrace" else {}))
+    return {}
+
+
 def check_flags(parser, flags) -> None:
     try:
         flags.env = canonical_env_id(flags.env)
