@@ -49,10 +49,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import gymnasium
 import numpy as np
 from gymnasium import spaces
 
+from rl_core.envpool_env import SingleEnvpoolEnv
 from rl_core.errors import UserError
 
 log = logging.getLogger("torchbeast_mujoco")
@@ -81,7 +81,6 @@ DEFAULT_ENV = "HalfCheetah-v5"
 DEFAULT_AGENT = "ppo"
 DEFAULT_RENDER_SIZE = 240  # 1000 frames of 240x240 RGB: 173 MB held for the video (gymnasium's 480: 691 MB)
 
-_INT32_RANGE = 2**31
 
 
 # --------------------------------------------------------------------------
@@ -179,7 +178,7 @@ def enable_rendering() -> str | None:
 # The env
 
 
-class MujocoEnv(gymnasium.Env):
+class MujocoEnv(SingleEnvpoolEnv):
     """One gymnasium MuJoCo task (``HalfCheetah-v5`` ...) backed by an envpool pool of one env.
 
     See the module docstring for observations, actions, termination vs.
@@ -213,18 +212,17 @@ class MujocoEnv(gymnasium.Env):
         self._action = np.zeros((1, *box.shape), np.float64)
         self.max_episode_steps = int(self._pool.spec.config.max_episode_steps)
 
-    def _build(self, seed: int) -> None:
+    def _make_pool(self, seed: int):
         import envpool
 
-        if self._pool is not None:
-            self._pool.close()
         kwargs: dict[str, Any] = {}
         if self.render_mode == "rgb_array":
             kwargs = dict(render_mode="rgb_array", render_width=self.render_size, render_height=self.render_size)
-        self._pool = envpool.make(self.env_id, env_type="gymnasium", num_envs=1, batch_size=1, num_threads=1,
-                                  seed=int(seed) % _INT32_RANGE, **kwargs)
-        self._seed = int(seed)
-        self._fresh = True  # made with self._seed, nothing played yet
+        return envpool.make(self.env_id, env_type="gymnasium", num_envs=1, batch_size=1, num_threads=1,
+                            seed=seed, **kwargs)
+
+    def _build(self, seed: int) -> None:
+        super()._build(seed)
         self._needs_reset = True
 
     @staticmethod
@@ -239,11 +237,7 @@ class MujocoEnv(gymnasium.Env):
         return info
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
-        super().reset(seed=seed)
-        if seed is not None and not (self._fresh and int(seed) == self._seed):
-            self._build(seed)
-        self._fresh = False
-        obs, raw = self._pool.reset()
+        obs, raw = self._reset_pool(seed)
         self._needs_reset = False
         return obs[0].astype(np.float32), self._info(raw)
 
@@ -269,12 +263,6 @@ class MujocoEnv(gymnasium.Env):
         if self.render_mode != "rgb_array":
             return None
         return np.asarray(self._pool.render())[0]
-
-    def close(self):
-        if self._pool is not None:
-            self._pool.close()
-            self._pool = None
-
 
 def create_env(env_id: str, seed: int | None = None, *, record: bool = False,
                render_size: int = DEFAULT_RENDER_SIZE) -> MujocoEnv:

@@ -39,10 +39,10 @@ import dataclasses
 import re
 from typing import Any
 
-import gymnasium
 import numpy as np
 from gymnasium import spaces
 
+from rl_core.envpool_env import SingleEnvpoolEnv
 from rl_core.errors import UserError
 
 __all__ = [
@@ -151,16 +151,11 @@ def _task_id(game: str, mode: str) -> str:
     return f"{game.capitalize()}{mode.capitalize()}-v0"
 
 
-def _envpool_seed(seed: int) -> int:
-    """envpool takes int32 seeds; run seeds are 32-bit unsigned."""
-    return int(seed) % _INT32_MAX
-
-
 # --------------------------------------------------------------------------
 # The env
 
 
-class ProcgenEnv(gymnasium.Env):
+class ProcgenEnv(SingleEnvpoolEnv):
     """One Procgen game instance: observations uint8 ``[3, 64, 64]``, 15 actions.
 
     ``terminated`` when the game ends the episode (death, level solved);
@@ -205,22 +200,18 @@ class ProcgenEnv(gymnasium.Env):
             seed = int(np.random.SeedSequence().generate_state(1)[0])
         self._build(seed)
 
-    def _build(self, seed: int) -> None:
+    def _make_pool(self, seed: int):
         import envpool
 
-        if self._pool is not None:
-            self._pool.close()
-        self._pool = envpool.make_gymnasium(
+        return envpool.make_gymnasium(
             self.task_id,
             num_envs=1,
             batch_size=1,
             num_threads=1,
-            seed=_envpool_seed(seed),
+            seed=seed,
             num_levels=self.num_levels,
             start_level=self.start_level,
         )
-        self._seed = int(seed)
-        self._fresh = True  # no episode played since the pool was built
 
     @staticmethod
     def _info(raw: dict) -> dict[str, Any]:
@@ -232,11 +223,7 @@ class ProcgenEnv(gymnasium.Env):
         }
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
-        super().reset(seed=seed)
-        if seed is not None and not (self._fresh and int(seed) == self._seed):
-            self._build(seed)
-        self._fresh = False
-        obs, raw = self._pool.reset()
+        obs, raw = self._reset_pool(seed)
         self._return = 0.0
         self._last_obs = obs[0].copy()
         return self._last_obs, self._info(raw)
@@ -260,12 +247,6 @@ class ProcgenEnv(gymnasium.Env):
         if self.render_mode == "rgb_array":
             return self._last_obs.transpose(1, 2, 0).copy()
         return None
-
-    def close(self):
-        if self._pool is not None:
-            self._pool.close()
-            self._pool = None
-
 
 def create_env(
     game: str,
