@@ -35,7 +35,7 @@ python3 -m torchbeast_mujoco.polybeast \
      --baseline_cost 1.0 \
      --value_loss mse \
      --value_normalization popart \
-     --no-advantage_normalization \
+     --advantage_normalization \
      --obs_normalization \
      --obs_clip 10 \
      --reward_clipping none \

@@ -71,6 +71,7 @@ def test_ppo_with_the_package_defaults_solves_cartpole(tmp_path):
     assert returns[-1][1] >= 475, returns[-5:]
 
 
-def test_awr_with_the_package_defaults_learns_cartpole(tmp_path):
-    returns = _on_policy_cartpole(tmp_path, "awr")
+def test_vmpo_with_the_package_defaults_learns_cartpole(tmp_path):
+    """V-MPO (its temperature and KL multiplier learned as Lagrange multipliers) reaches >= 400."""
+    returns = _on_policy_cartpole(tmp_path, "vmpo")
     assert returns[-1][1] >= 400, returns[-5:]

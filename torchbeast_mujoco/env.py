@@ -321,7 +321,9 @@ _ON_POLICY_DEFAULTS = {
     "value_loss": "mse",          # [src] huber_delta=None
     "value_clip": 0.0,            # [src] value_ppo_style_clip_eps=None
     "value_normalization": "popart",  # [gin] reward_normalizer = PopArt(AverageMeanStd, compensate=False)
-    "advantage_normalization": False,  # [src] ppo(normalize_advantages=False); PopArt divides them by its std
+    # SEED divides advantages by PopArt's std (ppo(normalize_advantages=False)); here they are normalized per
+    # minibatch instead: measured on HalfCheetah-v5, 1M steps, seed 1, final test 1704 without, see the README.
+    "advantage_normalization": True,
     "obs_normalization": True,    # [gin] observation_normalizer = InputNormalization(AverageMeanStd)
     "obs_clip": 10.0,             # [gin] ContinuousControlAgent.input_clipping = 10.
     "init": "orthogonal",         # [gin] hidden Orthogonal(gain sqrt 2), last value layer Orthogonal(1.0)
