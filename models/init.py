@@ -10,7 +10,16 @@ from __future__ import annotations
 
 import math
 
+import torch
 from torch import nn
+
+
+def _orthogonal(weight: torch.Tensor, gain: float) -> None:
+    """nn.init.orthogonal_ on a contiguous copy: the image stems' conv weights are channels-last."""
+    fresh = torch.empty(weight.shape, dtype=weight.dtype)
+    nn.init.orthogonal_(fresh, gain=gain)
+    with torch.no_grad():
+        weight.copy_(fresh)
 
 
 def orthogonal_init(model: nn.Module, policy_scale: float = 0.01) -> None:
@@ -25,10 +34,10 @@ def orthogonal_init(model: nn.Module, policy_scale: float = 0.01) -> None:
         if id(module) in skip:
             continue
         if isinstance(module, (nn.Linear, nn.Conv2d)):
-            nn.init.orthogonal_(module.weight, gain=math.sqrt(2))
+            _orthogonal(module.weight, math.sqrt(2))
             if module.bias is not None:
                 nn.init.zeros_(module.bias)
     policy = model.policy
     last = policy.mean if hasattr(policy, "mean") else policy
-    nn.init.orthogonal_(last.weight, gain=policy_scale)
-    nn.init.orthogonal_(model.baseline.weight, gain=1.0)
+    _orthogonal(last.weight, policy_scale)
+    _orthogonal(model.baseline.weight, 1.0)

@@ -216,3 +216,41 @@ def test_every_on_policy_agent_takes_steps_on_both_action_kinds(agent_name, spec
         again, _, _ = agent.act(model, inputs, (), greedy=True)
     assert torch.equal(greedy, again)  # greedy is deterministic: argmax, or the Gaussian's mean
     assert set(extras) == set(agent.unroll_fields())
+
+
+@pytest.mark.parametrize("package", ["torchbeast_atari", "torchbeast_procgen", "torchbeast_gym", "torchbeast_mujoco"])
+@pytest.mark.parametrize("agent_name", ["impala", "ppo", "vmpo"])
+def test_each_package_builds_and_updates_its_default_model_for_each_agent(package, agent_name):
+    """A package's defaults for --agent build a model that acts and takes a step (image stems are
+    channels-last, which orthogonal init must handle)."""
+    import importlib
+
+    from rl_core.runtime.entry import parse_flags
+
+    pkg = importlib.import_module(f"{package}.env")
+    if package == "torchbeast_mujoco" and agent_name == "impala":
+        pytest.skip("IMPALA takes discrete actions")
+    f = parse_flags(pkg, [f"--agent={agent_name}", "--unroll_length=3", "--batch_size=2", "--num_minibatches=2"])
+    spec = {"torchbeast_atari": {"obs_shape": [4, 84, 84], "obs_dtype": "|u1", "action": {"kind": "discrete", "n": 6}},
+            "torchbeast_procgen": {"obs_shape": [3, 64, 64], "obs_dtype": "|u1",
+                                   "action": {"kind": "discrete", "n": 15}},
+            "torchbeast_gym": DISCRETE, "torchbeast_mujoco": BOX}[package]
+    agent = make_agent(f, spec)
+    model = agent.build_model()
+    optimizer, _ = agent.make_optimizer(model)
+    T1, B2 = 4, 2
+    obs = (torch.randint(0, 255, (T1, B2, *spec["obs_shape"]), dtype=torch.uint8) if spec["obs_dtype"] == "|u1"
+           else torch.randn(T1, B2, *spec["obs_shape"]))
+    inputs = {"obs": obs, "reward": torch.zeros(T1, B2), "done": torch.zeros(T1, B2, dtype=torch.bool),
+              "last_action": torch.zeros((T1, B2, 2) if spec is BOX else (T1, B2), dtype=torch.float32 if spec is BOX
+                                         else torch.int64)}
+    with torch.no_grad():
+        action, extras, _ = agent.act(model, {k: v[:1] for k, v in inputs.items()}, model.initial_state(B2))
+    batch = {"obs": obs, "reward": torch.randn(T1, B2), "done": inputs["done"], "truncated": inputs["done"],
+             "action": action.expand(T1, *action.shape[1:]).clone()}
+    batch.update({k: v.expand(T1, *v.shape[1:]).clone() for k, v in extras.items()})
+    for loss, _ in agent.updates(model, batch, model.initial_state(B2)):
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        assert torch.isfinite(loss)

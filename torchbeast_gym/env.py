@@ -18,7 +18,8 @@ def add_flags(parser) -> None:
 # (Huang et al. 2022, "The 37 Implementation Details of PPO": 4 envs x 128 steps per update,
 # Adam 2.5e-4 with eps 1e-5, GAE 0.95, 4 epochs of 4 minibatches, clip 0.2, entropy 0.01,
 # gradient clip 0.5, advantage normalization, orthogonal init), here as 4 unrolls of 128 steps
-# from 8 envs; per agent, what the sweep in the README chose.
+# from 8 envs.  VPG and V-trace, one pass per batch, take a larger rate.  Measured (README, "Agents"):
+# steps to a last-100 mean of 400 on CartPole-v1 for each agent and seed.
 ON_POLICY = dict(
     optimizer="adam", learning_rate=2.5e-4, epsilon=1e-5, num_actors=8, unroll_length=128, batch_size=4,
     grad_norm_clipping=0.5, reward_clipping="none", entropy_cost=0.01, baseline_cost=0.5, gae_lambda=0.95,
