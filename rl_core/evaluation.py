@@ -5,11 +5,16 @@ An environment package may define:
 * ``test_protocol(flags) -> list[dict]``: the runs of its final test, each
   ``{"name", "episodes", "group", "overrides"}`` (``overrides``: flag values for
   that run's envs, e.g. Procgen's held-out ``start_level``).  ``group`` says
-  which runs are summarised together (mean and std over their means).
+  which runs are summarised together (mean and std over their means).  A
+  multi-task run splits each set of levels into one run per task: such runs
+  carry ``"set"`` (the set they belong to) and ``"task"`` (the game); a set's
+  mean is the mean over its tasks, and each group also reports per task.
 * ``make_test_env(flags, seed, record=False)``: the env for testing (Atari: no
   episodic life, whole games).  Without it, ``make_env`` is used.
-* ``validation_overrides(flags) -> dict``: flag values for the validation envs
-  (Procgen's ``--valid_start_level`` ...).
+* ``validation_protocol(flags) -> list[dict]``: the validation's runs, each
+  ``{"name", "episodes", "overrides"}`` and optionally ``"task"`` (Procgen:
+  ``--valid_start_level`` ..., one run per game of a multi-task run).  Without
+  it: one run of ``--valid_num_episodes`` episodes.
 
 Episodes are counted where the env says the logged episode ends
 (``info["episode_end"]``, default terminated or truncated), as in training.
@@ -49,17 +54,31 @@ def default_protocol(flags) -> list[dict]:
     return [{"name": "test", "episodes": 100, "group": "test", "overrides": {}}]
 
 
+def set_of(run: dict) -> str:
+    """The set of levels a final-test run belongs to (its name, unless it is one task of a set)."""
+    return run.get("set", run["name"])
+
+
 def protocol(env_pkg, flags) -> list[dict]:
-    """The package's final-test runs, with --test_runs / --test_episodes applied."""
+    """The package's final-test runs, with --test_runs (sets per group) / --test_episodes (per run) applied."""
     runs = getattr(env_pkg, "test_protocol", default_protocol)(flags)
     if flags.test_runs:
-        by_group: dict[str, list] = {}
+        kept: dict[str, list[str]] = {}
         for run in runs:
-            by_group.setdefault(run.get("group", "test"), []).append(run)
-        runs = [run for group in by_group.values() for run in group[: flags.test_runs]]
+            sets = kept.setdefault(run.get("group", "test"), [])
+            if set_of(run) not in sets and len(sets) < flags.test_runs:
+                sets.append(set_of(run))
+        runs = [run for run in runs if set_of(run) in kept[run.get("group", "test")]]
     if flags.test_episodes:
         runs = [dict(run, episodes=flags.test_episodes) for run in runs]
     return runs
+
+
+def validation_runs(env_pkg, flags) -> list[dict]:
+    """The validation's runs: the package's ``validation_protocol``, else --valid_num_episodes on the training envs."""
+    if hasattr(env_pkg, "validation_protocol"):
+        return env_pkg.validation_protocol(flags)
+    return [{"name": "valid", "episodes": flags.valid_num_episodes, "overrides": {}}]
 
 
 def make_test_env_fn(env_pkg, flags, overrides: dict, record: bool) -> Callable[[int], object]:
@@ -178,6 +197,29 @@ def play(
                 pass
 
 
+def validate(model, env_pkg, flags, device="cpu", record_frames: list | None = None,
+             stop: threading.Event | None = None, agent=None) -> dict | None:
+    """Play the validation runs; None if stopped before every episode was played.
+
+    Returns ``mean_return`` (a multi-task validation: the mean over the tasks' means,
+    each task playing the same number of episodes), ``episodes``, and ``tasks``
+    (task -> mean return; empty for a single task).
+    """
+    seeds = test_seeds(flags, -1)
+    means, tasks, played = [], {}, 0
+    for r, run in enumerate(validation_runs(env_pkg, flags)):
+        env_fn = make_test_env_fn(env_pkg, flags, run.get("overrides", {}), record=record_frames is not None and r == 0)
+        episodes = play(model, env_fn, seeds, run["episodes"], greedy=not flags.valid_sample, device=device,
+                        record_frames=record_frames if r == 0 else None, stop=stop, agent=agent)
+        if len(episodes) < run["episodes"]:
+            return None
+        played += len(episodes)
+        means.append(float(np.mean([e["return"] for e in episodes])))
+        if "task" in run:
+            tasks[run["task"]] = means[-1]
+    return {"mean_return": float(np.mean(means)), "episodes": played, "tasks": tasks}
+
+
 def step_action(action: np.ndarray, action_spec: dict):
     """What env.step takes: an int for discrete actions, a box action clipped to the bounds."""
     if action_spec["kind"] == "discrete":
@@ -227,25 +269,54 @@ def final_test(
         done_before += len(episodes)
         returns = [e["return"] for e in episodes]
         result = {"name": run["name"], "group": run.get("group", "test"), "overrides": run.get("overrides", {})}
+        result.update({key: run[key] for key in ("set", "task") if key in run})
         result.update(summarize(returns))
         result["returns"] = returns
         stat_names = sorted({k for e in episodes for k in e if k not in ("return", "length")})
         for name in stat_names:
             result[f"mean_{name}"] = float(np.mean([e[name] for e in episodes if name in e]))
         results.append(result)
-    groups = {}
-    for result in results:
-        groups.setdefault(result["group"], []).append(result["mean_return"])
-    summary = {
-        group: {"runs": len(means), "mean": float(np.mean(means)),
-                "std": float(np.std(means)) if len(means) > 1 else 0.0}
-        for group, means in groups.items()
-    }
-    out = {"runs": results, "groups": summary, "seconds": round(time.monotonic() - start, 1),
+    out = {"runs": results, "groups": summarize_groups(results), "seconds": round(time.monotonic() - start, 1),
            "greedy": not flags.valid_sample}
     if frames:
         out["video"] = write_video(frames, record_path)
     return out
+
+
+def summarize_groups(results: list[dict]) -> dict:
+    """Per group: mean and std over its sets' means (a set's mean: over its tasks), and per task.
+
+    ``runs`` counts the sets.  With one run per set this is the mean and std over the
+    runs' mean returns; a multi-task set weighs its tasks equally, and ``tasks`` maps
+    each task to its mean over the group's sets.
+    """
+    by_group: dict[str, dict[str, list[dict]]] = {}
+    for result in results:
+        by_group.setdefault(result["group"], {}).setdefault(set_of(result), []).append(result)
+    summary = {}
+    for group, sets in by_group.items():
+        set_means = [float(np.mean([r["mean_return"] for r in runs])) for runs in sets.values()]
+        entry = {"runs": len(set_means), "mean": float(np.mean(set_means)),
+                 "std": float(np.std(set_means)) if len(set_means) > 1 else 0.0}
+        tasks: dict[str, list[float]] = {}
+        for runs in sets.values():
+            for r in runs:
+                if "task" in r:
+                    tasks.setdefault(r["task"], []).append(r["mean_return"])
+        if tasks:
+            entry["tasks"] = {task: float(np.mean(means)) for task, means in tasks.items()}
+        summary[group] = entry
+    return summary
+
+
+def log_result(result: dict, what: str = "final test") -> None:
+    """One line per run, per group, and per task of a group."""
+    for run in result["runs"]:
+        log.info("%s %s: mean return %.2f over %d episodes", what, run["name"], run["mean_return"], run["episodes"])
+    for group, g in result["groups"].items():
+        log.info("%s [%s]: mean %.2f, std %.2f over %d runs", what, group, g["mean"], g["std"], g["runs"])
+        for task, mean in g.get("tasks", {}).items():
+            log.info("%s [%s] %s: mean %.2f", what, group, task, mean)
 
 
 def write_json(path: str, payload: dict) -> None:

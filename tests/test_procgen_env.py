@@ -281,7 +281,7 @@ def procgen_flags(tmp_path, xpid, **overrides):
         "disable_final_test": True,
     }
     flags.update(overrides)
-    return [f"--{k}={v}" if v is not True else f"--{k}" for k, v in flags.items()]
+    return [f"--{k}={v}" if v is not True else f"--{k}" for k, v in flags.items() if v is not False]
 
 
 @pytest.mark.parametrize("name,steps", [("procgen:procgen-chaser-v0", 2000), ("chaser", 1200)])
@@ -299,3 +299,134 @@ def test_training_through_the_runtime(tmp_path, name, steps):
     meta = json.loads((rundir / "meta.json").read_text())
     assert meta["success"] is True and meta["flags"]["num_actions"] == 15
     assert meta["env_spec"]["obs_shape"] == [3, 64, 64] and meta["env_spec"]["obs_dtype"] == "|u1"
+
+
+# -- multi-task evaluation: every game, the same number of episodes each ------------------
+
+
+def _built_env_facts(env_fn, seed):
+    env = env_fn(seed)
+    try:
+        return env.game, env.start_level, env.num_levels, env.distribution_mode
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize("n", [16, 4])
+def test_multi_task_final_test_plays_every_game_on_every_set(n):
+    from rl_core import evaluation
+
+    f = flags_of("--multi_env", str(n), "--num_levels", "500")
+    games = multi_env_games(n)
+    runs = evaluation.protocol(procgen, f)
+    sets = final_test_level_sets(f)
+    assert [(r["set"], r["task"]) for r in runs] == [(s.name, g) for s in sets for g in games]
+    assert {r["episodes"] for r in runs} == {200}
+    # the env each run builds, for every seed the final test gives it, is the run's game on the set's levels
+    for r, run in enumerate(runs):
+        level_set = sets[[s.name for s in sets].index(run["set"])]
+        env_fn = evaluation.make_test_env_fn(procgen, f, run["overrides"], record=False)
+        seeds = evaluation.test_seeds(f, r)
+        for seed in (seeds[0], seeds[-1]) if n == 16 else seeds:
+            assert _built_env_facts(env_fn, seed) == (run["task"], level_set.start_level, level_set.num_levels,
+                                                      "hard")
+    # --test_runs keeps whole sets (every game of the first set of each group)
+    f1 = flags_of("--multi_env", str(n), "--num_levels", "500", "--test_runs", "1", "--test_episodes", "3")
+    kept = evaluation.protocol(procgen, f1)
+    assert [(r["set"], r["task"], r["episodes"]) for r in kept] == [
+        (s, g, 3) for s in ("train", "test_1000") for g in games]
+
+
+def test_multi_task_groups_report_each_game_and_weigh_games_equally():
+    from rl_core import evaluation
+
+    results = [
+        {"name": "train/a", "set": "train", "task": "a", "group": "train", "mean_return": 1.0},
+        {"name": "train/b", "set": "train", "task": "b", "group": "train", "mean_return": 3.0},
+        {"name": "t1/a", "set": "t1", "task": "a", "group": "test", "mean_return": 2.0},
+        {"name": "t1/b", "set": "t1", "task": "b", "group": "test", "mean_return": 6.0},
+        {"name": "t2/a", "set": "t2", "task": "a", "group": "test", "mean_return": 4.0},
+        {"name": "t2/b", "set": "t2", "task": "b", "group": "test", "mean_return": 0.0},
+    ]
+    groups = evaluation.summarize_groups(results)
+    assert groups["train"] == {"runs": 1, "mean": 2.0, "std": 0.0, "tasks": {"a": 1.0, "b": 3.0}}
+    # sets' means 4 and 2: mean 3, std 1 (over the held-out sets, as the single-task protocol)
+    assert groups["test"] == {"runs": 2, "mean": 3.0, "std": 1.0, "tasks": {"a": 3.0, "b": 3.0}}
+    single = [{"name": "x", "group": "test", "mean_return": 1.0}, {"name": "y", "group": "test", "mean_return": 3.0}]
+    assert evaluation.summarize_groups(single) == {"test": {"runs": 2, "mean": 2.0, "std": 1.0}}
+
+
+def _model_for(flags):
+    from rl_core.agents import make_agent
+    from rl_core.runtime.test_mode import local_spec
+
+    probe = make_env(flags, 0)
+    spec = local_spec(probe)
+    probe.close()
+    agent = make_agent(flags, spec)
+    return agent, agent.build_model().eval()
+
+
+@pytest.mark.parametrize("n,episodes,each", [(4, 10, 3), (2, 4, 2)])
+def test_multi_task_validation_plays_every_game_on_the_valid_levels(n, episodes, each):
+    import types
+
+    from rl_core import evaluation
+
+    argv = ["--multi_env", str(n), "--valid_start_level", "5000", "--valid_num_levels", "7",
+            "--valid_distribution_mode", "easy", "--valid_num_episodes", str(episodes), "--test_num_envs", "2"]
+    f = flags_of(*argv)
+    games = multi_env_games(n)
+    runs = evaluation.validation_runs(procgen, f)
+    assert [(r["task"], r["episodes"]) for r in runs] == [(g, each) for g in games]
+    for run in runs:
+        env_fn = evaluation.make_test_env_fn(procgen, f, run["overrides"], record=False)
+        for seed in evaluation.test_seeds(f, -1):
+            assert _built_env_facts(env_fn, seed) == (run["task"], 5000, 7, "easy")
+    if n != 2:
+        return
+    # played for real (bigfish and fruitbot end quickly): every episode on a validation level of its game
+    made, levels = [], collections.Counter()
+
+    def make_test_env(flags, seed, record=False):
+        env = make_env(flags, seed)
+        made.append(env.game)
+        step = env.step
+
+        def observed_step(action):
+            out = step(action)
+            if out[2] or out[3]:
+                assert 5000 <= out[4]["prev_level_seed"] < 5007
+                levels[env.game] += 1
+            return out
+
+        env.step = observed_step
+        return env
+
+    pkg = types.SimpleNamespace(make_env=make_env, make_test_env=make_test_env,
+                                validation_protocol=procgen.validation_protocol)
+    agent, model = _model_for(f)
+    result = evaluation.validate(model, pkg, f, agent=agent)
+    assert result["episodes"] == n * each and sorted(result["tasks"]) == sorted(games)
+    assert levels == {g: each for g in games} and set(made) == set(games)
+    assert result["mean_return"] == pytest.approx(np.mean(list(result["tasks"].values())))
+    # single task: one run of --valid_num_episodes on the valid levels
+    single = evaluation.validation_runs(procgen, flags_of("--valid_start_level", "9", "--valid_num_episodes", "5"))
+    assert single == [{"name": "valid", "episodes": 5, "overrides": {"start_level": 9}}]
+
+
+def test_multi_task_run_final_test_reports_every_game(tmp_path):
+    args = procgen_flags(tmp_path, "mt", multi_env=2, total_steps=800, num_levels=200, disable_final_test=False,
+                         test_episodes=2, test_runs=1, test_num_envs=2)
+    result = run(PROCGEN, *args, output=str(tmp_path / "out"), timeout=240)
+    assert result.returncode == 0, result.stdout[-3000:]
+    final = json.loads((tmp_path / "runs" / "mt" / "final_test.json").read_text())
+    assert [(r["set"], r["task"], r["episodes"]) for r in final["runs"]] == [
+        (s, g, 2) for s in ("train", "test_1000") for g in ("bigfish", "fruitbot")]
+    assert [r["overrides"] for r in final["runs"]][1] == {"start_level": 0, "num_levels": 200, "env": "fruitbot",
+                                                          "multi_env": 1}
+    for group in ("train", "test"):
+        g = final["groups"][group]
+        assert sorted(g["tasks"]) == ["bigfish", "fruitbot"] and g["runs"] == 1
+        assert g["mean"] == pytest.approx(np.mean(list(g["tasks"].values())))
+    assert "final test [test] fruitbot: mean" in result.stdout

@@ -513,9 +513,28 @@ if __name__ == "__main__":  # a quick throughput figure: python -m torchbeast_pr
     print(f"{name}: {n / (time.perf_counter() - start):.0f} steps/s (one env, one process)")
 
 
+def _task_overrides(game: str) -> dict:
+    """Flag values that make ``make_env`` play ``game`` alone (a task of a multi-task run)."""
+    return {"env": game, "multi_env": 1}
+
+
 def test_protocol(flags) -> list[dict]:
-    """The R2AC final test: the training levels, then three held-out sets (group "test": mean and std over them)."""
-    return [level_set.protocol_run() for level_set in final_test_level_sets(flags)]
+    """The R2AC final test: the training levels, then three held-out sets (group "test": mean and std over them).
+
+    A multi-task run (``--multi_env N``) plays every set on each of its N games,
+    the set's episodes on each: run ``"<set>/<game>"``, reported per game and,
+    per set, as the mean over the games.
+    """
+    games = _games(flags)
+    if len(games) == 1:
+        return [level_set.protocol_run() for level_set in final_test_level_sets(flags)]
+    runs = []
+    for level_set in final_test_level_sets(flags):
+        base = level_set.protocol_run()
+        for game in games:
+            runs.append(dict(base, name=f"{level_set.name}/{game}", set=level_set.name, task=game,
+                             overrides={**base["overrides"], **_task_overrides(game)}))
+    return runs
 
 
 def validation_overrides(flags) -> dict:
@@ -523,3 +542,15 @@ def validation_overrides(flags) -> dict:
     overrides = {"distribution_mode": flags.valid_distribution_mode, "num_levels": flags.valid_num_levels,
                  "start_level": flags.valid_start_level}
     return {k: v for k, v in overrides.items() if v is not None}
+
+
+def validation_protocol(flags) -> list[dict]:
+    """Validation on the ``--valid_*`` levels: ``--valid_num_episodes`` episodes, or in a multi-task
+    run ``ceil(--valid_num_episodes / N)`` on each of the N games (every game, the same number each)."""
+    games = _games(flags)
+    overrides = validation_overrides(flags)
+    if len(games) == 1:
+        return [{"name": "valid", "episodes": flags.valid_num_episodes, "overrides": overrides}]
+    each = -(-flags.valid_num_episodes // len(games))
+    return [{"name": f"valid/{game}", "task": game, "episodes": each,
+             "overrides": {**overrides, **_task_overrides(game)}} for game in games]

@@ -66,9 +66,6 @@ def evaluate_checkpoint(flags, env_pkg, parser, argv: list[str]) -> int:
     result.update(step=saved.get("step"), checkpoint=os.path.abspath(flags.checkpoint), env=flags.env)
     path = os.path.join(outdir, f"eval-{stamp}.json")
     evaluation.write_json(path, result)
-    for run in result["runs"]:
-        log.info("test %s: mean return %.2f over %d episodes", run["name"], run["mean_return"], run["episodes"])
-    for group, g in result["groups"].items():
-        log.info("test [%s]: mean %.2f, std %.2f over %d runs", group, g["mean"], g["std"], g["runs"])
+    evaluation.log_result(result, "test")
     log.info("wrote %s", path)
     return 0

@@ -453,14 +453,15 @@ class Training:
 
 
 def report_final_test(result: dict, run_log, step: int) -> None:
-    for run in result["runs"]:
-        log.info("final test %s: mean return %.2f over %d episodes", run["name"], run["mean_return"], run["episodes"])
+    evaluation.log_result(result, "final test")
     scalars, summary = {}, {}
     for group, g in result["groups"].items():
-        log.info("final test [%s]: mean %.2f, std %.2f over %d runs", group, g["mean"], g["std"], g["runs"])
         scalars[f"final_test/{group}_mean"] = g["mean"]
         summary.update({f"final_test/{group}/mean": g["mean"], f"final_test/{group}/std": g["std"],
                         f"final_test/{group}/runs": g["runs"]})
+        for task, mean in g.get("tasks", {}).items():
+            scalars[f"final_test/{group}_{task}_mean"] = mean
+            summary[f"final_test/{group}/{task}/mean"] = mean
     run_log.log_scalars(scalars, step)
     run_log.set_summary(summary)
     if result.get("video"):
@@ -520,19 +521,14 @@ class Validation:
 
         def run():
             frames = [] if record else None
-            seeds = evaluation.test_seeds(f, -1)
-            overrides = getattr(t.env_pkg, "validation_overrides", lambda flags: {})(f)
-            env_fn = evaluation.make_test_env_fn(t.env_pkg, f, overrides, record=record)
-            episodes = evaluation.play(model, env_fn, seeds, f.valid_num_episodes, greedy=not f.valid_sample,
-                                       device=t.device, record_frames=frames, stop=t.stop, agent=t.agent)
+            result = evaluation.validate(model, t.env_pkg, f, t.device, frames, t.stop, t.agent)
             video = None
             if frames:
                 from rl_core.video import write_video
 
                 video = write_video(frames, os.path.join(t.rundir, "valid_first_episode"))
-            if len(episodes) == f.valid_num_episodes:
-                self.result = {"step": step, "model": model, "video": video,
-                               "mean_return": float(np.mean([e["return"] for e in episodes]))}
+            if result is not None:
+                self.result = dict(result, step=step, model=model, video=video)
 
         log.info("validation of the model at step %d started", step)
         self.thread = start_thread("validation", run, t.errors)
@@ -545,9 +541,13 @@ class Validation:
         t = self.t
         mean = result["mean_return"]
         log.info("validation at step %d: mean return %.2f over %d episodes", result["step"], mean,
-                 t.flags.valid_num_episodes)
+                 result["episodes"])
         self.for_row = mean
-        t.run_log.log_scalars({"valid/mean_return": mean}, t.learner.step)
+        scalars = {"valid/mean_return": mean}
+        for task, task_mean in result["tasks"].items():
+            log.info("validation at step %d, %s: mean return %.2f", result["step"], task, task_mean)
+            scalars[f"valid/return_{task}"] = task_mean
+        t.run_log.log_scalars(scalars, t.learner.step)
         if result["video"]:
             t.run_log.log_video("video/valid", result["video"], t.learner.step)
         if mean > self.best:
