@@ -86,8 +86,32 @@ def test_train_writes_logs_and_checkpoint_then_resumes(tmp_path):
     assert ckpt2["learner_steps"] > ckpt["learner_steps"]
     assert ckpt2["scheduler_state_dict"]["last_epoch"] == ckpt2["learner_steps"]
     assert ckpt2["optimizer_state_dict"]["state"][0]["step"] > ckpt["optimizer_state_dict"]["state"][0]["step"]
-    # The schedule continued where it stopped rather than starting again at the initial lr.
-    assert lr_end_first < 0.002
+    # The schedule continued where it stopped: the rate is the linear decay's at the run's whole learner
+    # step count over the new --total_steps, 0 at the end (a schedule restarted at the resume would be
+    # halfway, near 0.001).
+    steps_per_update = 20 * 8
+    expected_lr = 0.002 * (1 - min(ckpt2["learner_steps"] * steps_per_update, 40_000) / 40_000)
+    assert ckpt2["optimizer_state_dict"]["param_groups"][0]["lr"] == pytest.approx(expected_lr, abs=1e-12)
+    assert lr_end_first == 0.0  # the first run decayed to 0 over its own --total_steps
+
+    # Resuming at --total_steps trains nothing and saves what it loaded: the weights, the optimizer's state
+    # tensors and the schedule are the checkpoint's, bit for bit (a run that loaded no weights would save
+    # the freshly initialized model).
+    result = run(GYM, *common(tmp_path, total_steps=40_000, test_episodes=1), output=str(tmp_path / "out3"),
+                 timeout=120)
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert "checkpoint is already at step" in result.stdout
+    ckpt3 = torch.load(rundir / "model.tar", weights_only=True)
+    assert ckpt3["model_state_dict"].keys() == ckpt2["model_state_dict"].keys()
+    for name, tensor in ckpt2["model_state_dict"].items():
+        assert torch.equal(ckpt3["model_state_dict"][name], tensor), name
+    state2, state3 = ckpt2["optimizer_state_dict"]["state"], ckpt3["optimizer_state_dict"]["state"]
+    assert state3.keys() == state2.keys() and state2
+    for index, slots in state2.items():
+        for slot, value in slots.items():
+            assert torch.equal(torch.as_tensor(state3[index][slot]), torch.as_tensor(value)), (index, slot)
+    assert ckpt3["scheduler_state_dict"] == ckpt2["scheduler_state_dict"]
+    assert (ckpt3["step"], ckpt3["learner_steps"]) == (ckpt2["step"], ckpt2["learner_steps"])
 
 
 def test_corrupt_checkpoint_is_one_line_and_kept(tmp_path):
