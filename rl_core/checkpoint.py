@@ -10,11 +10,19 @@ import torch
 from rl_core.errors import UserError
 
 
+TEMP_SUFFIX = ".partial"
+
+
 def save(path: str, payload: dict) -> None:
-    """Write ``payload`` to ``path`` via a temporary file and a rename."""
+    """Write ``payload`` to ``path`` via a temporary file, fsync and a rename.
+
+    A failure while writing removes the temporary file and leaves ``path`` as it
+    was; a process killed while writing leaves ``path`` as it was and a stale
+    ``.<name>.*.partial`` file, which :func:`remove_partial_writes` deletes.
+    """
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".model.", suffix=".tmp", dir=directory)
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=TEMP_SUFFIX, dir=directory)
     try:
         with os.fdopen(fd, "wb") as f:
             torch.save(payload, f)
@@ -27,6 +35,26 @@ def save(path: str, payload: dict) -> None:
         except FileNotFoundError:
             pass
         raise
+
+
+def remove_partial_writes(directory: str) -> list[str]:
+    """Delete the temporary files of saves that a killed process left in ``directory``; returns them.
+
+    Call it only while no save into ``directory`` is under way (a run's start).
+    """
+    removed = []
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return removed
+    for name in names:
+        if name.startswith(".") and name.endswith(TEMP_SUFFIX):
+            try:
+                os.unlink(os.path.join(directory, name))
+                removed.append(name)
+            except FileNotFoundError:
+                pass
+    return removed
 
 
 def load(path: str, map_location="cpu") -> dict:

@@ -77,9 +77,13 @@ def test_train_writes_logs_and_checkpoint_then_resumes(tmp_path):
     lr_end_first = ckpt["optimizer_state_dict"]["param_groups"][0]["lr"]
     assert not sockets_left(tmp_path)
 
-    # Same xpid, more steps: resumes step counter, optimizer and schedule.
+    # Same xpid, more steps: resumes step counter, optimizer and schedule; the partial write of a
+    # save that was killed (kill -9 mid-write, tests/test_checkpoint.py) is removed at the start.
+    (rundir / ".model.tar.x1y2.partial").write_bytes(b"torn")
     result = run(GYM, *common(tmp_path, total_steps=40_000), output=str(tmp_path / "out2"), timeout=120)
     assert result.returncode == 0, result.stdout[-3000:]
+    assert "removed .model.tar.x1y2.partial" in result.stdout
+    assert not (rundir / ".model.tar.x1y2.partial").exists()
     assert f"resumed from {rundir}/model.tar at step {first_step}" in result.stdout
     ckpt2 = torch.load(rundir / "model.tar", weights_only=True)
     assert ckpt2["step"] >= 40_000

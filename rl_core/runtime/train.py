@@ -185,6 +185,8 @@ class Training:
             log.error("error: %s", e)
             return 2
         self.checkpoint_path = os.path.join(self.rundir, "model.tar")
+        for name in checkpoint.remove_partial_writes(self.rundir):
+            log.info("removed %s, the partial write of a checkpoint that a killed run left", name)
         self._signals()
         reason, status = "finished", 0
         try:
