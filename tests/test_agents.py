@@ -254,3 +254,48 @@ def test_each_package_builds_and_updates_its_default_model_for_each_agent(packag
         loss.backward()
         optimizer.step()
         assert torch.isfinite(loss)
+
+
+@pytest.mark.parametrize("clipping", ["abs_one", "none"])
+def test_impala_agent_loss_feeds_the_loss_function_the_right_slices_and_flags(clipping):
+    """ImpalaAgent.loss on a hand-made [T+1, B] batch equals impala_loss called with learner outputs [:-1]
+    against batch [1:], bootstrapping from the last baseline, the rewards clipped per --reward_clipping,
+    a truncation's reward replaced by V(x_t), and each of rho-bar, pg-rho-bar, c-bar, lambda from its own flag."""
+    from rl_core.losses.impala import impala_loss
+
+    thresholds = dict(clip_rho_threshold=1.7, clip_pg_rho_threshold=0.6, clip_c_threshold=0.35, lambda_=0.8)
+    f = flags("--agent=impala", "--entropy_cost=0.013", "--baseline_cost=0.7", "--discounting=0.93",
+              f"--reward_clipping={clipping}", "--clip_rho_threshold=1.7", "--clip_pg_rho_threshold=0.6",
+              "--clip_c_threshold=0.35", "--vtrace_lambda=0.8")
+    agent = make_agent(f, DISCRETE)
+    torch.manual_seed(1)
+    model = agent.build_model()
+    batch = random_batch(DISCRETE, agent, model, seed=3)
+    batch["policy_logits"] = 2.5 * batch["policy_logits"]  # rhos far from 1: every threshold clips somewhere
+    assert (batch["reward"][1:].abs() > 1).any() and batch["truncated"][1:].any() and batch["done"][1:].any()
+
+    loss, stats = agent.loss(model, batch, ())
+    inputs = {"obs": batch["obs"], "reward": batch["reward"], "done": batch["done"], "last_action": batch["action"]}
+    out, _ = model(inputs, ())
+    values = out["baseline"][:-1]
+
+    def reference(clip=clipping == "abs_one", **changes):
+        rewards = batch["reward"][1:]
+        if clip:
+            rewards = rewards.clamp(-1, 1)
+        rewards = torch.where(batch["truncated"][1:], values.detach(), rewards)
+        kwargs = dict(thresholds, **changes)
+        return impala_loss(
+            behavior_policy_logits=batch["policy_logits"][1:], target_policy_logits=out["policy_logits"][:-1],
+            actions=batch["action"][1:], rewards=rewards, dones=batch["done"][1:], values=values,
+            bootstrap_value=out["baseline"][-1], discounting=0.93, baseline_cost=0.7, entropy_cost=0.013,
+            **kwargs)[0]
+
+    torch.testing.assert_close(loss, reference(), rtol=1e-6, atol=1e-6)
+    assert stats["total_loss"] == pytest.approx(loss.item(), rel=1e-6)
+    # The check can tell each wiring mistake apart: a swapped or ignored threshold, the other clipping.
+    for wrong in (dict(clip_rho_threshold=0.6, clip_pg_rho_threshold=1.7), dict(clip_c_threshold=1.7),
+                  dict(clip_rho_threshold=0.35, clip_c_threshold=1.7), dict(lambda_=1.0),
+                  dict(clip_pg_rho_threshold=1.0), dict(clip_rho_threshold=1.0)):
+        assert abs(reference(**wrong).item() - loss.item()) > 1e-3, wrong
+    assert abs(reference(clip=clipping != "abs_one").item() - loss.item()) > 1e-3
