@@ -31,10 +31,11 @@ def flags(**kw):
 
 
 class Recorder(gym.Wrapper):
-    """CartPole that records every action it receives and every obs it returns."""
+    """CartPole that records every action it receives and every obs it returns; ``max_steps``
+    cuts episodes short (a time limit), so that episodes end inside every unroll."""
 
-    def __init__(self, log):
-        super().__init__(gym.make("CartPole-v1"))
+    def __init__(self, log, max_steps=None):
+        super().__init__(gym.make("CartPole-v1", max_episode_steps=max_steps))
         self.log = log
 
     def reset(self, **kw):
@@ -44,15 +45,16 @@ class Recorder(gym.Wrapper):
 
     def step(self, action):
         obs, r, term, trunc, info = self.env.step(action)
-        self.log.append(("step", int(action), obs.copy()))
+        self.log.append(("step", int(action), obs.copy(), r, term or trunc))
         return obs, r, term, trunc, info
 
 
-@pytest.mark.parametrize("core", [None, "lstm", "elstm", "rtrl_elstm"])
-def test_unrolls_overlap_by_one_step_and_align_actions(tmp_path, core):
+@pytest.mark.parametrize("core,max_steps", [(None, None), ("lstm", None), ("elstm", None), ("rtrl_elstm", None),
+                                            (None, 3), ("lstm", 4)])
+def test_unrolls_overlap_by_one_step_and_align_actions(tmp_path, core, max_steps):
     logs = [[] for _ in range(K)]
     address = tp.Address("unix", path=str(tmp_path / "srv.0"))
-    server = EnvServer(address, [lambda i=i: Recorder(logs[i]) for i in range(K)], seeds=list(range(K)))
+    server = EnvServer(address, [lambda i=i: Recorder(logs[i], max_steps) for i in range(K)], seeds=list(range(K)))
     server_stop = threading.Event()
     threading.Thread(target=server.serve_forever, args=(server_stop,), daemon=True).start()
 
@@ -89,15 +91,19 @@ def test_unrolls_overlap_by_one_step_and_align_actions(tmp_path, core):
         np.testing.assert_array_equal(timeline["obs"][0, slot].numpy(), events[0][2])
         i = 1
         for t in range(1, steps + 1):
-            kind, action, obs = events[i]
+            kind, action, obs, reward, ended = events[i]
             assert kind == "step"
             assert timeline["action"][t, slot].item() == action  # index t holds the action that led to obs[t]
-            if timeline["done"][t, slot]:
+            assert timeline["reward"][t, slot].item() == reward  # ... and its reward, the old episode's last
+            assert bool(timeline["done"][t, slot]) == ended
+            if ended:
                 i += 1
                 assert events[i][0] == "reset"
                 obs = events[i][2]  # obs[t] is the next episode's first observation
             np.testing.assert_array_equal(timeline["obs"][t, slot].numpy(), obs)
             i += 1
+        if max_steps:  # episode ends inside every unroll, on every env
+            assert all(timeline["done"][1 + T * u: 1 + T * (u + 1), slot].any() for u in range(3))
     # The behaviour logits stored at t are the model's output on obs[t-1]: the learner,
     # starting each unroll from the agent state stored at its start, reproduces them.
     for unroll, state in unrolls:

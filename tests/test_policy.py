@@ -48,6 +48,38 @@ def test_no_last_action_removes_it_from_every_input(flags):
         assert torch.equal(out0[key], out1[key]), key
 
 
+@pytest.mark.parametrize("flags", [[], ["--value_net=separate"], ["--use_lstm"], ["--use_rtrl"]])
+def test_a_new_episode_sees_no_reward_and_no_last_action_of_the_old_one(flags):
+    """At a step with done=True (obs[t] is the new episode's first observation) the stored reward and
+    action belong to the episode that ended: the model zeroes both there, and only there."""
+    torch.manual_seed(0)
+    model = build_model(make_parser().parse_args(flags), SPEC)
+    T, B = 6, 4
+    g = torch.Generator().manual_seed(1)
+    done = torch.zeros(T, B, dtype=torch.bool)
+    done[2, :2] = done[4, 1:3] = True
+    inputs = {"obs": torch.rand(T, B, 3, generator=g), "reward": 3 * torch.randn(T, B, generator=g),
+              "done": done, "last_action": torch.randint(0, 4, (T, B), generator=g)}
+
+    def run(**changes):
+        out, _ = model(dict(inputs, **changes), model.initial_state(B))
+        return torch.stack([out["policy_logits"].sum(-1), out["baseline"]], -1)
+
+    base = run()
+    for t, b in [(2, 0), (2, 1), (4, 2)]:  # done steps: other reward and action, same outputs at and after t
+        reward, action = inputs["reward"].clone(), inputs["last_action"].clone()
+        reward[t, b] += 5.0
+        action[t, b] = (action[t, b] + 1) % 4
+        torch.testing.assert_close(run(reward=reward, last_action=action), base, rtol=0, atol=0)
+    for t, b in [(2, 2), (3, 0), (4, 0)]:  # control: on a step inside an episode each changes the output at t
+        reward = inputs["reward"].clone()
+        reward[t, b] = 0.5 if reward[t, b] < 0 else -0.5  # another value after clipping to [-1, 1]
+        action = inputs["last_action"].clone()
+        action[t, b] = (action[t, b] + 1) % 4
+        assert not torch.allclose(run(reward=reward)[t, b], base[t, b])
+        assert not torch.allclose(run(last_action=action)[t, b], base[t, b])
+
+
 # bf16 keeps 8 significant bits: one rounding is off by at most 2^-8 relative.  A stem is a
 # few roundings deep, so its features and the logits stay within 2^-6 of float32.
 BF16_BOUND = 2.0**-6
