@@ -5,6 +5,7 @@ import socket
 import stat
 import struct
 import threading
+import time
 
 import gymnasium as gym
 import numpy as np
@@ -268,6 +269,54 @@ def test_tcp_requires_the_shared_secret():
     conn.close()
     stop.set()
     thread.join(5)
+
+
+@pytest.mark.parametrize("answer", ["wrong_secret", "reflected", "truncated"])
+def test_the_client_refuses_a_server_that_cannot_prove_the_secret(answer):
+    """Authentication is mutual: an impostor that challenges the learner correctly but answers the
+    learner's challenge with a wrong MAC (another secret, the learner's own MAC sent back, or too few
+    bytes) is refused before any message is read from it."""
+    import hashlib
+    import hmac
+    import types
+
+    from rl_core.runtime.actor_pool import connect_server
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    address = tp.Address("tcp", host="127.0.0.1", port=listener.getsockname()[1])
+    hello_sent = threading.Event()
+
+    def impostor():
+        sock, _ = listener.accept()
+        with sock:
+            sock.sendall(tp.AUTH_TAG + bytes(32))  # a well-formed challenge
+            reply = tp._recv_exact_raw(sock, len(tp.AUTH_TAG) + 64)
+            client_mac, client_nonce = reply[len(tp.AUTH_TAG):][:32], reply[len(tp.AUTH_TAG):][32:]
+            if answer == "wrong_secret":
+                sock.sendall(hmac.new(b"guess", b"server" + client_nonce, hashlib.sha256).digest())
+            elif answer == "reflected":
+                sock.sendall(client_mac)
+            else:
+                sock.sendall(client_mac[:16])
+                time.sleep(0.1)
+                sock.shutdown(socket.SHUT_WR)
+            try:  # then speaks as a server would
+                for frame in tp.encode(tp.HELLO, {"spec": tp.json_field({"num_envs": 1})}):
+                    sock.sendall(frame)
+                hello_sent.set()
+            except OSError:
+                pass
+            time.sleep(0.5)
+
+    thread = threading.Thread(target=impostor, daemon=True)
+    thread.start()
+    flags = types.SimpleNamespace(connect_timeout=5, max_message_bytes=1 << 20)
+    with pytest.raises(tp.ProtocolError, match="server failed authentication|closed the connection during"):
+        connect_server(address, flags, b"s3cret")
+    thread.join(5)
+    listener.close()
 
 
 def test_stale_socket_file_is_replaced_and_live_one_refused(tmp_path):
