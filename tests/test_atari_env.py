@@ -380,3 +380,63 @@ def test_episode_stats_wrapper_is_generic_and_spans_lives():
             env.reset()
     assert stats is not None
     assert stats["lives_seen"] >= 3  # several lives of one game went into it
+
+
+# -- the flags reach the env through make_env / make_test_env ---------------------
+
+
+def _atari_flags(*argv):
+    from rl_core.runtime.entry import parse_flags
+    from torchbeast_atari import env as atari
+
+    return parse_flags(atari, ["--env", BREAKOUT, *argv])
+
+
+def _behaviour(env):
+    """What the env does, observed: no-op counts of 6 resets, ALE's sticky probability, the number of
+    actions, whether losing a life ends the episode, and the frame at which a NOOP-only game truncates."""
+    noops = []
+    for seed in range(6):
+        _, info = env.reset(seed=seed)
+        noops.append(info["noops"])
+    sticky = env.unwrapped.ale.getFloat("repeat_action_probability")
+    _, info = env.reset(seed=0)
+    lives = info["lives"]
+    rng = np.random.default_rng(0)
+    while True:
+        _, _, terminated, truncated, info = env.step(int(rng.integers(4)))
+        if info["lives"] < lives or terminated or truncated:
+            break
+    life_loss_ends = bool(terminated) and info["lives"] == lives - 1
+    return {"noops": noops, "sticky": round(sticky, 6), "actions": env.action_space.n,
+            "life_loss_ends": life_loss_ends}
+
+
+def _truncation_frame(env):
+    env.reset(seed=0)
+    while True:
+        _, _, terminated, truncated, info = env.step(0)
+        if terminated or truncated:
+            return info["frame_number"] if truncated else None
+
+
+@pytest.mark.parametrize("maker", ["make_env", "make_test_env"])
+def test_each_atari_flag_reaches_the_env_through_make_env(maker):
+    """Each flag, changed alone from the defaults, changes what the env built from the flags does (and
+    nothing else): a flag make_env drops fails here.  The test env always plays whole games."""
+    from torchbeast_atari import env as atari
+
+    make = getattr(atari, maker)
+    default = _behaviour(make(_atari_flags(), 5))
+    assert default["sticky"] == 0.0 and default["actions"] == 4 and max(default["noops"]) > 0
+    assert default["life_loss_ends"] is (maker == "make_env")
+    cases = {
+        "--noop_max=0": {"noops": [0] * 6},
+        "--sticky_actions=0.25": {"sticky": 0.25},
+        "--full_action_space": {"actions": 18},
+        "--disable_episodic_life": {"life_loss_ends": False},
+    }
+    for flag, changed in cases.items():
+        seen = _behaviour(make(_atari_flags(flag), 5))
+        assert seen == {**default, **changed}, flag
+    assert _truncation_frame(make(_atari_flags("--noop_max=0", "--max_episode_frames=100"), 5)) == 100
