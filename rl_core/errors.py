@@ -7,3 +7,8 @@ class UserError(Exception):
 
 class EnvServerError(RuntimeError):
     """An environment raised inside an env server; carries the env's traceback text."""
+
+
+class RunFailure(RuntimeError):
+    """A failure of the run's machinery the log explains in one line, e.g. an env server that keeps
+    dying: the run ends (status 1) with that line and no Python traceback."""

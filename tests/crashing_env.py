@@ -1,4 +1,5 @@
-"""A gymnasium env registered as ``tests.crashing_env:Crashing-v0`` that raises mid-episode."""
+"""Gymnasium envs that fail: ``tests.crashing_env:Crashing-v0`` raises mid-episode, ``CrashingReset-v0``
+raises in a later reset, ``Dying-v0`` kills its process (a server that keeps dying)."""
 
 import gymnasium as gym
 from gymnasium.envs.classic_control.cartpole import CartPoleEnv
@@ -18,3 +19,40 @@ class CrashingCartPole(CartPoleEnv):
 
 
 gym.register(id="Crashing-v0", entry_point=CrashingCartPole, max_episode_steps=500)
+
+
+class ResetCrashingCartPole(CartPoleEnv):
+    """Raises in its ``crash_at``-th reset (the server's first resets pass; a later episode's does not)."""
+
+    def __init__(self, crash_at: int = 4, **kwargs):
+        super().__init__(**kwargs)
+        self.crash_at = crash_at
+        self.resets = 0
+
+    def reset(self, **kwargs):
+        self.resets += 1
+        if self.resets >= self.crash_at:
+            raise RuntimeError(f"boom: the env broke in its reset number {self.resets}")
+        return super().reset(**kwargs)
+
+
+class DyingCartPole(CartPoleEnv):
+    """Kills its whole process (as a segfaulting C++ env would) at its ``die_after``-th step."""
+
+    def __init__(self, die_after: int = 40, **kwargs):
+        super().__init__(**kwargs)
+        self.die_after = die_after
+        self.steps = 0
+
+    def step(self, action):
+        import os
+        import signal
+
+        self.steps += 1
+        if self.steps >= self.die_after:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return super().step(action)
+
+
+gym.register(id="CrashingReset-v0", entry_point=ResetCrashingCartPole, max_episode_steps=20)
+gym.register(id="Dying-v0", entry_point=DyingCartPole, max_episode_steps=500)

@@ -204,6 +204,43 @@ def test_env_exception_stops_the_run_with_its_traceback(tmp_path):
     assert not sockets_left(tmp_path)
 
 
+def test_env_exception_in_reset_stops_the_run_with_its_traceback(tmp_path):
+    result = run(
+        GYM,
+        *common(tmp_path, env="tests.crashing_env:CrashingReset-v0", total_steps=10**9),
+        output=str(tmp_path / "out"),
+        timeout=60,
+    )
+    assert result.returncode == 1, result.stdout[-3000:]
+    assert "boom: the env broke in its reset number 4" in result.stdout
+    assert "in reset" in result.stdout and "crashing_env.py" in result.stdout  # the traceback, from the reset
+    meta = json.loads((tmp_path / "runs" / "run" / "meta.json").read_text())
+    assert meta["success"] is False and "boom" in meta["reason"]
+    assert not sockets_left(tmp_path)
+
+
+def test_a_server_that_keeps_dying_ends_the_run_with_one_line(tmp_path):
+    """Restarts are allowed 5 times a minute per server; the 6th death ends the run, saved and
+    reported, instead of restarting forever."""
+    started = time.monotonic()
+    result = run(
+        GYM,
+        *common(tmp_path, env="tests.crashing_env:Dying-v0", total_steps=10**9, num_servers=1, num_actors=2,
+                batch_size=2),
+        output=str(tmp_path / "out"),
+        timeout=150,
+    )
+    assert result.returncode == 1, result.stdout[-3000:]
+    assert result.stdout.count("exited with code -9; restarting it") == 5
+    last = result.stdout.strip().splitlines()[-1]
+    assert "error: env server 0 died 6 times within a minute (last exit code -9)" in last
+    assert "python -m torchbeast_gym.polybeast_env" in last and "Traceback" not in result.stdout
+    assert time.monotonic() - started < 120
+    meta = json.loads((tmp_path / "runs" / "run" / "meta.json").read_text())
+    assert meta["success"] is False and "died 6 times within a minute" in meta["reason"]
+    assert not sockets_left(tmp_path)
+
+
 def test_env_servers_and_learner_run_separately(tmp_path):
     env_out = str(tmp_path / "env_out")
     flags = common(tmp_path, total_steps=10_000)

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 
-from rl_core.errors import UserError
+from rl_core.errors import RunFailure, UserError
 from rl_core.runtime import transport as tp
 from rl_core.runtime.env_server import ENV_ERROR_EXIT_CODE
 
@@ -64,12 +64,15 @@ class ServerSupervisor:
                 # The traceback travels to the learner as an ERROR message; give it a moment.
                 self._env_error_since = self._env_error_since or now
                 if not env_error_reported and now - self._env_error_since > 3.0:
-                    raise RuntimeError(f"env server {i} exited after an environment raised (traceback above)")
+                    raise RunFailure(f"env server {i} exited after an environment raised (traceback above)")
                 continue
             recent = [t for t in self._recent[i] if now - t < 60.0] + [now]
             self._recent[i] = recent
             if len(recent) > MAX_RESTARTS_PER_MINUTE:
-                raise RuntimeError(f"env server {i} died {len(recent)} times within a minute (last exit code {code})")
+                raise RunFailure(
+                    f"env server {i} died {len(recent)} times within a minute (last exit code {code}), more than the "
+                    f"{MAX_RESTARTS_PER_MINUTE} restarts a minute allowed: the env crashes its process; run "
+                    f"`python -m {self.module}` alone with the same flags to see why")
             log.warning("env server %d (pid %d) exited with code %s; restarting it", i, proc.pid, code)
             self._cleanup_socket(i)
             self.restarts += 1

@@ -18,7 +18,7 @@ import torch
 
 from rl_core import checkpoint, evaluation
 from rl_core.agents import make_agent
-from rl_core.errors import UserError
+from rl_core.errors import RunFailure, UserError
 from rl_core.run_log import RunLog, setup_logging
 from rl_core.runtime import transport as tp
 from rl_core.runtime.actor_pool import ActorThread, RunStats, connect_server, inference_loop, spec_key
@@ -189,6 +189,7 @@ class Training:
             log.info("removed %s, the partial write of a checkpoint that a killed run left", name)
         self._signals()
         reason, status = "finished", 0
+        one_line = None  # the error a user reads last, after the shutdown's own log lines
         try:
             self._run()
             if self.errors.error is not None:
@@ -197,9 +198,9 @@ class Training:
                 reason = "interrupted"
         except tp.Stopped:
             reason = "interrupted"
-        except UserError as e:
-            reason, status = f"error: {e}", 2
-            log.error("error: %s", e)
+        except (UserError, RunFailure) as e:
+            reason, status = f"error: {e}", 2 if isinstance(e, UserError) else 1
+            one_line = reason
         except BaseException as e:  # noqa: BLE001
             where = self.errors.thread_name or threading.current_thread().name
             text = self.errors.text if self.errors.error is e else None
@@ -210,6 +211,8 @@ class Training:
                 log.error("error in thread %s:\n%s", where, text)
         finally:
             self._shutdown(save=status == 0 and getattr(self, "learner", None) is not None)
+        if one_line:
+            log.error("%s", one_line)
         trained = getattr(self, "learner", None) is not None and hasattr(self, "start_time")
         if status == 0 and reason == "finished" and trained and not f.disable_final_test:
             try:
