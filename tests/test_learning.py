@@ -1,8 +1,32 @@
 """IMPALA learns CartPole-v1 through the full runtime (launcher, 2 env servers, sockets)."""
 
+import os
 import time
 
+import pytest
+
 from tests.proc_utils import csv_rows, run
+
+# Each learning run has its own deadline, well inside the test's pytest timeout, so that a slow or
+# stuck run fails with where it got to (steps, speed, return) rather than pytest's bare stack dump.
+RUN_DEADLINE_S = 840
+PYTEST_TIMEOUT_S = RUN_DEADLINE_S + 120
+
+
+def run_to_the_end(tmp_path, xpid, *args):
+    """Train; on a run past RUN_DEADLINE_S, fail naming its progress from logs.csv."""
+    start = time.monotonic()
+    try:
+        result = run("torchbeast_gym.polybeast", *args, f"--pipes_basename=unix:{tmp_path}/pipe",
+                     f"--savedir={tmp_path}", f"--xpid={xpid}", output=str(tmp_path / "out"), timeout=RUN_DEADLINE_S)
+    except AssertionError:
+        path = str(tmp_path / xpid / "logs.csv")
+        rows = csv_rows(path) if os.path.exists(path) else []
+        where = (f"step {rows[-1]['step']} at {float(rows[-1]['sps']):.0f} SPS, last-100 return "
+                 f"{rows[-1]['return_last_100']}") if rows else "no logs.csv row"
+        pytest.fail(f"{xpid}: training did not finish within {RUN_DEADLINE_S} s ({where}): the machine is too "
+                    f"slow or the run stalled (see {tmp_path / 'out'})", pytrace=False)
+    return result, time.monotonic() - start
 
 # Chosen by a sweep over lr, batch size and entropy cost; the MLP's value tower is
 # separate from the policy's (torchbeast_gym's default), which made it robust across seeds.
@@ -20,18 +44,9 @@ CARTPOLE_FLAGS = [
 ]
 
 
+@pytest.mark.timeout(PYTEST_TIMEOUT_S)
 def test_impala_solves_cartpole_within_500k_steps(tmp_path):
-    start = time.monotonic()
-    result = run(
-        "torchbeast_gym.polybeast",
-        *CARTPOLE_FLAGS,
-        f"--pipes_basename=unix:{tmp_path}/pipe",
-        f"--savedir={tmp_path}",
-        "--xpid=cartpole",
-        output=str(tmp_path / "out"),
-        timeout=600,
-    )
-    wall = time.monotonic() - start
+    result, wall = run_to_the_end(tmp_path, "cartpole", *CARTPOLE_FLAGS)
     assert result.returncode == 0, result.stdout[-3000:]
     rows = csv_rows(str(tmp_path / "cartpole" / "logs.csv"))
     final_step = int(rows[-1]["step"])
@@ -46,13 +61,8 @@ def test_impala_solves_cartpole_within_500k_steps(tmp_path):
 
 def _on_policy_cartpole(tmp_path, agent: str):
     """``torchbeast_gym`` with nothing but --env and --agent (and a seed): the package's defaults."""
-    start = time.monotonic()
-    result = run(
-        "torchbeast_gym.polybeast", "--env=CartPole-v1", f"--agent={agent}", "--total_steps=500000", "--seed=1",
-        "--log_interval=2", "--disable_final_test", f"--pipes_basename=unix:{tmp_path}/pipe",
-        f"--savedir={tmp_path}", f"--xpid={agent}", output=str(tmp_path / "out"), timeout=900,
-    )
-    wall = time.monotonic() - start
+    result, wall = run_to_the_end(tmp_path, agent, "--env=CartPole-v1", f"--agent={agent}", "--total_steps=500000",
+                                  "--seed=1", "--log_interval=2", "--disable_final_test")
     assert result.returncode == 0, result.stdout[-3000:]
     rows = csv_rows(str(tmp_path / agent / "logs.csv"))
     returns = [(int(r["step"]), float(r["return_last_100"])) for r in rows if r["return_last_100"] != "nan"]
@@ -63,6 +73,7 @@ def _on_policy_cartpole(tmp_path, agent: str):
     return returns
 
 
+@pytest.mark.timeout(PYTEST_TIMEOUT_S)
 def test_ppo_with_the_package_defaults_solves_cartpole(tmp_path):
     """PPO reaches a mean return >= 475 over the last 100 episodes within 500k agent steps (a random
     policy scores about 22)."""
@@ -71,6 +82,7 @@ def test_ppo_with_the_package_defaults_solves_cartpole(tmp_path):
     assert returns[-1][1] >= 475, returns[-5:]
 
 
+@pytest.mark.timeout(PYTEST_TIMEOUT_S)
 def test_vmpo_with_the_package_defaults_learns_cartpole(tmp_path):
     """V-MPO (its temperature and KL multiplier learned as Lagrange multipliers) reaches >= 400."""
     returns = _on_policy_cartpole(tmp_path, "vmpo")

@@ -121,11 +121,14 @@ def test_validation_best_and_extra_checkpoints(tmp_path):
     rundir = tmp_path / "runs" / "run"
     text = read(str(rundir / "out.log"))
     started = [int(s) for s in re.findall(r"validation of the model at step (\d+) started", text)]
-    # Once per crossed multiple of 10k (a trigger while one runs would be skipped), never every loop.
-    assert 2 <= len(started) <= 4
-    assert len({s // 10_000 for s in started}) == len(started)
+    skipped = text.count("validation still running: skipping this one")
+    # Each crossed multiple of 10k (10k, 20k, 30k, 40k: the last step's too) starts one, or is skipped
+    # while one runs; never one per loop.  How many are skipped depends on the machine's load.
+    assert len(started) + skipped == 4 and len(started) >= 2
+    assert len({s // 10_000 for s in started}) == len(started) and started[-1] >= 40_000
+    # every started validation finishes and is recorded, the last one after training ended
     results = [float(x) for x in re.findall(r"validation at step \d+: mean return ([\d.]+)", text)]
-    assert results
+    assert len(results) == len(started)
     best = torch.load(rundir / "model_best_val.tar", weights_only=True)
     assert best["valid_return"] == pytest.approx(max(results), abs=0.01)
     assert best["step"] in started

@@ -113,6 +113,8 @@ class Training:
             log.info("received %s: stopping (final checkpoint, then exit)", signal.Signals(signum).name)
             self.stop.set()
             self.test_stop.set()
+            if self.validation is not None:
+                self.validation.abort.set()
 
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGINT, handler)
@@ -362,6 +364,8 @@ class Training:
             if not f.disable_checkpoint and now - last_ckpt >= f.checkpoint_every * 60:
                 last_ckpt = now
                 self.save_checkpoint()
+        if self.errors.error is None and not self.interrupted and self.learner.step >= f.total_steps:
+            self.validation.finish()
 
     def log_tick(self) -> None:
         f, learner = self.flags, self.learner
@@ -418,6 +422,8 @@ class Training:
     # ---------------------------------------------------------- shutdown
     def _shutdown(self, save: bool) -> None:
         self.stop.set()
+        if self.validation is not None:
+            self.validation.abort.set()
         deadline = time.monotonic() + 5.0
         for thread in self.threads:
             thread.join(max(0.0, deadline - time.monotonic()))
@@ -478,7 +484,9 @@ class Validation:
 
     Triggered every --validate_every minutes and whenever the step count crosses a
     multiple of --validate_step_every; one at a time (a trigger while one runs is
-    skipped).  Keeps model_best_val.tar.
+    skipped).  When training reaches --total_steps the running validation is awaited
+    and one due at the last step is run, so every crossing is either validated or
+    logged as skipped.  Keeps model_best_val.tar.
     """
 
     def __init__(self, training: Training):
@@ -488,6 +496,7 @@ class Validation:
         self.last_time = time.monotonic()
         self.last_step = training.learner.step
         self.thread: threading.Thread | None = None
+        self.abort = threading.Event()  # an error, a signal: the running validation gives up
         self.result: dict | None = None
         self.for_row = float("nan")
         self.count = 0
@@ -512,6 +521,24 @@ class Validation:
             self.last_time = now
             self._start()
 
+    def finish(self) -> None:
+        """Training reached --total_steps: wait for the running validation, then run the one the last
+        step made due; both are recorded before the run ends."""
+        if not self.enabled:
+            return
+        f, step = self.t.flags, self.t.learner.step
+        due = evaluation.crossed(self.last_step, step, f.validate_step_every)
+        self.last_step = step
+        self._wait()
+        if due:
+            self._start()
+            self._wait()
+
+    def _wait(self) -> None:
+        while self.thread is not None and self.thread.is_alive():
+            self.thread.join(0.25)  # the main thread: a signal's handler runs between the joins
+        self._collect()
+
     def _start(self) -> None:
         t, f = self.t, self.t.flags
         if self.thread is not None and self.thread.is_alive():
@@ -526,7 +553,7 @@ class Validation:
 
         def run():
             frames = [] if record else None
-            result = evaluation.validate(model, t.env_pkg, f, t.device, frames, t.stop, t.agent)
+            result = evaluation.validate(model, t.env_pkg, f, t.device, frames, self.abort, t.agent)
             video = None
             if frames:
                 from rl_core.video import write_video
