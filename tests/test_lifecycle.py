@@ -6,6 +6,7 @@ import os
 import re
 import struct
 
+import numpy as np
 import pytest
 import torch
 
@@ -70,10 +71,25 @@ def wandb_records(run_dir):
     return history, config, summary
 
 
+def decode_video(path):
+    """(number of frames, (width, height)) of an mp4, decoded with ffmpeg."""
+    import imageio.v2 as imageio
+
+    reader = imageio.get_reader(path, format="FFMPEG")
+    try:
+        frames = [frame for frame in reader]
+    finally:
+        reader.close()
+    assert frames and all(f.shape == frames[0].shape and f.dtype == np.uint8 for f in frames)
+    assert any(f.std() > 0 for f in frames)  # not a blank video
+    return len(frames), (frames[0].shape[1], frames[0].shape[0])
+
+
 def test_wandb_offline_tensorboard_final_test_and_video(tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
-    args = gym_flags(tmp_path, use_wandb=True, project_name="tests", total_steps=20_000, record_video=True)
+    args = gym_flags(tmp_path, use_wandb=True, project_name="tests", total_steps=20_000, record_video=True,
+                     validate_step_every=10_000, valid_num_episodes=2)
     result = run(GYM, *args, output=str(tmp_path / "out"), timeout=180)
     assert result.returncode == 0, result.stdout[-3000:]
     rundir = tmp_path / "runs" / "run"
@@ -82,7 +98,14 @@ def test_wandb_offline_tensorboard_final_test_and_video(tmp_path, monkeypatch):
     assert final["runs"][0]["episodes"] == 6 and len(final["runs"][0]["returns"]) == 6
     assert final["groups"]["test"]["mean"] == pytest.approx(final["runs"][0]["mean_return"])
     assert final["step"] >= 20_000 and final["greedy"] is True
-    assert final["video"].endswith("test_first_episode.mp4") and os.path.getsize(final["video"]) > 1000
+    assert final["video"].endswith("test_first_episode.mp4")
+    # The video is env 0's first test episode: its first frame and one per step but the last (the episode
+    # is over), so as many frames as steps, which is a CartPole return; at the env's render size.
+    frames, size = decode_video(final["video"])
+    assert size == (600, 400) and frames in final["runs"][0]["returns"]
+    # The first validation recorded its first episode too.
+    frames, size = decode_video(str(rundir / "valid_first_episode.mp4"))
+    assert size == (600, 400) and frames >= 8  # CartPole's shortest episode has 8 steps
     assert "final test [test]: mean" in read(str(rundir / "out.log"))
 
     history, config, summary = wandb_records(str(rundir))
@@ -95,6 +118,7 @@ def test_wandb_offline_tensorboard_final_test_and_video(tmp_path, monkeypatch):
     assert summary["final_test/test/mean"] == pytest.approx(final["groups"]["test"]["mean"])
     videos = [h for h in history if "video/test/_type" in h]
     assert videos and videos[0]["video/test/_type"] == "video-file" and videos[0]["video/test/path"].endswith(".mp4")
+    assert [h for h in history if h.get("video/valid/_type") == "video-file"]
     assert any(h.get("final_test/test_mean") == pytest.approx(final["groups"]["test"]["mean"]) for h in history)
 
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator

@@ -119,12 +119,17 @@ def test_bfloat16_stem_inference_copy(model_flags):
     assert len(half_state) == len(full_state)
     assert all(s.dtype == torch.float32 for s in half_state)
 
-    # Publishing the learner's float32 weights (Learner.publish_weights) rounds the stem to bf16.
+    # Publishing the learner's float32 weights (the learner's own publish_weights) rounds the stem to bf16.
+    import threading
+    import types
+
+    from rl_core.runtime.learner import Learner
+
     with torch.no_grad():
         for p in model.parameters():
             p.add_(0.01)
-        for dst, src in zip(inference.state_dict().values(), model.state_dict().values()):
-            dst.copy_(src)
+    learner = types.SimpleNamespace(inference_lock=threading.Lock(), model=model, inference_model=inference)
+    Learner.publish_weights(learner)
     torch.testing.assert_close(inference.stem.state_dict(), {k: v.bfloat16() for k, v in model.stem.state_dict().items()},
                                rtol=0, atol=0)
     assert torch.equal(inference.policy.weight, model.policy.weight)
