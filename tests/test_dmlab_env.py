@@ -53,8 +53,11 @@ def flags_of(*argv):
 
 
 def expected_frame(lab, seed, frame):
+    """The stand-in's frame as the adapter must deliver it, [3, 72, 96]: row y, column x, channel c
+    holds value + 20 c + 2 y + x (mod 256), so an adapter that flips or mirrors the image fails."""
     value = lab.frame_value(seed, frame)
-    return np.stack([np.full((72, 96), value + 20 * c, np.uint8) for c in range(3)])
+    rows, cols = np.mgrid[0:72, 0:96]
+    return np.stack([((value + 20 * c + 2 * rows + cols) % 256).astype(np.uint8) for c in range(3)])
 
 
 # -- levels -------------------------------------------------------------------

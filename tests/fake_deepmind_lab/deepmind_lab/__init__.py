@@ -9,8 +9,8 @@ renderer='software', level_cache=None)`` with ``reset(episode=-1, seed=None)``,
 strings and actions np.intc vectors within ``action_spec()``, as in DMLab.
 
 The "level" is a deterministic toy: an episode lasts ``EPISODE_FRAMES`` frames
-(shorter for some seeds), the frame's pixels depend on the episode seed and the
-frame number, and each frame of MOVE_BACK_FORWARD=1 earns reward 1.
+(shorter for some seeds), the frame's pixels depend on the episode seed, the
+frame number and the pixel's position (see ``_frame_hwc``), and each frame of MOVE_BACK_FORWARD=1 earns reward 1.
 
 For tests: every Lab is appended to ``Lab.instances``; each keeps ``resets``
 (seeds it got) and ``steps`` ((action tuple, num_steps) per call).  With the
@@ -162,11 +162,13 @@ class Lab:
         return out
 
     def _frame_hwc(self) -> np.ndarray:
+        """Pixel (y, x, c) = frame_value + 20 c + 2 y + x (mod 256): a different value at every
+        position of a row and column, so a flipped or transposed frame cannot pass for this one."""
         base = frame_value(self._seed, self._frame)
-        frame = np.empty((self.height, self.width, 3), np.uint8)
-        for c in range(3):
-            frame[:, :, c] = base + 20 * c
-        return frame
+        y = np.arange(self.height, dtype=np.int64)[:, None, None]
+        x = np.arange(self.width, dtype=np.int64)[None, :, None]
+        c = np.arange(3, dtype=np.int64)[None, None, :]
+        return ((base + 20 * c + 2 * y + x) % 256).astype(np.uint8)
 
     # -- specs ------------------------------------------------------------
     def action_spec(self):
