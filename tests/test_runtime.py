@@ -318,3 +318,15 @@ def test_doubled_sigint_is_one_request(tmp_path):
     assert "terminate called" not in text and "Traceback" not in text
     assert not any(alive(pid) for pid in servers)
     assert not sockets_left(tmp_path)
+
+
+def test_a_missing_env_module_is_named(tmp_path):
+    from rl_core.errors import UserError
+    from rl_core.runtime.entry import parse_flags
+    import torchbeast_gym.env as gym_pkg
+
+    for env, module in [("some_missing_module:Foo-v0", "some_missing_module"),
+                        ("tests.no_such_file:Foo-v0", "tests.no_such_file")]:
+        flags = parse_flags(gym_pkg, [f"--env={env}"])
+        with pytest.raises(UserError, match=f"module '{module}' not found: install it or fix the module path"):
+            gym_pkg.make_env(flags, 0)
