@@ -121,12 +121,8 @@ def make_parser(prog: str | None = None) -> argparse.ArgumentParser:
 
 
 def check(parser: argparse.ArgumentParser, flags: argparse.Namespace) -> None:
-    """Inconsistent flags end with one line naming the cause (parser.error exits 2)."""
-    positive = ["num_actors", "num_servers", "batch_size", "unroll_length", "total_steps",
-                "num_learner_threads", "num_inference_threads"]
-    for name in positive:
-        if getattr(flags, name) <= 0:
-            parser.error(f"--{name} must be positive, got {getattr(flags, name)}")
+    """Inconsistent flags end with one line naming the cause (parser.error exits 2); each numeric
+    flag's own range is checked before, by ``rl_core.flag_ranges``."""
     if flags.num_actors % flags.num_servers:
         parser.error(
             f"--num_actors ({flags.num_actors}) must be a multiple of --num_servers ({flags.num_servers}): "
@@ -138,14 +134,8 @@ def check(parser: argparse.ArgumentParser, flags: argparse.Namespace) -> None:
         parser.error("--use_lstm cannot be combined with --use_quasi_lstm/--use_rtrl: choose one core")
     if flags.mode == "test" and not flags.checkpoint:
         parser.error("--mode test needs --checkpoint PATH (a model.tar)")
-    if flags.valid_num_episodes <= 0 or flags.test_num_envs <= 0:
-        parser.error("--valid_num_episodes and --test_num_envs must be positive")
     if flags.not_load_fc and not flags.load_conv_net_from:
         parser.error("--not_load_fc needs --load_conv_net_from PATH")
-    if flags.hidden_size <= 0:
-        parser.error(f"--hidden_size must be positive, got {flags.hidden_size}")
-    if not 0 <= flags.discounting <= 1:
-        parser.error(f"--discounting must be in [0, 1], got {flags.discounting}")
     from rl_core import agents
 
     agents.check_flags(parser, flags)

@@ -197,7 +197,7 @@ def test_flags_and_defaults(lab, capsys):
     assert flags_of("--dmlab_action_set", "extended", "--num_actions", "15").num_actions == 15
     for argv, message in [(["--num_actions", "15"], "--num_actions 15 disagrees with the impala action set's 9"),
                           (["--env", "rooms_water_maze"], "unknown DMLab level 'rooms_water_maze'"),
-                          (["--num_action_repeats", "0"], "--num_action_repeats must be >= 1")]:
+                          (["--num_action_repeats", "0"], "--num_action_repeats must be in [1, inf), got 0")]:
         with pytest.raises(SystemExit) as e:
             flags_of(*argv)
         assert e.value.code == 2 and message in capsys.readouterr().err.strip().splitlines()[-1]

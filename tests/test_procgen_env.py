@@ -179,7 +179,7 @@ def test_modes_each_game_has_are_accepted():
 def test_other_flag_errors_are_one_line(capsys):
     assert "unknown Procgen game 'pong'" in _error_line(capsys, "--env", "pong")
     assert "--num_actions 6 disagrees" in _error_line(capsys, "--num_actions", "6")
-    assert "--num_levels must be >= 0" in _error_line(capsys, "--num_levels", "-1")
+    assert "--num_levels must be in [0, inf), got -1" in _error_line(capsys, "--num_levels", "-1")
     assert "exploration plays one fixed level" in _error_line(
         capsys, "--env", "maze", "--distribution_mode", "exploration", "--num_levels", "10")
     assert "exclude each other" in _error_line(capsys, "--env", "chaser", "--multi_env", "4")

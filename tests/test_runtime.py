@@ -330,3 +330,41 @@ def test_a_missing_env_module_is_named(tmp_path):
         flags = parse_flags(gym_pkg, [f"--env={env}"])
         with pytest.raises(UserError, match=f"module '{module}' not found: install it or fix the module path"):
             gym_pkg.make_env(flags, 0)
+
+
+PACKAGES = ["torchbeast_gym", "torchbeast_atari", "torchbeast_procgen", "torchbeast_dmlab", "torchbeast_mujoco"]
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_every_numeric_flag_has_a_range_checked_when_parsed(package, capsys):
+    """Each int/float flag of each package has a range; a value outside it (and NaN for floats) ends
+    the parse with one line naming the flag and the range, before anything starts."""
+    import importlib
+
+    from rl_core.flag_ranges import COMMON_RANGES, numeric_dests
+    from rl_core.runtime.entry import make_parser, parse_flags
+
+    pkg = importlib.import_module(f"{package}.env")
+    ranges = dict(COMMON_RANGES, **getattr(pkg, "FLAG_RANGES", {}))
+    dests = numeric_dests(make_parser(pkg))
+    assert set(dests) <= set(ranges), f"numeric flags without a range: {sorted(set(dests) - set(ranges))}"
+    bad_values = {"[0, inf)": "-1", "(0, inf)": "0", "[1, inf)": "0", "[0, 1]": "1.5", "[0, 1)": "1",
+                  "finite": "inf"}
+    for dest, kind in dests.items():
+        for bad in [bad_values[ranges[dest]]] + (["nan"] if kind is float else []):
+            if kind is int and bad in ("1.5", "inf"):
+                continue
+            with pytest.raises(SystemExit) as exit_info:
+                parse_flags(pkg, [f"--{dest}={bad}"])
+            assert exit_info.value.code == 2
+            last = capsys.readouterr().err.strip().splitlines()[-1]
+            assert f"--{dest} must be" in last and bad in last, last
+
+
+def test_a_negative_learning_rate_is_refused_at_once(tmp_path):
+    start_time = time.monotonic()
+    result = run(GYM, *common(tmp_path, learning_rate=-1), output=str(tmp_path / "out"), timeout=60)
+    assert result.returncode == 2
+    assert result.stdout.strip().splitlines()[-1].endswith("--learning_rate must be in [0, inf), got -1.0")
+    assert "Traceback" not in result.stdout and time.monotonic() - start_time < 15
+    assert not (tmp_path / "runs").exists() and not sockets_left(tmp_path)

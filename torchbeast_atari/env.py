@@ -511,6 +511,9 @@ def create_env(
 # ------------------------------------------------------- package interface
 
 
+FLAG_RANGES = {"max_episode_frames": "[1, inf)", "noop_max": "[0, inf)", "sticky_actions": "[0, 1]"}  # checked at parse time (rl_core/flag_ranges.py)
+
+
 def add_flags(parser) -> None:
     """Atari's flags and defaults (torchbeast's, with T=20, B=32 and 16 envs on 2 servers)."""
     g = parser.add_argument_group("atari")

@@ -427,6 +427,9 @@ def final_test_seeds(flags, run_index: int) -> list[int]:
 # ------------------------------------------------------- package interface
 
 
+FLAG_RANGES = {"num_action_repeats": "[1, inf)"}  # checked at parse time (rl_core/flag_ranges.py)
+
+
 def add_flags(parser) -> None:
     """DMLab's flags, and the defaults of the R2AC DMLab runs (README of IDSIA/rtrl-elstm)."""
     g = parser.add_argument_group("dmlab")
@@ -458,8 +461,6 @@ def check_flags(parser, flags) -> None:
     if flags.num_actions is not None and flags.num_actions != n:
         parser.error(f"--num_actions {flags.num_actions} disagrees with the {flags.dmlab_action_set} action set's "
                      f"{n} actions: drop the flag")
-    if flags.num_action_repeats < 1:
-        parser.error(f"--num_action_repeats must be >= 1, got {flags.num_action_repeats}")
     if flags.dry_run:  # the configuration can be checked without DeepMind Lab installed
         return
     try:

@@ -364,6 +364,9 @@ def agent_defaults(agent: str) -> dict:
     return {"agent": agent, **defaults}
 
 
+FLAG_RANGES = {"render_size": "[1, inf)"}  # checked at parse time (rl_core/flag_ranges.py)
+
+
 def add_flags(parser) -> None:
     """MuJoCo's flags; defaults for SEED RL's HalfCheetah PPO baseline (see :func:`agent_defaults`)."""
     g = parser.add_argument_group(

@@ -378,6 +378,10 @@ LEVEL_SETS = final_test_level_sets  # the name the issue asks for
 # ------------------------------------------------------- package interface
 
 
+FLAG_RANGES = {"multi_env": "[1, inf)", "num_levels": "[0, inf)", "start_level": "[0, inf)",
+               "valid_num_levels": "[0, inf)", "valid_start_level": "[0, inf)"}  # checked at parse time (rl_core/flag_ranges.py)
+
+
 def add_flags(parser) -> None:
     """Procgen's flags, and the defaults of the R2AC Procgen runs (README of IDSIA/rtrl-elstm)."""
     g = parser.add_argument_group(
@@ -432,16 +436,10 @@ def _games(flags) -> tuple[str, ...]:
 
 
 def check_flags(parser, flags) -> None:
-    if flags.num_levels < 0:
-        parser.error(f"--num_levels must be >= 0 (0: unlimited), got {flags.num_levels}")
-    if flags.start_level < 0:
-        parser.error(f"--start_level must be >= 0, got {flags.start_level}")
     if flags.start_level + flags.num_levels > _INT32_MAX:
         parser.error("--start_level + --num_levels must stay below 2**31")
     if flags.distribution_mode == "exploration" and (flags.num_levels or flags.start_level):
         parser.error("--distribution_mode exploration plays one fixed level per game: drop --num_levels/--start_level")
-    if flags.multi_env < 1:
-        parser.error(f"--multi_env must be >= 1, got {flags.multi_env}")
     try:
         if flags.multi_env > 1:
             if flags.env is not None:

@@ -94,8 +94,6 @@ def check_flags(parser: argparse.ArgumentParser, flags) -> None:
         return
     from models import core_kind
 
-    if flags.num_epochs <= 0 or flags.num_minibatches <= 0:
-        parser.error("--num_epochs and --num_minibatches must be positive")
     split = flags.batch_mode.startswith("split")
     if split and core_kind(flags) is not None:
         parser.error(f"--batch_mode {flags.batch_mode} splits unrolls into transitions, which a recurrent core "
@@ -105,11 +103,7 @@ def check_flags(parser: argparse.ArgumentParser, flags) -> None:
                      f"--batch_mode {flags.batch_mode} keeps unrolls whole")
     if split and flags.num_minibatches > flags.batch_size * flags.unroll_length:
         parser.error("--num_minibatches exceeds the transitions in a batch (batch_size * unroll_length)")
-    if flags.ppo_clip <= 0 or flags.awr_beta <= 0 or flags.awr_max_weight <= 0:
-        parser.error("--ppo_clip, --awr_beta and --awr_max_weight must be positive")
-    if not 0 <= flags.gae_lambda <= 1:
-        parser.error(f"--gae_lambda must be in [0, 1], got {flags.gae_lambda}")
-    if flags.min_std <= 0 or flags.initial_std <= flags.min_std:
-        parser.error("--min_std must be positive and below --initial_std")
+    if flags.initial_std <= flags.min_std:
+        parser.error(f"--min_std ({flags.min_std}) must be below --initial_std ({flags.initial_std})")
     if name == "vmpo" and flags.target_kl is not None:
         parser.error("--agent vmpo bounds the KL with --vmpo_eps_alpha: drop --target_kl")

@@ -54,6 +54,9 @@ def parse_flags(env_pkg, argv=None, prog=None, parser=None):
     argv = sys.argv[1:] if argv is None else argv
     apply_agent_defaults(env_pkg, parser, argv)
     flags = parser.parse_args(argv)
+    from rl_core.flag_ranges import check_ranges
+
+    check_ranges(parser, flags, getattr(env_pkg, "FLAG_RANGES", None))
     flags_lib.check(parser, flags)
     if hasattr(env_pkg, "check_flags"):
         env_pkg.check_flags(parser, flags)
