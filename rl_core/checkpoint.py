@@ -73,6 +73,26 @@ def load(path: str, map_location="cpu") -> dict:
 SECRET_FLAGS = ("server_secret",)
 
 
+def redact_argv(argv: list[str]) -> list[str]:
+    """``argv`` with the value of every secret flag (``--server_secret X`` or ``=X``) replaced."""
+    out, hide_next = [], False
+    for arg in argv:
+        if hide_next:
+            out.append("<redacted>")
+            hide_next = False
+            continue
+        name = arg.split("=", 1)[0]
+        if name in tuple(f"--{flag}" for flag in SECRET_FLAGS):
+            if "=" in arg:
+                out.append(f"{name}=<redacted>")
+            else:
+                out.append(arg)
+                hide_next = True
+            continue
+        out.append(arg)
+    return out
+
+
 def flags_dict(flags) -> dict:
     """Flags as plain values, loadable with weights_only=True; secrets left out."""
     return {

@@ -57,7 +57,7 @@ class RunLog:
         self.meta = {
             "flags": checkpoint.flags_dict(flags),
             "git_commit": git_commit(),
-            "argv": sys.argv,
+            "argv": checkpoint.redact_argv(sys.argv),
             "start": datetime.datetime.now().isoformat(timespec="seconds"),
             "end": None,
             "success": None,

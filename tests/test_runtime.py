@@ -368,3 +368,30 @@ def test_a_negative_learning_rate_is_refused_at_once(tmp_path):
     assert result.stdout.strip().splitlines()[-1].endswith("--learning_rate must be in [0, inf), got -1.0")
     assert "Traceback" not in result.stdout and time.monotonic() - start_time < 15
     assert not (tmp_path / "runs").exists() and not sockets_left(tmp_path)
+
+
+def test_a_secret_on_the_command_line_reaches_no_file_log_dashboard_or_child(tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    secret = "s3cr3t-d0-not-l0g-me"
+    port = free_port()
+    out = str(tmp_path / "out")
+    proc = start(GYM, *common(tmp_path, pipes_basename=f"127.0.0.1:{port}", num_servers=1, total_steps=6_000,
+                              project_name="tests", test_episodes=1),
+                 "--use_wandb", "--server_secret", secret, output=out)
+    try:
+        servers = wait_for(lambda: children(proc.pid), 90, "the env server")
+        for pid in servers:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                assert secret.encode() not in f.read()
+        proc.wait(timeout=150)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, read(out)[-3000:]
+    leaks = [str(path) for path in (tmp_path / "runs").rglob("*") if path.is_file()
+             and secret.encode() in path.read_bytes()]
+    assert not leaks and secret not in read(out)
+    meta = json.loads((tmp_path / "runs" / "run" / "meta.json").read_text())
+    assert meta["argv"][-2:] == ["--server_secret", "<redacted>"]
+    assert list((tmp_path / "runs" / "run" / "wandb").rglob("*.wandb"))  # the dashboard was written

@@ -123,7 +123,9 @@ def _run_all_servers(env_pkg, flags, argv) -> None:
     from rl_core.runtime.supervisor import ServerSupervisor
 
     module = f"{env_pkg.__package__}.polybeast_env"
-    supervisor = ServerSupervisor(module, argv, flags.num_servers, flags.pipes_basename, flags.server_secret)
+    # The secret reaches the servers through the environment, not their command line.
+    server_argv = _without_flag(argv, "--server_secret")
+    supervisor = ServerSupervisor(module, server_argv, flags.num_servers, flags.pipes_basename, flags.server_secret)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
@@ -144,6 +146,7 @@ def learner_main(env_pkg, argv=None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     parser = make_parser(env_pkg, prog=f"python -m {env_pkg.__package__}.polybeast_learner")
     flags = parse_flags(env_pkg, argv, parser=parser)
+    _hide_secrets_from_own_argv()
     _maybe_test_mode(env_pkg, flags, parser, argv)
     sys.exit(train(flags, env_pkg))
 
@@ -156,6 +159,7 @@ def launcher_main(env_pkg, argv=None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     parser = make_parser(env_pkg, prog=f"python -m {env_pkg.__package__}.polybeast")
     flags = parse_flags(env_pkg, argv, parser=parser)
+    _hide_secrets_from_own_argv()
     _maybe_test_mode(env_pkg, flags, parser, argv)
     try:
         first = tp.server_address(flags.pipes_basename, 0)
@@ -168,6 +172,15 @@ def launcher_main(env_pkg, argv=None) -> None:
     server_argv = _without_flag(argv, "--server_secret")
     supervisor = ServerSupervisor(module, server_argv, flags.num_servers, flags.pipes_basename, flags.server_secret)
     sys.exit(train(flags, env_pkg, supervisor))
+
+
+def _hide_secrets_from_own_argv() -> None:
+    """Redact secrets in ``sys.argv`` once parsed: wandb (and anything else) that records the
+    command line sees ``--server_secret <redacted>``.  (The OS still shows the real command line
+    to this machine's users: prefer $POLYBEAST_SECRET.)"""
+    from rl_core.checkpoint import redact_argv
+
+    sys.argv[:] = redact_argv(sys.argv)
 
 
 def _without_flag(argv: list[str], name: str) -> list[str]:
