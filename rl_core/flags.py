@@ -46,7 +46,10 @@ def make_parser(prog: str | None = None) -> argparse.ArgumentParser:
     g = p.add_argument_group("actors and env servers")
     g.add_argument("--num_actors", type=int, default=8, metavar="N", help="Total number of environments.")
     g.add_argument("--num_servers", type=int, default=2, metavar="S", help="Env server processes; each hosts num_actors/num_servers envs.")
-    g.add_argument("--pipes_basename", default="unix:/tmp/polybeast", help="unix:/path (server i at /path.i) or host:port (server i at port+i).")
+    g.add_argument("--pipes_basename", default=None,
+                   help="unix:/path (server i at /path.i) or host:port (server i at port+i). Default: "
+                        "polybeast: unix:/tmp/polybeast-<its pid>, its own per run; polybeast_env and "
+                        "polybeast_learner started apart: unix:/tmp/polybeast, where they meet.")
     g.add_argument("--server_index", type=int, default=None, help="polybeast_env: run only this server (default: all).")
     g.add_argument("--server_secret", default=None, help="Shared secret for TCP (default: $POLYBEAST_SECRET; the launcher generates one).")
     g.add_argument("--connect_timeout", type=float, default=60.0, metavar="SECONDS", help="How long the learner retries connecting to a server.")

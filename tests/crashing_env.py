@@ -56,3 +56,13 @@ class DyingCartPole(CartPoleEnv):
 
 gym.register(id="CrashingReset-v0", entry_point=ResetCrashingCartPole, max_episode_steps=20)
 gym.register(id="Dying-v0", entry_point=DyingCartPole, max_episode_steps=500)
+
+
+class BrokenInitCartPole(CartPoleEnv):
+    """Cannot be created (a missing asset, a bad install): raises in its constructor."""
+
+    def __init__(self, **kwargs):
+        raise OSError("asset file cartpole.xml not found")
+
+
+gym.register(id="BrokenInit-v0", entry_point=BrokenInitCartPole)

@@ -395,3 +395,92 @@ def test_a_secret_on_the_command_line_reaches_no_file_log_dashboard_or_child(tmp
     meta = json.loads((tmp_path / "runs" / "run" / "meta.json").read_text())
     assert meta["argv"][-2:] == ["--server_secret", "<redacted>"]
     assert list((tmp_path / "runs" / "run" / "wandb").rglob("*.wandb"))  # the dashboard was written
+
+
+def test_a_refused_run_leaves_the_other_runs_socket_alone(tmp_path):
+    """A second launcher on a basename whose server 0 another run serves is refused with one line,
+    and removes no socket file it did not create: the first run's server still answers."""
+    basename = f"unix:{tmp_path}/x"
+    first = start("torchbeast_gym.polybeast_env", "--env=CartPole-v1", "--num_actors=2", "--num_servers=1",
+                  f"--pipes_basename={basename}", output=str(tmp_path / "first_out"))
+    try:
+        wait_for(lambda: os.path.exists(tmp_path / "x.0"), 60, "the first run's server")
+        result = run(GYM, *common(tmp_path, pipes_basename=basename, num_servers=1, num_actors=2, batch_size=2),
+                     output=str(tmp_path / "second_out"), timeout=120)
+        assert result.returncode == 2
+        assert f"unix:{tmp_path}/x.0 is in use by another server" in result.stdout
+        assert os.path.exists(tmp_path / "x.0")
+        from rl_core.runtime import transport as tp
+
+        sock = tp.connect(tp.Address("unix", path=str(tmp_path / "x.0")), timeout=10)
+        conn = tp.Connection(sock, poll_s=0.2, frame_timeout_s=10)
+        kind, _ = conn.recv()
+        assert kind == tp.HELLO  # still served
+        conn.close()
+    finally:
+        first.send_signal(signal.SIGTERM)
+        first.wait(timeout=30)
+    assert not os.path.exists(tmp_path / "x.0")  # its own server removed its own file
+
+
+def test_two_runs_with_the_default_basename_do_not_meet(tmp_path):
+    """Without --pipes_basename each launcher's servers listen at unix:/tmp/polybeast-<its pid>.i."""
+    args = [a for a in common(tmp_path, total_steps=3_000, num_actors=2, num_servers=1, batch_size=2,
+                              test_episodes=1) if not a.startswith("--pipes_basename")]
+    a = start(GYM, *args, "--xpid=a", output=str(tmp_path / "a_out"))
+    b = start(GYM, *args, "--xpid=b", output=str(tmp_path / "b_out"))
+    try:
+        assert a.wait(timeout=240) == 0, read(str(tmp_path / "a_out"))[-3000:]
+        assert b.wait(timeout=240) == 0, read(str(tmp_path / "b_out"))[-3000:]
+    finally:
+        for p in (a, b):
+            if p.poll() is None:
+                p.kill()
+    for proc, xpid in ((a, "a"), (b, "b")):
+        meta = json.loads((tmp_path / "runs" / xpid / "meta.json").read_text())
+        assert meta["flags"]["pipes_basename"] == f"unix:/tmp/polybeast-{proc.pid}"
+        assert not os.path.exists(f"/tmp/polybeast-{proc.pid}.0")
+
+
+def _ends_at_once_with(result, started, text):
+    assert result.returncode == 2, result.stdout[-3000:]
+    last = result.stdout.strip().splitlines()[-1]
+    assert text in last, last
+    assert "restarting it" not in result.stdout and "Traceback" not in result.stdout
+    assert time.monotonic() - started < 45
+    return last
+
+
+def test_a_basename_in_a_missing_directory_is_one_line_before_any_server(tmp_path):
+    started = time.monotonic()
+    result = run(GYM, *common(tmp_path, pipes_basename=f"unix:{tmp_path}/missing/x"), output=str(tmp_path / "out"),
+                 timeout=60)
+    _ends_at_once_with(result, started, f"the directory {tmp_path}/missing does not exist: create it")
+    # a server started on its own says the same from its listen()
+    started = time.monotonic()
+    result = run("torchbeast_gym.polybeast_env", "--env=CartPole-v1", "--server_index=0",
+                 f"--pipes_basename=unix:{tmp_path}/missing/x", output=str(tmp_path / "out2"), timeout=60)
+    _ends_at_once_with(result, started, f"cannot listen on unix:{tmp_path}/missing/x.0: No such file or directory: "
+                                        f"create {tmp_path}/missing")
+
+
+def test_an_env_that_cannot_be_created_ends_the_launcher_with_the_servers_reason(tmp_path):
+    started = time.monotonic()
+    result = run(GYM, *common(tmp_path, env="tests.crashing_env:BrokenInit-v0"), output=str(tmp_path / "out"),
+                 timeout=90)
+    _ends_at_once_with(result, started, "could not start: tests.crashing_env:BrokenInit-v0: the "
+                                        "environment could not be created (OSError: asset file cartpole.xml not found)")
+    assert not sockets_left(tmp_path)
+
+
+def test_procgen_without_qt_is_one_line_naming_the_package(tmp_path, monkeypatch):
+    """A Qt 5 GUI library that cannot be loaded (here an empty file ahead on the library path)."""
+    fake = tmp_path / "qt"
+    fake.mkdir()
+    (fake / "libQt5Gui.so.5").write_bytes(b"")
+    monkeypatch.setenv("LD_LIBRARY_PATH", str(fake))
+    started = time.monotonic()
+    result = run("torchbeast_procgen.polybeast", *common(tmp_path, env="chaser", num_actors=2, num_servers=1,
+                                                         batch_size=2), output=str(tmp_path / "out"), timeout=90)
+    _ends_at_once_with(result, started, "env server 0 could not start: envpool's Procgen cannot load Qt 5's GUI "
+                                        "library: install it (Debian/Ubuntu: sudo apt-get install libqt5gui5)")

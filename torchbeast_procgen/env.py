@@ -203,15 +203,21 @@ class ProcgenEnv(SingleEnvpoolEnv):
     def _make_pool(self, seed: int):
         import envpool
 
-        return envpool.make_gymnasium(
-            self.task_id,
-            num_envs=1,
-            batch_size=1,
-            num_threads=1,
-            seed=seed,
-            num_levels=self.num_levels,
-            start_level=self.start_level,
-        )
+        try:
+            return envpool.make_gymnasium(
+                self.task_id,
+                num_envs=1,
+                batch_size=1,
+                num_threads=1,
+                seed=seed,
+                num_levels=self.num_levels,
+                start_level=self.start_level,
+            )
+        except ImportError as e:
+            if "Qt" not in str(e):
+                raise
+            raise UserError("envpool's Procgen cannot load Qt 5's GUI library: install it "
+                            "(Debian/Ubuntu: sudo apt-get install libqt5gui5)") from None
 
     @staticmethod
     def _info(raw: dict) -> dict[str, Any]:

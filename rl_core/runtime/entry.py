@@ -25,6 +25,7 @@ from rl_core import flags as flags_lib
 from rl_core.errors import UserError
 from rl_core.run_log import setup_logging
 from rl_core.runtime import transport as tp
+from rl_core.runtime.supervisor import FAILURE_FILE_ENV
 
 log = logging.getLogger("entry")
 
@@ -78,6 +79,13 @@ def _maybe_test_mode(env_pkg, flags, parser, argv) -> None:
 
 def _fail(message: str) -> "NoReturn":  # noqa: F821
     print(f"error: {message}", file=sys.stderr, flush=True)
+    report = os.environ.get(FAILURE_FILE_ENV)
+    if report:  # a server started by a supervisor: its reason becomes the launcher's last line
+        try:
+            with open(report, "w") as f:
+                f.write(message)
+        except OSError:
+            pass
     sys.exit(2)
 
 
@@ -85,6 +93,7 @@ def env_main(env_pkg, argv=None) -> None:
     """``python -m <pkg>.polybeast_env``: one server with --server_index, else all of them."""
     argv = sys.argv[1:] if argv is None else argv
     flags = parse_flags(env_pkg, argv, prog=f"python -m {env_pkg.__package__}.polybeast_env")
+    flags.pipes_basename = flags.pipes_basename or SHARED_BASENAME
     setup_logging(None)
     if flags.server_index is None:
         _run_all_servers(env_pkg, flags, argv)
@@ -104,8 +113,15 @@ def env_main(env_pkg, argv=None) -> None:
         K = flags.num_actors // flags.num_servers
         seeds = [env_seed(flags.seed, i, slot) for slot in range(K)]
         fns = [(lambda s=s: env_pkg.make_env(flags, s)) for s in seeds]
-        server = EnvServer(address, fns, seeds, server_index=i, secret=secret.encode() if secret else None,
-                           max_bytes=flags.max_message_bytes, env_name=flags.env or "")
+        try:
+            server = EnvServer(address, fns, seeds, server_index=i, secret=secret.encode() if secret else None,
+                               max_bytes=flags.max_message_bytes, env_name=flags.env or "")
+        except (UserError, EnvError):
+            raise
+        except Exception as e:  # noqa: BLE001 - before serving anything: the setup is at fault
+            first = (str(e).strip().splitlines() or [""])[0][:300]
+            raise UserError(f"{flags.env}: the environment could not be created ({type(e).__name__}: {first})"
+                            ) from None
         parent = os.environ.get("POLYBEAST_PARENT_PID")
         if parent:
             watch_parent(int(parent), server.remove_socket_file)
@@ -146,6 +162,7 @@ def learner_main(env_pkg, argv=None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     parser = make_parser(env_pkg, prog=f"python -m {env_pkg.__package__}.polybeast_learner")
     flags = parse_flags(env_pkg, argv, parser=parser)
+    flags.pipes_basename = flags.pipes_basename or SHARED_BASENAME
     _hide_secrets_from_own_argv()
     _maybe_test_mode(env_pkg, flags, parser, argv)
     sys.exit(train(flags, env_pkg))
@@ -161,10 +178,16 @@ def launcher_main(env_pkg, argv=None) -> None:
     flags = parse_flags(env_pkg, argv, parser=parser)
     _hide_secrets_from_own_argv()
     _maybe_test_mode(env_pkg, flags, parser, argv)
+    if flags.pipes_basename is None:  # this run's own: two runs started with defaults never meet
+        flags.pipes_basename = f"{SHARED_BASENAME}-{os.getpid()}"
+        argv = [*_without_flag(argv, "--pipes_basename"), "--pipes_basename", flags.pipes_basename]
     try:
         first = tp.server_address(flags.pipes_basename, 0)
     except UserError as e:
         _fail(str(e))
+    if first.kind == "unix" and not os.path.isdir(os.path.dirname(os.path.abspath(first.path))):
+        _fail(f"--pipes_basename {flags.pipes_basename}: the directory "
+              f"{os.path.dirname(os.path.abspath(first.path))} does not exist: create it or choose another")
     if first.kind == "tcp" and not (flags.server_secret or os.environ.get("POLYBEAST_SECRET")):
         flags.server_secret = secrets.token_hex(32)
     module = f"{env_pkg.__package__}.polybeast_env"
@@ -172,6 +195,9 @@ def launcher_main(env_pkg, argv=None) -> None:
     server_argv = _without_flag(argv, "--server_secret")
     supervisor = ServerSupervisor(module, server_argv, flags.num_servers, flags.pipes_basename, flags.server_secret)
     sys.exit(train(flags, env_pkg, supervisor))
+
+
+SHARED_BASENAME = "unix:/tmp/polybeast"  # where polybeast_env and polybeast_learner started apart meet
 
 
 def _hide_secrets_from_own_argv() -> None:

@@ -95,6 +95,7 @@ class EnvServer:
         self.num_envs = len(self.envs)
         self.env_name = env_name
         self._first_reset = True
+        self._socket_id: tuple[int, int] | None = None  # (dev, inode) of the socket file this server made
         obs, _ = self.envs[0].reset(seed=self.seeds[0])
         self._first_obs0 = np.asarray(obs)
         self.obs_shape = self._first_obs0.shape
@@ -118,6 +119,7 @@ class EnvServer:
     def serve_forever(self, stop: threading.Event | None = None) -> None:
         name_os_thread(f"env-server-{self.server_index}")
         self._listener = tp.listen(self.address)
+        self._socket_id = _file_id(self.address.path) if self.address.kind == "unix" else None
         self._listener.settimeout(0.5)
         log.info("env server %d: %d envs at %s", self.server_index, self.num_envs, self.address)
         try:
@@ -257,11 +259,13 @@ class EnvServer:
                 conn.send(tp.STEP, fields)
 
     def remove_socket_file(self) -> None:
-        if self.address.kind == "unix":
-            try:
-                os.unlink(self.address.path)
-            except FileNotFoundError:
-                pass
+        """Remove the socket file this server created (not one another server put at its path)."""
+        if self.address.kind == "unix" and self._socket_id is not None:
+            if _file_id(self.address.path) == self._socket_id:
+                try:
+                    os.unlink(self.address.path)
+                except FileNotFoundError:
+                    pass
 
     def close(self) -> None:
         if self._listener is not None:
@@ -274,6 +278,14 @@ class EnvServer:
             except Exception:
                 pass
         self.envs = []
+
+
+def _file_id(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return st.st_dev, st.st_ino
 
 
 def watch_parent(parent_pid: int, on_orphan: Callable[[], None]) -> None:

@@ -5,8 +5,10 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 
 from rl_core.errors import RunFailure, UserError
@@ -16,6 +18,7 @@ from rl_core.runtime.env_server import ENV_ERROR_EXIT_CODE
 log = logging.getLogger("supervisor")
 
 USER_ERROR_EXIT_CODE = 2
+FAILURE_FILE_ENV = "POLYBEAST_FAILURE_FILE"  # where a server that cannot start writes its one-line reason
 MAX_RESTARTS_PER_MINUTE = 5
 
 
@@ -31,18 +34,30 @@ class ServerSupervisor:
         if secret:
             self.env["POLYBEAST_SECRET"] = secret
         self.procs: list[subprocess.Popen | None] = [None] * num_servers
+        self._failure_dir = tempfile.mkdtemp(prefix="polybeast-")
         self.restarts = 0
         self._recent: list[list[float]] = [[] for _ in range(num_servers)]
         self._env_error_since: float | None = None
 
     def _start(self, i: int) -> None:
         cmd = [sys.executable, "-m", self.module, *self.argv, "--server_index", str(i)]
+        env = dict(self.env, **{FAILURE_FILE_ENV: self._failure_path(i)})
         # Its own process group: a terminal's Ctrl-C (SIGINT to the foreground group) reaches
         # only the launcher, which stops the servers in order.  Not a new session: with the
         # kernel's autogroup (sched_autogroup_enabled) every session is scheduled as one
         # entity, so a server in its own session would get the CPU share of the whole
         # learner process (learner, inference and actor threads) under contention.
-        self.procs[i] = subprocess.Popen(cmd, env=self.env, stdin=subprocess.DEVNULL, process_group=0)
+        self.procs[i] = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, process_group=0)
+
+    def _failure_path(self, i: int) -> str:
+        return os.path.join(self._failure_dir, f"server{i}")
+
+    def _failure_reason(self, i: int) -> str:
+        try:
+            with open(self._failure_path(i)) as f:
+                return f.read().strip()
+        except OSError:
+            return "its error is above"
 
     def start_all(self) -> None:
         for i in range(self.num_servers):
@@ -59,7 +74,7 @@ class ServerSupervisor:
                 continue
             code = proc.returncode
             if code == USER_ERROR_EXIT_CODE:
-                raise UserError(f"env server {i} could not start (its error is above)")
+                raise UserError(f"env server {i} could not start: {self._failure_reason(i)}")
             if code == ENV_ERROR_EXIT_CODE:
                 # The traceback travels to the learner as an ERROR message; give it a moment.
                 self._env_error_since = self._env_error_since or now
@@ -79,12 +94,9 @@ class ServerSupervisor:
             self._start(i)
 
     def _cleanup_socket(self, i: int) -> None:
-        address = self.addresses[i]
-        if address.kind == "unix":
-            try:
-                os.unlink(address.path)
-            except FileNotFoundError:
-                pass
+        """Remove server i's socket file if nobody listens on it (ours is dead); a file another
+        process's server listens on (this run was refused its address) stays."""
+        tp.remove_stale_socket(self.addresses[i])
 
     def stop_all(self, timeout: float = 5.0) -> None:
         """SIGTERM every server, SIGKILL what is left after ``timeout``, remove socket files."""
@@ -105,3 +117,4 @@ class ServerSupervisor:
                 proc.wait()
         for i in range(self.num_servers):
             self._cleanup_socket(i)
+        shutil.rmtree(self._failure_dir, ignore_errors=True)

@@ -112,25 +112,40 @@ def server_address(basename: str, index: int) -> Address:
     return Address("tcp", host=base.host, port=base.port + index)
 
 
+def remove_stale_socket(address: Address) -> bool:
+    """Remove a unix socket file nobody listens on; True if none is left.  A live one (another
+    process's server) is never touched: False."""
+    if address.kind != "unix" or not os.path.exists(address.path):
+        return True
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.connect(address.path)
+    except OSError:
+        try:
+            os.unlink(address.path)  # stale: nobody listens there
+        except FileNotFoundError:
+            pass
+        return True
+    finally:
+        probe.close()
+    return False
+
+
 def listen(address: Address) -> socket.socket:
     """Bind and listen.  A unix socket file is owner-only; a stale one is replaced."""
     if address.kind == "unix":
-        if os.path.exists(address.path):
-            probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            try:
-                probe.connect(address.path)
-            except OSError:
-                os.unlink(address.path)  # stale: nobody listens there
-            else:
-                raise UserError(
-                    f"{address} is in use by another server: stop it or choose another --pipes_basename"
-                )
-            finally:
-                probe.close()
+        if not remove_stale_socket(address):
+            raise UserError(f"{address} is in use by another server: stop it or choose another --pipes_basename")
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         old_umask = os.umask(0o177)
         try:
             sock.bind(address.path)
+        except OSError as e:
+            sock.close()
+            directory = os.path.dirname(os.path.abspath(address.path))
+            fix = (f"create {directory}" if not os.path.isdir(directory) else "check the directory's permissions")
+            raise UserError(f"cannot listen on {address}: {e.strerror}: {fix} or choose another --pipes_basename"
+                            ) from None
         finally:
             os.umask(old_umask)
         os.chmod(address.path, 0o600)
