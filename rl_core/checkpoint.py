@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import pickle
 import tempfile
+import zipfile
 
 import torch
 
@@ -57,17 +59,31 @@ def remove_partial_writes(directory: str) -> list[str]:
     return removed
 
 
-def load(path: str, map_location="cpu") -> dict:
-    """Load a checkpoint written by :func:`save`; a bad file is one clear UserError."""
-    try:
-        return torch.load(path, map_location=map_location, weights_only=True)
-    except FileNotFoundError:
+RESUME_FIX = "move it away to start afresh, or pass another --xpid"
+
+
+def load(path: str, map_location="cpu", fix: str = RESUME_FIX) -> dict:
+    """Load a checkpoint written by :func:`save` with ``weights_only=True``.
+
+    A bad file is one UserError: the path, what is wrong with it (missing, truncated or not a
+    PyTorch file, holding objects a safe load refuses, not one of this project's checkpoints)
+    and ``fix``, what to do.  PyTorch's own advice to load unsafely is never passed on.
+    """
+    if not os.path.exists(path):
         raise UserError(f"checkpoint {path} does not exist: check the path")
-    except Exception as e:  # noqa: BLE001 - corrupt, truncated or foreign files
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise UserError(
-            f"checkpoint {path} cannot be read ({first[:200]}): move it away to start afresh, or pass another --xpid"
-        ) from None
+    if not zipfile.is_zipfile(path):
+        raise UserError(f"checkpoint {path} cannot be read: it is truncated or not a PyTorch checkpoint; {fix}")
+    try:
+        payload = torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError:
+        raise UserError(f"checkpoint {path} cannot be read: it holds objects a safe load refuses, so this project "
+                        f"did not write it; {fix}") from None
+    except Exception as e:  # noqa: BLE001 - a damaged archive
+        raise UserError(f"checkpoint {path} cannot be read: it is damaged ({type(e).__name__}); {fix}") from None
+    if not isinstance(payload, dict) or "model_state_dict" not in payload:
+        raise UserError(f"checkpoint {path} cannot be read: it is a PyTorch file but not one of this project's "
+                        f"checkpoints (no model_state_dict); {fix}")
+    return payload
 
 
 SECRET_FLAGS = ("server_secret",)

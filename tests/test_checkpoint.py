@@ -103,5 +103,5 @@ def test_a_torn_file_is_one_clear_line_not_a_traceback(tmp_path):
     path, size, _ = previous(tmp_path)
     with open(path, "r+b") as f:
         f.truncate(size // 2)
-    with pytest.raises(UserError, match="cannot be read .*move it away"):
+    with pytest.raises(UserError, match="cannot be read: it is truncated or not a PyTorch checkpoint; move it away"):
         checkpoint.load(path)

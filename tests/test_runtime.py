@@ -118,15 +118,48 @@ def test_train_writes_logs_and_checkpoint_then_resumes(tmp_path):
     assert (ckpt3["step"], ckpt3["learner_steps"]) == (ckpt2["step"], ckpt2["learner_steps"])
 
 
-def test_corrupt_checkpoint_is_one_line_and_kept(tmp_path):
+class NotAWeight:
+    pass
+
+
+def _bad_checkpoint(kind: str, path) -> str:
+    """Writes a bad model.tar of ``kind``; returns what the error must say about it."""
+    if kind == "garbage":
+        path.write_bytes(b"not a checkpoint")
+        return "it is truncated or not a PyTorch checkpoint"
+    if kind == "truncated":
+        torch.save({"model_state_dict": {"w": torch.zeros(1000)}, "step": 5}, path)
+        data = path.read_bytes()
+        path.write_bytes(data[: len(data) // 2])
+        return "it is truncated or not a PyTorch checkpoint"
+    if kind == "unsafe":
+        torch.save({"model_state_dict": {}, "hook": NotAWeight()}, path)
+        return "it holds objects a safe load refuses, so this project did not write it"
+    torch.save({"weights": torch.zeros(3)}, path)  # "foreign": a PyTorch file of another program
+    return "it is a PyTorch file but not one of this project's checkpoints (no model_state_dict)"
+
+
+@pytest.mark.parametrize("kind", ["garbage", "truncated", "unsafe", "foreign"])
+def test_a_bad_checkpoint_is_one_line_before_any_server_and_kept(tmp_path, kind):
     rundir = tmp_path / "runs" / "run"
     rundir.mkdir(parents=True)
-    (rundir / "model.tar").write_bytes(b"not a checkpoint")
+    what = _bad_checkpoint(kind, rundir / "model.tar")
+    before = (rundir / "model.tar").read_bytes()
     result = run(GYM, *common(tmp_path, total_steps=5_000), output=str(tmp_path / "out"), timeout=60)
     assert result.returncode == 2
-    assert "checkpoint" in result.stdout and "cannot be read" in result.stdout
-    assert (rundir / "model.tar").read_bytes() == b"not a checkpoint"
+    last = result.stdout.strip().splitlines()[-1]
+    assert f"checkpoint {rundir}/model.tar cannot be read: {what}; move it away to start afresh, or pass another " \
+           f"--xpid" in last, last
+    assert "env server 0:" not in result.stdout  # refused before any server started
+    assert "weights_only" not in result.stdout and "Traceback" not in result.stdout
+    assert (rundir / "model.tar").read_bytes() == before
     assert not sockets_left(tmp_path)
+    # --mode test: the same diagnosis, and a fix that applies there
+    result = run(GYM, "--mode=test", f"--checkpoint={rundir}/model.tar", output=str(tmp_path / "out2"), timeout=60)
+    assert result.returncode == 2
+    last = result.stdout.strip().splitlines()[-1]
+    assert f"cannot be read: {what}; pass --checkpoint the model.tar of a run of this project" in last, last
+    assert "--xpid" not in last and "weights_only" not in result.stdout
 
 
 def test_killed_server_is_restarted_and_training_finishes(tmp_path):

@@ -36,7 +36,7 @@ def local_spec(env) -> dict:
 def evaluate_checkpoint(flags, env_pkg, parser, argv: list[str]) -> int:
     setup_logging(None)
     try:
-        saved = checkpoint.load(flags.checkpoint)
+        saved = checkpoint.load(flags.checkpoint, fix="pass --checkpoint the model.tar of a run of this project")
         given = explicit_dests(parser, argv)
         for key, value in saved.get("flags", {}).items():
             if key not in given and hasattr(flags, key) and key not in ("mode", "checkpoint"):

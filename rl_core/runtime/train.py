@@ -238,6 +238,8 @@ class Training:
         threads = f.torch_threads or auto_torch_threads(f)
         torch.set_num_threads(threads)
         log.info("torch intra-op threads: %d", threads)
+        # A checkpoint to resume is read (and refused, in one line) before any server starts.
+        saved = checkpoint.load(self.checkpoint_path) if os.path.exists(self.checkpoint_path) else None
         if self.supervisor is not None:
             self.supervisor.start_all()
         spec = self._connect_all()
@@ -260,7 +262,7 @@ class Training:
             inference_model.set_stem_dtype(precision)
             log.info("central inference runs the stem in %s", f.inference_precision)
         optimizer, scheduler = agent.make_optimizer(model)
-        step, learner_steps = self._maybe_resume(model, optimizer, scheduler)
+        step, learner_steps = self._maybe_resume(saved, model, optimizer, scheduler)
         inference_model.load_state_dict(model.state_dict())
         log.info("model on %s: %s", self.device, model)
 
@@ -299,11 +301,10 @@ class Training:
             self.threads.append(start_thread(f"learner-{i}", self.learner.loop, self.errors))
         self._supervise()
 
-    def _maybe_resume(self, model, optimizer, scheduler) -> int:
-        """Load model.tar of this xpid if there is one: (step, learner_steps)."""
-        if not os.path.exists(self.checkpoint_path):
+    def _maybe_resume(self, state: dict | None, model, optimizer, scheduler) -> tuple[int, int]:
+        """Restore model.tar of this xpid (already read) if there is one: (step, learner_steps)."""
+        if state is None:
             return 0, 0
-        state = checkpoint.load(self.checkpoint_path)
         try:
             model.load_state_dict(state["model_state_dict"])
             optimizer.load_state_dict(state["optimizer_state_dict"])
