@@ -66,3 +66,26 @@ class BrokenInitCartPole(CartPoleEnv):
 
 
 gym.register(id="BrokenInit-v0", entry_point=BrokenInitCartPole)
+
+
+class NaNCartPole(CartPoleEnv):
+    """Returns a NaN in its ``field`` ("obs": the pole's angle; "reward") at its ``at``-th step."""
+
+    def __init__(self, field: str = "obs", at: int = 12, **kwargs):
+        super().__init__(**kwargs)
+        self.field, self.at, self.steps = field, at, 0
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = super().step(action)
+        self.steps += 1
+        if self.steps == self.at:
+            if self.field == "obs":
+                obs = obs.copy()
+                obs[2] = float("nan")
+            else:
+                reward = float("nan")
+        return obs, reward, terminated, truncated, info
+
+
+gym.register(id="NaNObs-v0", entry_point=NaNCartPole, kwargs={"field": "obs"}, max_episode_steps=500)
+gym.register(id="NaNReward-v0", entry_point=NaNCartPole, kwargs={"field": "reward"}, max_episode_steps=500)

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import signal
 import socket
 import time
@@ -517,3 +518,14 @@ def test_procgen_without_qt_is_one_line_naming_the_package(tmp_path, monkeypatch
                                                          batch_size=2), output=str(tmp_path / "out"), timeout=90)
     _ends_at_once_with(result, started, "env server 0 could not start: envpool's Procgen cannot load Qt 5's GUI "
                                         "library: install it (Debian/Ubuntu: sudo apt-get install libqt5gui5)")
+
+
+@pytest.mark.parametrize("env,field", [("NaNObs-v0", "obs"), ("NaNReward-v0", "reward")])
+def test_a_nan_from_an_env_is_one_line_naming_server_slot_and_field(tmp_path, env, field):
+    result = run(GYM, *common(tmp_path, env=f"tests.crashing_env:{env}", num_actors=4, num_servers=2,
+                              batch_size=4, total_steps=10**9), output=str(tmp_path / "out"), timeout=90)
+    assert result.returncode == 1, result.stdout[-3000:]
+    last = result.stdout.strip().splitlines()[-1]
+    assert re.search(rf"env server [01] \(unix:{tmp_path}/pipe\.[01]\), env slot [01]: its {field} holds nan", last), last
+    assert "probability tensor" not in result.stdout and "Traceback" not in result.stdout
+    assert not sockets_left(tmp_path)

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from rl_core.agents.base import action_field
-from rl_core.errors import EnvServerError
+from rl_core.errors import EnvServerError, RunFailure
 from rl_core.runtime import transport as tp
 from rl_core.runtime.batcher import InferenceBatcher
 
@@ -125,7 +125,23 @@ class ActorThread:
             store[name] = np.zeros((T1, K, *shape), dtype)
         return store
 
+    def _check_finite(self, msg: dict) -> None:
+        """A NaN or inf in a float observation or a reward ends the run naming where it came from
+        (it would otherwise surface as a sampling error deep in inference)."""
+        for field in ("obs", "reward"):
+            value = msg[field]
+            if value.dtype.kind != "f":
+                continue
+            finite = np.isfinite(value.reshape(value.shape[0], -1)).all(axis=1)
+            if not finite.all():
+                slot = int(np.flatnonzero(~finite)[0])
+                bad = value[slot][~np.isfinite(value[slot])].flat[0]
+                raise RunFailure(f"env server {self.index} ({self.address}), env slot {slot}: its {field} holds "
+                                 f"{bad} (NaN or inf): the environment produced it; fix the env or clip what it "
+                                 f"returns")
+
     def _record_env(self, store, t: int, msg: dict) -> None:
+        self._check_finite(msg)
         store["obs"][t] = msg["obs"]
         store["reward"][t] = msg["reward"]
         store["done"][t] = msg["done"]
