@@ -19,7 +19,7 @@ COMMON_RANGES: dict[str, str] = {
     "test_num_envs": "[1, inf)",
     # actors and env servers
     "num_actors": "[1, inf)", "num_servers": "[1, inf)", "server_index": "[0, inf)",
-    "connect_timeout": "(0, inf)", "max_message_bytes": "[1, inf)", "num_actions": "[1, inf)",
+    "connect_timeout": "(0, inf)", "env_timeout": "(0, inf)", "max_message_bytes": "[1, inf)", "num_actions": "[1, inf)",
     # learner
     "total_steps": "[1, inf)", "batch_size": "[1, inf)", "unroll_length": "[1, inf)",
     "num_learner_threads": "[1, inf)", "num_inference_threads": "[1, inf)", "max_inference_batch_size": "[0, inf)",

@@ -53,6 +53,9 @@ def make_parser(prog: str | None = None) -> argparse.ArgumentParser:
     g.add_argument("--server_index", type=int, default=None, help="polybeast_env: run only this server (default: all).")
     g.add_argument("--server_secret", default=None, help="Shared secret for TCP (default: $POLYBEAST_SECRET; the launcher generates one).")
     g.add_argument("--connect_timeout", type=float, default=60.0, metavar="SECONDS", help="How long the learner retries connecting to a server.")
+    g.add_argument("--env_timeout", type=float, default=300.0, metavar="SECONDS",
+                   help="A server that has not answered an action for this long (an env's step or reset hangs) "
+                        "ends the run naming it; a warning comes at half of it, and the server logs the slot.")
     g.add_argument("--max_message_bytes", type=int, default=256 * 1024 * 1024, help="Larger messages are refused.")
     g.add_argument("--num_actions", type=int, default=None, help="Default: from the env; a different value is an error.")
 

@@ -89,3 +89,23 @@ class NaNCartPole(CartPoleEnv):
 
 gym.register(id="NaNObs-v0", entry_point=NaNCartPole, kwargs={"field": "obs"}, max_episode_steps=500)
 gym.register(id="NaNReward-v0", entry_point=NaNCartPole, kwargs={"field": "reward"}, max_episode_steps=500)
+
+
+class HangingCartPole(CartPoleEnv):
+    """Its ``hang_at``-th step never returns (a deadlocked simulator)."""
+
+    def __init__(self, hang_at: int = 30, **kwargs):
+        super().__init__(**kwargs)
+        self.hang_at, self.steps = hang_at, 0
+
+    def step(self, action):
+        import time
+
+        self.steps += 1
+        if self.steps >= self.hang_at:
+            while True:
+                time.sleep(3600)
+        return super().step(action)
+
+
+gym.register(id="Hanging-v0", entry_point=HangingCartPole, max_episode_steps=500)

@@ -529,3 +529,20 @@ def test_a_nan_from_an_env_is_one_line_naming_server_slot_and_field(tmp_path, en
     assert re.search(rf"env server [01] \(unix:{tmp_path}/pipe\.[01]\), env slot [01]: its {field} holds nan", last), last
     assert "probability tensor" not in result.stdout and "Traceback" not in result.stdout
     assert not sockets_left(tmp_path)
+
+
+def test_a_hung_env_is_named_and_ends_the_run(tmp_path):
+    """An env whose step() never returns: a warning at half --env_timeout, the server's log names the
+    slot, and at --env_timeout the run ends with one line naming the server (not `0 SPS` forever)."""
+    started = time.monotonic()
+    result = run(GYM, *common(tmp_path, env="tests.crashing_env:Hanging-v0", num_actors=2, num_servers=1,
+                              batch_size=2, total_steps=10**9, env_timeout=8), output=str(tmp_path / "out"),
+                 timeout=120)
+    assert result.returncode == 1, result.stdout[-3000:]
+    last = result.stdout.strip().splitlines()[-1]
+    assert re.search(rf"env server 0 \(unix:{tmp_path}/pipe\.0\) has not answered for \d+ s \(--env_timeout 8\)",
+                     last), last
+    assert "has not answered for 4 s; the run ends at 8 s" in result.stdout
+    assert re.search(r"env server 0: env slot [01]'s step\(\) has not returned for \d+ s", result.stdout)
+    assert time.monotonic() - started < 90 and "Traceback" not in result.stdout
+    assert not sockets_left(tmp_path)

@@ -132,6 +132,47 @@ def test_stalled_frame_times_out():
         b.recv()
 
 
+def test_a_frame_trickling_in_byte_by_byte_times_out_as_a_whole():
+    """The frame deadline covers the whole message: a peer sending a byte every 0.1 s (each read
+    succeeds, none times out) is dropped once frame_timeout_s has passed since the message began."""
+    a, b = socketpair()
+    b.frame_timeout_s = 1.0
+    whole = b"".join(bytes(x) for x in tp.encode(tp.STEP, {"x": np.zeros(100, np.uint8)}))
+    stop_sending = threading.Event()
+
+    def trickle():
+        for byte in whole[:-1]:
+            if stop_sending.wait(0.1):
+                return
+            try:
+                a.sock.sendall(bytes([byte]))
+            except OSError:
+                return
+
+    threading.Thread(target=trickle, daemon=True).start()
+    started = time.monotonic()
+    with pytest.raises(tp.ProtocolError, match="stalled"):
+        b.recv()
+    assert time.monotonic() - started < 3.0
+    stop_sending.set()
+
+
+def test_an_idle_wait_calls_on_idle_which_may_give_up():
+    a, b = socketpair()
+    b.poll_s = 0.05
+    b.sock.settimeout(0.05)
+    waited = []
+
+    def on_idle(seconds):
+        waited.append(seconds)
+        if seconds > 0.3:
+            raise TimeoutError("nobody answers")
+
+    with pytest.raises(TimeoutError):
+        b.recv(on_idle=on_idle)
+    assert len(waited) >= 3 and waited == sorted(waited)
+
+
 def test_clean_close_and_stop():
     a, b = socketpair()
     stop = threading.Event()
@@ -313,7 +354,8 @@ def test_the_client_refuses_a_server_that_cannot_prove_the_secret(answer):
     thread = threading.Thread(target=impostor, daemon=True)
     thread.start()
     flags = types.SimpleNamespace(connect_timeout=5, max_message_bytes=1 << 20)
-    with pytest.raises(tp.ProtocolError, match="server failed authentication|closed the connection during"):
+    expected = "did not answer within" if answer == "truncated" else "server failed authentication"
+    with pytest.raises(UserError, match=expected):
         connect_server(address, flags, b"s3cret")
     thread.join(5)
     listener.close()
@@ -329,3 +371,95 @@ def test_stale_socket_file_is_replaced_and_live_one_refused(tmp_path):
     with pytest.raises(UserError, match="in use by another server"):
         tp.listen(address)
     listener.close()
+
+
+# ------------------------------------------------ slow, silent and stalling peers
+
+
+def _server_in_thread(address, **kwargs):
+    server = EnvServer(address, [lambda: gym.make("CartPole-v1")] * 2, [env_seed(0, 0, i) for i in range(2)],
+                       **kwargs)
+    stop = threading.Event()
+    thread = threading.Thread(target=server.serve_forever, args=(stop,), daemon=True)
+    thread.start()
+    return server, stop, thread
+
+
+def _learner_flags(connect_timeout):
+    import types
+
+    return types.SimpleNamespace(connect_timeout=connect_timeout, max_message_bytes=1 << 20)
+
+
+def test_a_silent_peer_gives_way_to_a_learner(tmp_path):
+    """A peer that took the server and then says nothing is dropped when a learner connects, once it has
+    been silent for idle_peer_s; the learner gets its HELLO."""
+    from rl_core.runtime.actor_pool import connect_server
+
+    address = tp.Address("unix", path=str(tmp_path / "srv.0"))
+    server, stop, thread = _server_in_thread(address, idle_peer_s=1.0)
+    squatter = tp.connect(address, timeout=10)
+    squat = tp.Connection(squatter, poll_s=0.2, frame_timeout_s=5)
+    assert squat.recv()[0] == tp.HELLO  # served, then silent
+    started = time.monotonic()
+    conn, spec = connect_server(address, _learner_flags(20), None)
+    assert spec["num_envs"] == 2 and time.monotonic() - started < 10
+    conn.close()
+    squatter.close()
+    stop.set()
+    thread.join(5)
+
+
+def test_a_peer_trickling_a_frame_is_dropped_and_the_learner_served(tmp_path):
+    from rl_core.runtime.actor_pool import connect_server
+
+    address = tp.Address("unix", path=str(tmp_path / "srv.0"))
+    server, stop, thread = _server_in_thread(address, idle_peer_s=1000.0, frame_timeout_s=1.5)
+    slow = tp.connect(address, timeout=10)
+    slow_conn = tp.Connection(slow, poll_s=0.2, frame_timeout_s=5)
+    slow_conn.recv(), slow_conn.recv()  # HELLO, first STEP
+    frame = b"".join(bytes(x) for x in tp.encode(tp.ACTION, {"action": np.zeros(2, np.int64)}))
+    halt = threading.Event()
+
+    def trickle():  # a byte every 0.3 s: no single read ever times out
+        for byte in frame[:-1]:
+            if halt.wait(0.3):
+                return
+            try:
+                slow.sendall(bytes([byte]))
+            except OSError:
+                return
+
+    threading.Thread(target=trickle, daemon=True).start()
+    started = time.monotonic()
+    conn, _ = connect_server(address, _learner_flags(20), None)
+    assert time.monotonic() - started < 8
+    halt.set()
+    conn.close()
+    slow.close()
+    stop.set()
+    thread.join(5)
+
+
+def test_a_tcp_peer_that_never_authenticates_gives_way_and_a_held_server_is_one_line(tmp_path):
+    from rl_core.runtime.actor_pool import connect_server
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    address = tp.Address("tcp", host="127.0.0.1", port=port)
+    server, stop, thread = _server_in_thread(address, secret=b"k", auth_timeout_s=1.5, idle_peer_s=1000.0)
+    mute = tp.connect(address, timeout=10)  # connects and says nothing: the handshake's deadline drops it
+    started = time.monotonic()
+    conn, _ = connect_server(address, _learner_flags(20), b"k")
+    assert time.monotonic() - started < 8
+    # Now this learner holds the server (and is not silent for 1000 s): another learner is told in one line.
+    started = time.monotonic()
+    with pytest.raises(UserError, match=rf"env server at 127.0.0.1:{port} did not answer within "
+                                        r"--connect_timeout 3 s .*another learner or peer may hold it"):
+        connect_server(address, _learner_flags(3), b"k")
+    assert time.monotonic() - started < 8
+    conn.close()
+    mute.close()
+    stop.set()
+    thread.join(5)

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from rl_core.agents.base import action_field
-from rl_core.errors import EnvServerError, RunFailure
+from rl_core.errors import EnvServerError, RunFailure, UserError
 from rl_core.runtime import transport as tp
 from rl_core.runtime.batcher import InferenceBatcher
 
@@ -48,26 +48,42 @@ class RunStats:
             return episodes
 
 
+class _NoAnswer(Exception):
+    pass
+
+
 def connect_server(address: tp.Address, flags, secret: bytes | None, stop=None, on_retry=None):
     """Connect (retrying until --connect_timeout), authenticate over TCP, read HELLO.
 
     Returns ``(connection, spec)``.
     """
     deadline = time.monotonic() + flags.connect_timeout
+
+    def no_answer(waited: float) -> None:
+        if time.monotonic() >= deadline:
+            raise _NoAnswer(f"it accepted the connection but sent nothing for {waited:.0f} s")
+
     while True:
         sock = tp.connect(address, flags.connect_timeout, stop, on_retry, deadline=deadline)
         conn = tp.Connection(sock, max_bytes=flags.max_message_bytes, poll_s=0.5)
         try:
             if address.kind == "tcp":
-                tp.client_authenticate(sock, secret)
+                tp.client_authenticate(sock, secret, timeout=max(0.5, min(10.0, deadline - time.monotonic())))
                 sock.settimeout(conn.poll_s)
-            kind, msg = conn.recv(stop)
-        except (ConnectionError, tp.ConnectionClosed) as e:
-            # A server that is dying (e.g. just killed) can still accept into its backlog,
-            # then reset: that is a server not there yet, so retry until the deadline.
+            kind, msg = conn.recv(stop, on_idle=no_answer)
+        except tp.AuthenticationFailed as e:
+            conn.close()
+            raise UserError(f"env server at {address}: {e}: give the learner and the servers the same secret "
+                            f"($POLYBEAST_SECRET)") from None
+        except (ConnectionError, tp.ConnectionClosed, tp.ProtocolError, _NoAnswer) as e:
+            # A server that is dying (e.g. just killed) can still accept into its backlog, then
+            # reset; one busy with another peer answers late: retry until the deadline.
             conn.close()
             if time.monotonic() >= deadline:
-                raise tp.ProtocolError(f"{address} closed the connection during the handshake ({e})") from None
+                raise UserError(
+                    f"env server at {address} did not answer within --connect_timeout {flags.connect_timeout:g} s "
+                    f"({e or type(e).__name__}): another learner or peer may hold it (a server serves one at a "
+                    f"time); stop that one, or check the server's log") from None
             time.sleep(0.1)
             continue
         if kind != tp.HELLO:
@@ -102,6 +118,8 @@ class ActorThread:
         self.conn = conn
         self.spec = spec
         self.flags = flags
+        self.env_timeout = float(getattr(flags, "env_timeout", 300.0))
+        self._warned_silent = False
         self.secret = secret
         self.batcher = batcher
         self.learner_queue = learner_queue
@@ -160,8 +178,22 @@ class ActorThread:
                 episodes.append(episode)
             self.stats.add_episodes(episodes)
 
+    def _silent_server(self, waited: float) -> None:
+        """Warn at half --env_timeout, end the run at it: an env that never returns is named, not waited on."""
+        limit = self.env_timeout
+        if waited >= limit:
+            raise RunFailure(
+                f"env server {self.index} ({self.address}) has not answered for {waited:.0f} s (--env_timeout "
+                f"{limit:g}): one of its envs hangs in step() or reset() (the server's log names the slot); the "
+                f"run ends rather than wait forever")
+        if waited >= limit / 2 and not self._warned_silent:
+            self._warned_silent = True
+            log.warning("env server %d (%s) has not answered for %.0f s; the run ends at %g s (--env_timeout)",
+                        self.index, self.address, waited, limit)
+
     def _recv_step(self) -> dict:
-        kind, msg = self.conn.recv(self.stop)
+        self._warned_silent = False
+        kind, msg = self.conn.recv(self.stop, on_idle=self._silent_server)
         if kind == tp.ERROR:
             slot = int(msg["slot"][0]) if "slot" in msg else -1
             raise EnvServerError(

@@ -115,7 +115,8 @@ def env_main(env_pkg, argv=None) -> None:
         fns = [(lambda s=s: env_pkg.make_env(flags, s)) for s in seeds]
         try:
             server = EnvServer(address, fns, seeds, server_index=i, secret=secret.encode() if secret else None,
-                               max_bytes=flags.max_message_bytes, env_name=flags.env or "")
+                               max_bytes=flags.max_message_bytes, env_name=flags.env or "",
+                               stall_warn_s=flags.env_timeout / 2)
         except (UserError, EnvError):
             raise
         except Exception as e:  # noqa: BLE001 - before serving anything: the setup is at fault

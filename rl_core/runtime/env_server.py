@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import os
+import select
 import signal
 import socket
 import sys
@@ -64,6 +65,10 @@ def space_spec(space) -> dict:
     raise TypeError(f"action space {space} is not supported (Discrete or Box)")
 
 
+class _Superseded(Exception):
+    """The connection being served gives way to one waiting (its peer has been silent)."""
+
+
 class EnvError(Exception):
     def __init__(self, slot: int, text: str):
         super().__init__(text)
@@ -83,6 +88,10 @@ class EnvServer:
         secret: bytes | None = None,
         max_bytes: int = tp.DEFAULT_MAX_BYTES,
         env_name: str = "",
+        idle_peer_s: float = 30.0,
+        stall_warn_s: float = 150.0,
+        frame_timeout_s: float = 30.0,
+        auth_timeout_s: float = 10.0,
     ):
         if address.kind == "tcp" and not secret:
             raise ValueError("a TCP env server needs a secret")
@@ -103,6 +112,14 @@ class EnvServer:
         self.action_spec = space_spec(self.envs[0].action_space)
         self._listener: socket.socket | None = None
         self.connections_served = 0
+        # A peer silent for idle_peer_s while another connection waits is dropped for it.
+        self.idle_peer_s = idle_peer_s
+        # An env step/reset running longer than stall_warn_s is logged with its slot (a watchdog).
+        self.stall_warn_s = stall_warn_s
+        self._busy: tuple[str, int, float] | None = None  # (what, slot, since) of the env call running
+        # Deadlines for a whole message once begun, and for the whole TCP handshake.
+        self.frame_timeout_s = frame_timeout_s
+        self.auth_timeout_s = auth_timeout_s
 
     # ------------------------------------------------------------- spec
     def spec(self) -> dict:
@@ -122,6 +139,8 @@ class EnvServer:
         self._socket_id = _file_id(self.address.path) if self.address.kind == "unix" else None
         self._listener.settimeout(0.5)
         log.info("env server %d: %d envs at %s", self.server_index, self.num_envs, self.address)
+        if self.stall_warn_s > 0:
+            threading.Thread(target=self._watch_envs, name="env-watchdog", daemon=True).start()
         try:
             while stop is None or not stop.is_set():
                 try:
@@ -132,16 +151,39 @@ class EnvServer:
         finally:
             self.close()
 
+    def _watch_envs(self) -> None:
+        """Log, once per stall, an env call that has not returned for stall_warn_s: the learner only
+        sees a silent server, this names the slot."""
+        warned = None
+        while self._listener is not None:
+            time.sleep(min(1.0, self.stall_warn_s / 4))
+            busy = self._busy
+            if busy is not None and busy != warned and time.monotonic() - busy[2] >= self.stall_warn_s:
+                warned = busy
+                log.warning("env server %d: env slot %d's %s() has not returned for %.0f s (env %s)",
+                            self.server_index, busy[1], busy[0], time.monotonic() - busy[2], self.env_name)
+
+    def _drop_if_superseded(self, waited: float) -> None:
+        """A peer silent for idle_peer_s while another connection waits in the backlog is dropped for it."""
+        if waited < self.idle_peer_s or self._listener is None:
+            return
+        ready, _, _ = select.select([self._listener], [], [], 0)
+        if ready:
+            raise _Superseded(f"its peer sent nothing for {waited:.0f} s while another connection waited")
+
     def _serve_one(self, sock: socket.socket, stop) -> None:
         peer = "learner"
         try:
             if self.address.kind == "tcp":
-                tp.server_authenticate(sock, self.secret)
-            conn = tp.Connection(sock, max_bytes=self.max_bytes, poll_s=1.0)
+                tp.server_authenticate(sock, self.secret, timeout=self.auth_timeout_s)
+            conn = tp.Connection(sock, max_bytes=self.max_bytes, poll_s=min(1.0, self.idle_peer_s / 2),
+                                 frame_timeout_s=self.frame_timeout_s)
             self.connections_served += 1
             self._serve(conn, stop)
         except tp.ConnectionClosed:
             log.info("env server %d: %s disconnected; waiting for the next", self.server_index, peer)
+        except _Superseded as e:
+            log.warning("env server %d: dropped a connection: %s", self.server_index, e)
         except tp.ProtocolError as e:
             log.warning("env server %d: dropped connection: %s", self.server_index, e)
         except (ConnectionError, BrokenPipeError) as e:
@@ -163,15 +205,17 @@ class EnvServer:
 
     def _reset(self, slot: int) -> np.ndarray:
         env = self.envs[slot]
+        if self._first_reset and slot == 0:
+            return self._first_obs0
+        self._busy = ("reset", slot, time.monotonic())
         try:
             if self._first_reset:
-                if slot == 0:
-                    return self._first_obs0
                 obs, _ = env.reset(seed=self.seeds[slot])
             else:
                 obs, _ = env.reset()
         except Exception:
             raise EnvError(slot, traceback.format_exc())
+        self._busy = None
         return obs
 
     def _serve(self, conn: tp.Connection, stop) -> None:
@@ -208,7 +252,7 @@ class EnvServer:
             low = np.asarray(action_spec["low"], np.float32).reshape(shape)
             high = np.asarray(action_spec["high"], np.float32).reshape(shape)
         while True:
-            kind, msg = conn.recv(stop)
+            kind, msg = conn.recv(stop, on_idle=self._drop_if_superseded)
             if kind != tp.ACTION or "action" not in msg:
                 raise tp.ProtocolError(f"expected ACTION, got {tp.KINDS[kind]} with fields {sorted(msg)}")
             actions = msg["action"]
@@ -226,10 +270,12 @@ class EnvServer:
                 actions = np.clip(actions, low, high)
             stats: dict[str, np.ndarray] = {}
             for slot, env in enumerate(self.envs):
+                self._busy = ("step", slot, time.monotonic())
                 try:
                     o, r, terminated, truncated, info = env.step(actions[slot])
                 except Exception:
                     raise EnvError(slot, traceback.format_exc())
+                self._busy = None
                 d = bool(terminated or truncated)
                 episode_return[slot] += r
                 episode_step[slot] += 1

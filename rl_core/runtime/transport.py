@@ -67,6 +67,14 @@ class ProtocolError(Exception):
     """The peer sent something that is not a well-formed message."""
 
 
+class HandshakeTimeout(ProtocolError):
+    """The peer did not complete the authentication handshake in time (busy, slow or silent)."""
+
+
+class AuthenticationFailed(ProtocolError):
+    """The peer answered the challenge with a wrong MAC: it does not know the secret."""
+
+
 class ConnectionClosed(Exception):
     """The peer closed the connection at a message boundary."""
 
@@ -210,9 +218,15 @@ def _mac(secret: bytes, role: bytes, nonce: bytes) -> bytes:
     return hmac.new(secret, role + nonce, hashlib.sha256).digest()
 
 
-def _recv_exact_raw(sock: socket.socket, n: int) -> bytes:
+def _recv_exact_raw(sock: socket.socket, n: int, deadline: float | None = None) -> bytes:
+    """``n`` bytes; with a ``deadline`` (time.monotonic()) all of them by then, however they trickle."""
     buf = bytearray()
     while len(buf) < n:
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise socket.timeout()
+            sock.settimeout(left)
         chunk = sock.recv(n - len(buf))
         if not chunk:
             raise ProtocolError("peer closed the connection during authentication")
@@ -223,35 +237,37 @@ def _recv_exact_raw(sock: socket.socket, n: int) -> bytes:
 def server_authenticate(sock: socket.socket, secret: bytes, timeout: float = 10.0) -> None:
     """Challenge the client, then answer its challenge.  Raises ProtocolError on failure."""
     sock.settimeout(timeout)
+    deadline = time.monotonic() + timeout  # for the whole handshake, not per read
     try:
         nonce = secrets.token_bytes(_NONCE_BYTES)
         sock.sendall(AUTH_TAG + nonce)
-        if _recv_exact_raw(sock, len(AUTH_TAG)) != AUTH_TAG:
+        if _recv_exact_raw(sock, len(AUTH_TAG), deadline) != AUTH_TAG:
             raise ProtocolError("peer did not speak the authentication protocol")
-        reply = _recv_exact_raw(sock, 2 * _NONCE_BYTES)
+        reply = _recv_exact_raw(sock, 2 * _NONCE_BYTES, deadline)
         mac, client_nonce = reply[:32], reply[32:]
         if not hmac.compare_digest(mac, _mac(secret, b"client", nonce)):
-            raise ProtocolError("peer failed authentication (wrong --server_secret)")
+            raise AuthenticationFailed("peer failed authentication (wrong --server_secret)")
         sock.sendall(_mac(secret, b"server", client_nonce))
     except socket.timeout as e:
-        raise ProtocolError("peer did not authenticate in time") from e
+        raise HandshakeTimeout("peer did not authenticate in time") from e
 
 
 def client_authenticate(sock: socket.socket, secret: bytes, timeout: float = 10.0) -> None:
     """Answer the server's challenge and check its answer to ours."""
     sock.settimeout(timeout)
+    deadline = time.monotonic() + timeout
     try:
-        hello = _recv_exact_raw(sock, len(AUTH_TAG) + _NONCE_BYTES)
+        hello = _recv_exact_raw(sock, len(AUTH_TAG) + _NONCE_BYTES, deadline)
         if hello[: len(AUTH_TAG)] != AUTH_TAG:
             raise ProtocolError("server did not ask for authentication")
         nonce = hello[len(AUTH_TAG) :]
         my_nonce = secrets.token_bytes(_NONCE_BYTES)
         sock.sendall(AUTH_TAG + _mac(secret, b"client", nonce) + my_nonce)
-        answer = _recv_exact_raw(sock, 32)
+        answer = _recv_exact_raw(sock, 32, deadline)
         if not hmac.compare_digest(answer, _mac(secret, b"server", my_nonce)):
-            raise ProtocolError("server failed authentication (wrong --server_secret)")
+            raise AuthenticationFailed("server failed authentication (wrong --server_secret)")
     except socket.timeout as e:
-        raise ProtocolError("server did not complete authentication in time") from e
+        raise HandshakeTimeout("server did not complete authentication in time") from e
 
 
 # ------------------------------------------------------------------ framing
@@ -380,6 +396,7 @@ class Connection:
         self.frame_timeout_s = frame_timeout_s
         sock.settimeout(poll_s)
         self._header = bytearray(HEADER.size)
+        self._frame_deadline = float("inf")
 
     def close(self) -> None:
         try:
@@ -413,34 +430,41 @@ class Connection:
                 continue
             mv = mv[n:]
 
-    def _recv_into(self, mv: memoryview, stop, at_boundary: bool) -> None:
+    def _recv_into(self, mv: memoryview, stop, at_boundary: bool, on_idle=None) -> None:
         got = 0
-        waited_since = None
+        idle_since = time.monotonic()
         while got < len(mv):
+            waiting = at_boundary and got == 0  # for the next message: no deadline, only stop and on_idle
+            if not waiting and time.monotonic() > self._frame_deadline:
+                raise ProtocolError(f"truncated message: the peer stalled, {got} of {len(mv)} bytes of a part "
+                                    f"not complete within {self.frame_timeout_s:g} s")
             try:
                 n = self.sock.recv_into(mv[got:])
             except socket.timeout:
-                if at_boundary and got == 0:
+                if waiting:
                     if stop is not None and stop.is_set():
                         raise Stopped()
-                    continue
-                now = time.monotonic()
-                waited_since = waited_since or now
-                if now - waited_since > self.frame_timeout_s:
-                    raise ProtocolError(f"truncated message: peer stalled after {got} of {len(mv)} bytes")
+                    if on_idle is not None:
+                        on_idle(time.monotonic() - idle_since)
                 continue
             if n == 0:
-                if at_boundary and got == 0:
+                if waiting:
                     raise ConnectionClosed()
                 raise ProtocolError(f"truncated message: connection closed after {got} of {len(mv)} bytes")
+            if waiting:  # a message began: all of it must arrive within frame_timeout_s
+                self._frame_deadline = time.monotonic() + self.frame_timeout_s
             got += n
             at_boundary = False
-            waited_since = None
 
-    def recv(self, stop=None) -> tuple[int, dict[str, np.ndarray]]:
-        """The next message as ``(kind, fields)``."""
+    def recv(self, stop=None, on_idle=None) -> tuple[int, dict[str, np.ndarray]]:
+        """The next message as ``(kind, fields)``.
+
+        While no message has begun, the wait wakes every ``poll_s`` to check ``stop`` and to call
+        ``on_idle(seconds waited)``, which may raise.  Once one has begun, the whole message
+        (header and payload) must arrive within ``frame_timeout_s``, however slowly it trickles.
+        """
         header = memoryview(self._header)
-        self._recv_into(header, stop, at_boundary=True)
+        self._recv_into(header, stop, at_boundary=True, on_idle=on_idle)
         magic, version, kind, length = HEADER.unpack(self._header)
         if magic != MAGIC or version != VERSION:
             raise ProtocolError(f"bad frame header {bytes(self._header)!r}: not a polybeast peer")
