@@ -104,6 +104,13 @@ def frame_of(env, obs) -> np.ndarray | None:
     return None
 
 
+class Recording(list):
+    """The frames of a recorded episode, and the frame rate at which they play in real time
+    (the env's ``metadata["render_fps"]``, set by :func:`play`)."""
+
+    fps: float = 30.0
+
+
 def play(
     model,
     env_fn: Callable[[int], object],
@@ -143,6 +150,8 @@ def play(
         state = model.initial_state(n, device=device)
         episodes: list[dict] = []
         recording = record_frames is not None
+        if recording and isinstance(record_frames, Recording):
+            record_frames.fps = float((getattr(envs[0], "metadata", None) or {}).get("render_fps") or 30.0)
         if recording:
             frame = frame_of(envs[0], obs[0])
             recording = frame is not None
@@ -251,7 +260,7 @@ def final_test(
     from rl_core.video import write_video
 
     runs = protocol(env_pkg, flags)
-    results, frames = [], [] if record_path else None
+    results, frames = [], Recording() if record_path else None
     total = sum(run["episodes"] for run in runs)
     done_before = 0
     start = time.monotonic()
@@ -279,7 +288,7 @@ def final_test(
     out = {"runs": results, "groups": summarize_groups(results), "seconds": round(time.monotonic() - start, 1),
            "greedy": not flags.valid_sample}
     if frames:
-        out["video"] = write_video(frames, record_path)
+        out["video"] = write_video(frames, record_path, fps=frames.fps)
     return out
 
 

@@ -9,7 +9,7 @@ import numpy as np
 log = logging.getLogger("video")
 
 
-def write_video(frames: list[np.ndarray], path_stem: str, fps: int = 30) -> str:
+def write_video(frames: list[np.ndarray], path_stem: str, fps: float = 30) -> str:
     """Write RGB frames [H, W, 3] to ``path_stem.mp4`` (or ``.gif``); returns the path written."""
     try:
         import imageio.v2 as imageio

@@ -440,3 +440,19 @@ def test_each_atari_flag_reaches_the_env_through_make_env(maker):
         seen = _behaviour(make(_atari_flags(flag), 5))
         assert seen == {**default, **changed}, flag
     assert _truncation_frame(make(_atari_flags("--noop_max=0", "--max_episode_frames=100"), 5)) == 100
+
+
+def test_a_recorded_test_env_shows_the_rgb_screen_unless_the_network_view_is_asked():
+    from rl_core.evaluation import frame_of
+    from torchbeast_atari import env as atari
+
+    env = atari.make_test_env(_atari_flags("--env", PONG), 3, record=True)
+    obs, _ = env.reset(seed=3)
+    frame = frame_of(env, obs)
+    assert frame.shape == (210, 160, 3) and frame.dtype == np.uint8
+    assert not np.array_equal(frame[..., 0], frame[..., 2])  # colour, not grayscale
+    assert env.metadata["render_fps"] == 15  # 60 Hz / frame skip 4: real time
+    network = atari.make_test_env(_atari_flags("--env", PONG, "--video_view", "network"), 3, record=True)
+    obs, _ = network.reset(seed=3)
+    frame = frame_of(network, obs)
+    assert frame.shape == (84, 84, 3) and np.array_equal(frame[..., 0], frame[..., 2])

@@ -178,7 +178,7 @@ def test_eval_only_mode_on_a_saved_checkpoint(tmp_path, package, monkeypatch):
         test_args = ["--test_episodes=4"]
     elif package == "atari":
         module, train_args = ATARI, small
-        test_args += ["--max_episode_frames=200"]
+        test_args += ["--max_episode_frames=200", "--record_video"]
     elif package == "procgen":
         module, train_args = "torchbeast_procgen.polybeast", small + ["--env=procgen:procgen-starpilot-v0"]  # short greedy episodes
     else:
@@ -203,6 +203,15 @@ def test_eval_only_mode_on_a_saved_checkpoint(tmp_path, package, monkeypatch):
     assert out["step"] == torch.load(ckpt, weights_only=True)["step"]
     if package == "atari":  # whole games of at most 200 frames = 50 agent steps, Pong's score is in [-21, 21]
         assert all(-21 <= x <= 21 for r in runs for x in r["returns"])
+        # the video shows the emulator's RGB screen, 160x210, in real time (15 agent steps a second)
+        frames, size = decode_video(out["video"])
+        # a frame per agent step: at most (200 - 8 FIRE frames) / 4 = 48, up to 30 no-op frames fewer
+        assert size == (160, 210) and 40 <= frames <= 48
+        import imageio.v2 as imageio
+
+        reader = imageio.get_reader(out["video"], format="FFMPEG")
+        assert reader.get_meta_data()["fps"] == 15 and reader.get_data(0)[..., 0].std() > 0
+        reader.close()
     assert "test [test]: mean" in result.stdout
 
 

@@ -263,6 +263,8 @@ class AtariEnv(gymnasium.Env):
         self.max_episode_frames = int(max_episode_frames)
         self.noop_max = int(noop_max)
         self.frame_skip = int(frame_skip)
+        # A video of one frame per agent step plays in real time at the ALE's 60 Hz / frame_skip.
+        self.metadata = {"render_modes": ["rgb_array"], "render_fps": 60 / self.frame_skip}
         self.render_mode = render_mode
 
         self.ale = ale_py.ALEInterface()
@@ -485,6 +487,7 @@ def create_env(
     full_action_space: bool = False,
     max_episode_frames: int = 108_000,
     noop_max: int = 30,
+    render_mode: str | None = None,
 ) -> gymnasium.Env:
     """A seeded Atari env with DeepMind preprocessing; observations uint8 ``[4, 84, 84]``.
 
@@ -501,6 +504,7 @@ def create_env(
         full_action_space=full_action_space,
         max_episode_frames=max_episode_frames,
         noop_max=noop_max,
+        render_mode=render_mode,
     )
     probes = GAME_PROBES.get(env.rom_id)
     if probes:
@@ -524,6 +528,9 @@ def add_flags(parser) -> None:
     g.add_argument("--full_action_space", action="store_true", help="All 18 actions instead of the minimal set.")
     g.add_argument("--max_episode_frames", type=int, default=108_000, help="Emulator frames per game at most.")
     g.add_argument("--noop_max", type=int, default=30, help="Up to this many no-ops at the start of a game.")
+    g.add_argument("--video_view", default="screen", choices=["screen", "network"],
+                   help="--record_video shows the emulator's RGB screen as a person sees it (screen), or the "
+                        "84x84 grayscale frames the network sees (network).")
     parser.set_defaults(env="PongNoFrameskip-v4", model="atari", num_actors=16, num_servers=2,
                         batch_size=32, unroll_length=20, total_steps=50_000_000)
 
@@ -578,7 +585,8 @@ def make_env(flags, seed: int) -> gymnasium.Env:
 
 
 def make_test_env(flags, seed: int, record: bool = False) -> gymnasium.Env:
-    """Whole games for validation and the final test: no episodic life."""
+    """Whole games for validation and the final test: no episodic life.  Recorded, it renders the
+    emulator's RGB screen (210x160), unless ``--video_view network`` asks for the network's input."""
     return create_env(
         flags.env,
         seed,
@@ -587,6 +595,7 @@ def make_test_env(flags, seed: int, record: bool = False) -> gymnasium.Env:
         full_action_space=flags.full_action_space,
         max_episode_frames=flags.max_episode_frames,
         noop_max=flags.noop_max,
+        render_mode="rgb_array" if record and flags.video_view == "screen" else None,
     )
 
 

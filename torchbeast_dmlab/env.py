@@ -318,6 +318,8 @@ class DmLabEnv(gymnasium.Env):
         lab_module = import_deepmind_lab()
         self.level = canonical_level(level)
         self.num_action_repeats = int(num_action_repeats)
+        # DMLab renders 60 frames a second; one video frame per agent step plays in real time at 60 / repeats.
+        self.metadata = {"render_modes": ["rgb_array"], "render_fps": 60 / self.num_action_repeats}
         self.frame_pool = frame_pool
         self.render_mode = render_mode
         config = {"width": OBS_WIDTH, "height": OBS_HEIGHT, "logLevel": "WARN"}

@@ -165,7 +165,7 @@ class ProcgenEnv(SingleEnvpoolEnv):
     episode ``episode_stats`` (see the module docstring).
     """
 
-    metadata = {"render_modes": ["rgb_array"]}
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 15}  # procgen's own video frame rate
 
     def __init__(
         self,

@@ -553,13 +553,13 @@ class Validation:
         self.count += 1
 
         def run():
-            frames = [] if record else None
+            frames = evaluation.Recording() if record else None
             result = evaluation.validate(model, t.env_pkg, f, t.device, frames, self.abort, t.agent)
             video = None
             if frames:
                 from rl_core.video import write_video
 
-                video = write_video(frames, os.path.join(t.rundir, "valid_first_episode"))
+                video = write_video(frames, os.path.join(t.rundir, "valid_first_episode"), fps=frames.fps)
             if result is not None:
                 self.result = dict(result, step=step, model=model, video=video)
 
