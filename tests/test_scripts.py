@@ -4,6 +4,7 @@ import glob
 import os
 import re
 import subprocess
+import sys
 
 import pytest
 
@@ -23,7 +24,9 @@ def test_script_parses_and_its_flags_parse(script, tmp_path):
     assert subprocess.run(["bash", "-n", script], capture_output=True).returncode == 0
     text = open(script).read()
     assert not re.search(r"^\s*SEED=\s*$", text, re.M), "SEED must default to a number"
-    env = dict(os.environ, SAVE_DIR=str(tmp_path))
+    # the scripts call `python`: the interpreter running the tests (a virtual environment's) comes first
+    env = dict(os.environ, SAVE_DIR=str(tmp_path),
+               PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
     env.pop("SEED", None)
     result = subprocess.run(["bash", script, "--dry_run"], cwd=REPO, env=env, capture_output=True, text=True,
                             timeout=120)
