@@ -37,12 +37,17 @@ def make_parser(env_pkg, prog=None):
 
 
 def apply_agent_defaults(env_pkg, parser, argv) -> None:
-    """The package's defaults for the chosen --agent (``env_pkg.agent_defaults(name)``), under the
-    flags given on the command line: the agent is read first, then its defaults are set."""
-    if not hasattr(env_pkg, "agent_defaults"):
+    """The package's defaults for the chosen --agent (``env_pkg.agent_defaults(name)``) and, with a
+    recurrent core, for that (``env_pkg.core_defaults(name, core)``), under the flags given on the
+    command line: the agent and core are read first, then their defaults are set."""
+    if not hasattr(env_pkg, "agent_defaults") and not hasattr(env_pkg, "core_defaults"):
         return
     known, _ = parser.parse_known_args(argv)
-    defaults = env_pkg.agent_defaults(known.agent)
+    defaults = env_pkg.agent_defaults(known.agent) if hasattr(env_pkg, "agent_defaults") else {}
+    if hasattr(env_pkg, "core_defaults"):  # then those of its recurrent core, if any
+        from models import core_kind
+
+        defaults.update(env_pkg.core_defaults(known.agent, core_kind(known)))
     unknown = [k for k in defaults if not hasattr(known, k)]
     if unknown:
         raise ValueError(f"{env_pkg.__name__}.agent_defaults({known.agent!r}) names unknown flags {unknown}")
