@@ -463,3 +463,23 @@ def test_a_tcp_peer_that_never_authenticates_gives_way_and_a_held_server_is_one_
     mute.close()
     stop.set()
     thread.join(5)
+
+
+def test_a_learner_facing_a_held_unix_server_says_so_at_connect_timeout(tmp_path):
+    """Before, a learner on a unix socket whose server served another peer hung silently past
+    --connect_timeout; now it retries until then and ends with one line naming the server."""
+    from rl_core.runtime.actor_pool import connect_server
+
+    address = tp.Address("unix", path=str(tmp_path / "srv.0"))
+    server, stop, thread = _server_in_thread(address, idle_peer_s=1000.0)
+    holder = tp.connect(address, timeout=10)
+    holding = tp.Connection(holder, poll_s=0.2, frame_timeout_s=5)
+    assert holding.recv()[0] == tp.HELLO
+    started = time.monotonic()
+    with pytest.raises(UserError, match=rf"env server at unix:{tmp_path}/srv.0 did not answer within "
+                                        r"--connect_timeout 2 s \(it accepted the connection but sent nothing"):
+        connect_server(address, _learner_flags(2), None)
+    assert time.monotonic() - started < 6
+    holder.close()
+    stop.set()
+    thread.join(5)
