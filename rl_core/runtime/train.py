@@ -347,6 +347,7 @@ class Training:
         start = last_log = last_ckpt = time.monotonic()
         self.start_time = start
         self._last = (start, self.learner.step)
+        self._rows = 0
         self._last_learn = (self.learner.learn_seconds, self.learner.learner_steps)
         self._returns = collections.deque(maxlen=100)
         self.validation = Validation(self)
@@ -373,6 +374,9 @@ class Training:
         now = time.monotonic()
         step = learner.step
         last_time, last_step = self._last
+        if self._rows and step == last_step:
+            return  # nothing learned since the last row (e.g. the final tick): one row per step, as wandb keeps
+        self._rows += 1
         sps = (step - last_step) / max(now - last_time, 1e-9)
         self._last = (now, step)
         episodes = self.stats.take_episodes()
