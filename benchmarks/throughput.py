@@ -202,10 +202,11 @@ def end_to_end(setup: Setup, model: str, num_actors: int, num_servers: int, T: i
     """Steady-state SPS, mean inference batch and the core-seconds per second of each role
     (plus "idle" and "steal") over the second half of a real training run."""
     with tempfile.TemporaryDirectory() as tmp:
+        shape = [f"--unroll_length={T}", f"--batch_size={B}"] if T is not None else []  # None: the agent's own
         cmd = [
             sys.executable, "-m", f"{setup.package}.polybeast", f"--env={setup.env}", f"--model={model}",
-            f"--num_actors={num_actors}", f"--num_servers={num_servers}", f"--unroll_length={T}",
-            f"--batch_size={B}", "--total_steps=1000000000", f"--pipes_basename=unix:{tmp}/pipe",
+            f"--num_actors={num_actors}", f"--num_servers={num_servers}", *shape,
+            "--total_steps=1000000000", f"--pipes_basename=unix:{tmp}/pipe",
             f"--savedir={tmp}", "--xpid=bench", "--log_interval=5", "--disable_checkpoint", *extra,
         ]
         if device == "cpu":
@@ -243,6 +244,9 @@ def main(setup: Setup, default_model: str, default_T: int, argv=None) -> None:
     parser.add_argument("--device", nargs="+", default=["cuda"] if torch.cuda.is_available() else ["cpu"])
     parser.add_argument("--inference_precision", default="float32", choices=["float32", "bfloat16"],
                         help="The run's central inference precision; (c) is measured at it.")
+    parser.add_argument("--agents", nargs="+", default=["impala"],
+                        help="Agents whose end-to-end frames/s are printed beside IMPALA's (e.g. impala r2d2); "
+                             "each but IMPALA runs with its package defaults (its own T and B).")
     parser.add_argument("--extra", nargs=argparse.REMAINDER, default=[], help="Flags passed to the training run.")
     args = parser.parse_args(argv)
     from rl_core.runtime.allocator import keep_freed_memory
@@ -283,6 +287,17 @@ def main(setup: Setup, default_model: str, default_T: int, argv=None) -> None:
                       f"{ceiling:>8,.0f} {sps:>8,.0f} {fps * sps:>9,.0f} {sps / ceiling:>6.2f}", flush=True)
                 roles = ("env-server", "learner", "inference", "actor", "other", "idle", "steal")
                 print("       during (d), core-us per agent step: "
+                      + ", ".join(f"{r} {usage.get(r, 0.0) / sps * 1e6:,.0f}" for r in roles), flush=True)
+        others = [a for a in args.agents if a != "impala"]
+        if others:
+            print(f"[{device}] end to end per agent (IMPALA as above; the others with their package defaults):")
+            print(f"{'agent':<8} {'envs':>4} {'SPS':>8} {'frames/s':>9}   core-us per agent step")
+        for agent in others:
+            for num_actors in args.num_actors:
+                sps, batch, usage = end_to_end(setup, args.model, num_actors, args.num_servers, None, None,
+                                               args.seconds, device, [f"--agent={agent}", *args.extra])
+                roles = ("env-server", "learner", "inference", "actor", "other", "idle")
+                print(f"{agent:<8} {num_actors:>4} {sps:>8,.0f} {fps * sps:>9,.0f}   "
                       + ", ".join(f"{r} {usage.get(r, 0.0) / sps * 1e6:,.0f}" for r in roles), flush=True)
         if args.repeats > 1:
             for num_actors, values in ratios.items():

@@ -77,13 +77,19 @@ class ActorCritic(nn.Module):
             return ()
         return self.core.initial_state(batch_size=batch_size, device=device)
 
-    def forward(self, inputs: dict, state: tuple = ()):
+    def head_dtype(self) -> torch.dtype:
+        return self.baseline.weight.dtype
+
+    def torso(self, inputs: dict, state: tuple = ()):
+        """Stem, [features, clipped reward, last action], core: ``(x [T, B, F], extra, flat_obs, state)``;
+        ``extra`` holds the reward and last-action inputs, ``flat_obs`` the (normalized) observations
+        [T*B, ...] (a separate value tower reads them)."""
         obs = inputs["obs"]
         T, B = obs.shape[:2]
         if self.obs_normalizer is not None:
             obs = self.obs_normalizer.normalize(obs.float(), clip=self.obs_clip)
         flat_obs = obs.flatten(0, 1)
-        dtype = self.baseline.weight.dtype
+        dtype = self.head_dtype()
         features = self.stem(flat_obs).view(T, B, -1).to(dtype)
         not_done = (~inputs["done"]).unsqueeze(-1).to(features.dtype)
         reward = inputs["reward"].clamp(-1, 1).unsqueeze(-1).to(features.dtype) * not_done
@@ -97,6 +103,12 @@ class ActorCritic(nn.Module):
         x = torch.cat([features, *extra], dim=-1)
         if self.core is not None:
             x, state = self.core(x, inputs["done"], state)
+        return x, extra, flat_obs, state
+
+    def forward(self, inputs: dict, state: tuple = ()):
+        x, extra, flat_obs, state = self.torso(inputs, state)
+        T, B = x.shape[:2]
+        dtype = self.head_dtype()
         if self.value_stem is not None:
             value_features = self.value_stem(flat_obs).view(T, B, -1).to(dtype)
             value_x = torch.cat([value_features, *extra], dim=-1)

@@ -62,7 +62,7 @@ def remove_partial_writes(directory: str) -> list[str]:
 RESUME_FIX = "move it away to start afresh, or pass another --xpid"
 
 
-def load(path: str, map_location="cpu", fix: str = RESUME_FIX) -> dict:
+def load(path: str, map_location="cpu", fix: str = RESUME_FIX, key: str = "model_state_dict") -> dict:
     """Load a checkpoint written by :func:`save` with ``weights_only=True``.
 
     A bad file is one UserError: the path, what is wrong with it (missing, truncated or not a
@@ -80,9 +80,9 @@ def load(path: str, map_location="cpu", fix: str = RESUME_FIX) -> dict:
                         f"did not write it; {fix}") from None
     except Exception as e:  # noqa: BLE001 - a damaged archive
         raise UserError(f"checkpoint {path} cannot be read: it is damaged ({type(e).__name__}); {fix}") from None
-    if not isinstance(payload, dict) or "model_state_dict" not in payload:
+    if not isinstance(payload, dict) or key not in payload:
         raise UserError(f"checkpoint {path} cannot be read: it is a PyTorch file but not one of this project's "
-                        f"checkpoints (no model_state_dict); {fix}")
+                        f"checkpoints (no {key}); {fix}")
     return payload
 
 

@@ -40,6 +40,12 @@ COMMON_RANGES: dict[str, str] = {
     "lagrange_init": "(0, inf)", "popart_beta": "[0, 1)", "obs_clip": "(0, inf)", "initial_std": "(0, inf)",
     "min_std": "(0, inf)", "policy_init_scale": "[0, inf)", "vmpo_eps_eta": "(0, inf)",
     "vmpo_eps_alpha": "(0, inf)", "vmpo_init_temperature": "(0, inf)", "vmpo_init_alpha": "(0, inf)",
+    # R2D2 and the replay path
+    "burn_in": "[0, inf)", "sequence_stride": "[0, inf)", "replay_buffer_size": "[1, inf)",
+    "replay_buffer_min_size": "[1, inf)", "priority_exponent": "[0, inf)", "importance_sampling_exponent": "[0, 1]",
+    "priority_eta": "[0, 1]", "replay_ratio": "(0, inf)", "n_steps": "[1, inf)",
+    "value_function_rescaling_epsilon": "[0, inf)", "target_update_period": "[1, inf)", "eval_epsilon": "[0, 1]",
+    "epsilon_base": "[0, 1]", "epsilon_alpha": "[0, inf)", "dueling_hidden_size": "[1, inf)",
 }
 
 _INTERVAL = re.compile(r"^([\[(])\s*(-?inf|[-0-9.e]+)\s*,\s*(-?inf|[-0-9.e]+)\s*([\])])$")

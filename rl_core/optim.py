@@ -5,11 +5,12 @@ from __future__ import annotations
 import torch
 
 
-def make_optimizer(flags, params):
+def make_optimizer(flags, params, steps_per_update: float | None = None):
     """``--optimizer rmsprop`` (IMPALA's: --alpha, --momentum, --epsilon) or ``adam`` (--epsilon as
     Adam's eps); the rate decays linearly to 0 over --total_steps unless ``--lr_decay none``.
 
-    Returns ``(optimizer, scheduler)``; the scheduler steps once per learner batch.
+    Returns ``(optimizer, scheduler)``; the scheduler steps once per learner batch, which stands for
+    ``steps_per_update`` agent steps (default T x B; a replay agent's T x B / replay ratio).
     """
     kind = getattr(flags, "optimizer", "rmsprop")
     if kind == "adam":
@@ -17,7 +18,8 @@ def make_optimizer(flags, params):
     else:
         optimizer = torch.optim.RMSprop(params, lr=flags.learning_rate, momentum=flags.momentum,
                                         eps=flags.epsilon, alpha=flags.alpha)
-    steps_per_update = flags.unroll_length * flags.batch_size
+    if steps_per_update is None:
+        steps_per_update = flags.unroll_length * flags.batch_size
     linear = getattr(flags, "lr_decay", "linear") == "linear"
     total = flags.total_steps
 

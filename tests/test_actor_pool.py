@@ -67,7 +67,7 @@ def test_unrolls_overlap_by_one_step_and_align_actions(tmp_path, core, max_steps
     learner_queue = queue.Queue(maxsize=3)
     conn, spec = connect_server(address, flags(), None)
     stats = RunStats()
-    agent = make_agent(make_parser().parse_args(["--agent=impala"]), spec)
+    agent = make_agent(make_parser().parse_args(["--agent=impala", f"--unroll_length={T}"]), spec)
     actor = ActorThread(0, address, conn, spec, flags(), None, batcher, learner_queue,
                         lambda n: model.initial_state(n), stats, stop, agent)
     start_thread("inference", lambda: inference_loop(batcher, model, threading.Lock(), "cpu", stop, agent), errors)
@@ -256,3 +256,67 @@ def test_start_thread_names_the_os_thread():
 
     start_thread("inference-0", body, ErrorBox(stop)).join(5)
     assert seen == {"comm": "inference-0"}
+
+
+@pytest.mark.parametrize("core", [None, "lstm"])
+def test_r2d2_sequences_overlap_by_their_stride_and_carry_the_state_of_their_first_step(tmp_path, core):
+    """--agent r2d2: every `stride` steps an env hands over burn_in + T + 1 steps; consecutive
+    sequences share all but `stride` of them, in order, and each carries the state that read its
+    first observation (the learner, stepping the previous sequence from its state, reaches it)."""
+    burn, T_, stride = 3, 4, 2
+    logs = [[] for _ in range(K)]
+    address = tp.Address("unix", path=str(tmp_path / "srv.0"))
+    server = EnvServer(address, [lambda i=i: Recorder(logs[i], 5) for i in range(K)], seeds=list(range(K)))
+    server_stop = threading.Event()
+    threading.Thread(target=server.serve_forever, args=(server_stop,), daemon=True).start()
+    conn, spec = connect_server(address, flags(), None)
+    args = ["--agent=r2d2", "--mlp_sizes=16", "--hidden_size=8", "--dueling_hidden_size=8", f"--burn_in={burn}",
+            f"--unroll_length={T_}", f"--sequence_stride={stride}", f"--num_actors={2 * K}"]
+    if core:
+        args.append("--use_lstm")
+    agent = make_agent(make_parser().parse_args(args), spec)
+    assert agent.sequence() == (burn + T_, stride)
+    torch.manual_seed(0)
+    model = agent.build_model()
+    stop = threading.Event()
+    errors = ErrorBox(stop)
+    batcher = InferenceBatcher(max_batch_size=K, timeout_s=0.001)
+    learner_queue = queue.Queue(maxsize=4)
+    seen_inputs = []
+
+    def act(model_, inputs, state, greedy=False):
+        seen_inputs.append(inputs["epsilon"].clone())
+        return type(agent).act(agent, model_, inputs, state, greedy)
+
+    agent.act = act
+    # server 1 of 2 (env ids K..2K-1)
+    actor = ActorThread(1, address, conn, spec, flags(num_actors=2 * K), None, batcher, learner_queue,
+                        lambda n: model.initial_state(n), RunStats(), stop, agent)
+    start_thread("inference", lambda: inference_loop(batcher, model, threading.Lock(), "cpu", stop, agent), errors)
+    start_thread("actor", actor.run, errors)
+    seqs = [learner_queue.get(timeout=20) for _ in range(4)]
+    stop.set()
+    server_stop.set()
+    assert errors.error is None
+    L = burn + T_
+    for (u1, s1), (u2, s2) in zip(seqs, seqs[1:]):
+        assert u1["obs"].shape == (L + 1, K, 4)
+        for key in u1:
+            torch.testing.assert_close(u2[key][: L + 1 - stride], u1[key][stride:])
+        with torch.no_grad():
+            inputs = {"obs": u1["obs"][:stride], "reward": u1["reward"][:stride], "done": u1["done"][:stride],
+                      "last_action": u1["action"][:stride]}
+            _, state = model(inputs, s1)
+        for a, b in zip(state, s2):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    assert all(u["done"].any() for u, _ in seqs)  # 5-step episodes end inside every sequence
+    # The stitched timeline is what the envs saw, step for step.
+    timeline_actions = torch.cat([seqs[0][0]["action"]] + [u["action"][L + 1 - stride:] for u, _ in seqs[1:]])
+    for slot in range(K):
+        sent = [e[1] for e in logs[slot] if e[0] == "step"]
+        assert timeline_actions[1:, slot].tolist() == sent[: timeline_actions.shape[0] - 1]
+    # Every request of this server's envs carried their own epsilons, 0.4^(1 + 7 i / (N - 1)) for i = K..2K-1.
+    from rl_core.losses.r2d2 import ape_x_epsilons
+
+    expected = ape_x_epsilons(2 * K)[K:].view(1, K)
+    assert seen_inputs and all(torch.equal(e, expected) for e in seen_inputs)

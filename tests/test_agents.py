@@ -299,3 +299,51 @@ def test_impala_agent_loss_feeds_the_loss_function_the_right_slices_and_flags(cl
                   dict(clip_pg_rho_threshold=1.0), dict(clip_rho_threshold=1.0)):
         assert abs(reference(**wrong).item() - loss.item()) > 1e-3, wrong
     assert abs(reference(clip=clipping != "abs_one").item() - loss.item()) > 1e-3
+
+
+@pytest.mark.parametrize("package", ["torchbeast_atari", "torchbeast_procgen", "torchbeast_gym", "torchbeast_mujoco"])
+@pytest.mark.parametrize("core", [None, "--use_lstm", "--use_quasi_lstm", "--use_rtrl"])
+def test_each_package_builds_and_updates_r2d2_with_its_defaults(package, core):
+    """--agent r2d2 in every package with discrete actions: its defaults (R2D2's published ones under
+    the package's) build a Q-network that acts and learns from a replay batch; Box actions are refused
+    in one line."""
+    import importlib
+
+    from rl_core.errors import UserError
+    from rl_core.runtime.entry import parse_flags
+
+    pkg = importlib.import_module(f"{package}.env")
+    args = ["--agent=r2d2", "--unroll_length=3", "--burn_in=2", "--batch_size=2", "--replay_buffer_min_size=2",
+            "--hidden_size=16", "--dueling_hidden_size=16", *([core] if core else [])]
+    f = parse_flags(pkg, args)
+    spec = {"torchbeast_atari": {"obs_shape": [4, 84, 84], "obs_dtype": "|u1", "action": {"kind": "discrete", "n": 6}},
+            "torchbeast_procgen": {"obs_shape": [3, 64, 64], "obs_dtype": "|u1",
+                                   "action": {"kind": "discrete", "n": 15}},
+            "torchbeast_gym": DISCRETE, "torchbeast_mujoco": BOX}[package]
+    agent = make_agent(f, spec)
+    if package == "torchbeast_mujoco":
+        with pytest.raises(UserError, match="discrete actions"):
+            agent.build_model()
+        return
+    assert (f.optimizer, f.n_steps, f.grad_norm_clipping, f.reward_clipping) == ("adam", 5, 40.0, "none")
+    model = agent.build_model()
+    optimizer, _ = agent.make_optimizer(model)
+    T1, B2 = 6, 2
+    obs = (torch.randint(0, 255, (T1, B2, *spec["obs_shape"]), dtype=torch.uint8) if spec["obs_dtype"] == "|u1"
+           else torch.randn(T1, B2, *spec["obs_shape"]))
+    done = torch.zeros(T1, B2, dtype=torch.bool)
+    inputs = {"obs": obs[:1], "reward": torch.zeros(1, B2), "done": done[:1],
+              "last_action": torch.zeros(1, B2, dtype=torch.int64), "epsilon": torch.full((1, B2), 0.5)}
+    with torch.no_grad():
+        action, extras, _ = agent.act(model, inputs, model.initial_state(B2))
+    assert extras == {} and action.shape == (1, B2)
+    batch = {"obs": obs, "reward": torch.randn(T1, B2), "done": done, "truncated": done,
+             "action": action.expand(T1, B2).clone(), "replay/index": torch.arange(B2),
+             "replay/weight": torch.ones(B2)}
+    before = [p.clone() for p in model.q_head.parameters()]
+    for loss, _ in agent.updates(model, batch, model.initial_state(B2)):
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        assert torch.isfinite(loss)
+    assert any(not torch.equal(a, b) for a, b in zip(before, model.q_head.parameters()))

@@ -161,13 +161,14 @@ def test_memory_task(tmp_path, name):
 
 def test_package_defaults_with_an_lstm_solve_the_memory_task(tmp_path):
     """torchbeast_gym's defaults with nothing but the env, a core and --no_last_action (the task's
-    point: memory in the core only): its recurrent defaults (RMSprop eps 1e-4, lr 0.002, batch 16)
-    solve it (chance is 0; that a feedforward agent stays there is this module's control above)."""
+    point: memory in the core only): its recurrent defaults (RMSprop eps 1e-4, lr 0.002, batch 16,
+    forget gates biased by 1) solve it (chance is 0; that a feedforward agent stays there is this module's control above)."""
     from rl_core.runtime.entry import parse_flags
     import torchbeast_gym.env as gym_pkg
 
     recurrent = parse_flags(gym_pkg, ["--use_lstm"])
-    assert (recurrent.epsilon, recurrent.learning_rate, recurrent.batch_size) == (1e-4, 0.002, 16)
+    assert (recurrent.epsilon, recurrent.learning_rate, recurrent.batch_size, recurrent.forget_bias) == (
+        1e-4, 0.002, 16, 1.0)
     assert parse_flags(gym_pkg, ["--use_lstm", "--epsilon=0.01"]).epsilon == 0.01  # explicit flags win
     feedforward = parse_flags(gym_pkg, [])
     assert (feedforward.epsilon, feedforward.learning_rate, feedforward.batch_size) == (0.01, 0.003, 8)

@@ -16,7 +16,8 @@ SCRIPTS = sorted(glob.glob(os.path.join(REPO, "scripts", "*.sh")))
 def test_there_is_a_script_per_experiment():
     names = {os.path.basename(p) for p in SCRIPTS}
     assert names == {"atari_qbert_rtrl.sh", "atari_pong_impala.sh", "dmlab_rtrl_scratch.sh",
-                     "dmlab_rtrl_frozen_stem.sh", "procgen_chaser_hard_rtrl.sh", "mujoco_halfcheetah_ppo.sh", "atari_pong_ppo.sh"}
+                     "dmlab_rtrl_frozen_stem.sh", "procgen_chaser_hard_rtrl.sh", "mujoco_halfcheetah_ppo.sh", "atari_pong_ppo.sh",
+                     "atari_r2d2.sh"}
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=os.path.basename)

@@ -548,9 +548,19 @@ PPO_DEFAULTS = dict(
 )
 
 
+# R2D2 takes its published Atari settings (rl_core.agents.R2D2_DEFAULTS); the replay keeps each frame
+# once (a sequence of 121 steps: 124 frames of 84x84, 0.87 MB, instead of 121 stacks of 4, 3.4 MB) and
+# is sized for a 24 GB machine: 4,000 sequences = 3.5 GB (R2D2's 4M-step replay is 100k sequences,
+# 87 GB: scale --replay_buffer_size with the memory you have).
+R2D2_ATARI = dict(replay_buffer_size=4000, replay_buffer_min_size=200, replay_frame_stack=True,
+                  total_steps=50_000_000)
+
+
 def agent_defaults(agent: str) -> dict:
     """Defaults for ``--agent``: IMPALA keeps torchbeast's (above); PPO the published Atari ones.
     VPG, AWR, V-MPO and V-trace take PPO's data path and optimizer with one pass per batch."""
+    if agent == "r2d2":
+        return dict(R2D2_ATARI)
     if agent == "ppo":
         return dict(PPO_DEFAULTS)
     if agent in ("vpg", "awr", "vmpo", "vtrace"):

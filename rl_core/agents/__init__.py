@@ -2,7 +2,8 @@
 
 ``impala`` is IMPALA as torchbeast trains it; ``vpg``, ``ppo``, ``awr``, ``vmpo`` and
 ``vtrace`` are the configurable on-policy agent (SEED RL's ``policy_gradient``
-agent, Andrychowicz et al. 2020) with that policy loss.  A new agent is a module
+agent, Andrychowicz et al. 2020) with that policy loss; ``r2d2`` is recurrent
+distributed Q-learning from prioritized sequence replay (Kapturowski et al. 2019).  A new agent is a module
 here and a line in ``AGENTS``; the runtime never names one.
 """
 
@@ -13,7 +14,26 @@ import argparse
 from rl_core.agents.base import Agent
 
 ON_POLICY = ("vpg", "ppo", "awr", "vmpo", "vtrace")
-AGENTS = ("impala", *ON_POLICY)
+REPLAY = ("r2d2",)
+AGENTS = ("impala", *ON_POLICY, *REPLAY)
+
+
+# R2D2's published settings (Kapturowski et al. 2019, Table 2; SEED RL's Atari R2D2): Adam 1e-4 with
+# eps 1e-3, gradient norm clip 40, batches of 64 sequences of 80 steps after a 40-step burn-in,
+# 5-step double-Q targets with gamma 0.997 and value rescaling instead of reward clipping, the
+# target network copied every 2,500 learner steps, each env step replayed 1.5 times (SEED).  A
+# package's own defaults (``agent_defaults``) go over these.
+R2D2_DEFAULTS = dict(
+    optimizer="adam", learning_rate=1e-4, epsilon=1e-3, lr_decay="none", grad_norm_clipping=40.0,
+    reward_clipping="none", batch_size=64, unroll_length=80, burn_in=40, n_steps=5, discounting=0.997,
+    target_update_period=2500, replay_ratio=1.5, hidden_size=512, dueling_hidden_size=512,
+    replay_buffer_min_size=200,
+)
+
+
+def published_defaults(name: str) -> dict:
+    """Flag defaults an agent brings from its paper, whatever the environment package."""
+    return dict(R2D2_DEFAULTS) if name == "r2d2" else {}
 
 
 def make_agent(flags, spec: dict) -> Agent:
@@ -26,13 +46,18 @@ def make_agent(flags, spec: dict) -> Agent:
         from rl_core.agents.policy_gradient import PolicyGradientAgent
 
         return PolicyGradientAgent(flags, spec)
+    if name == "r2d2":
+        from rl_core.agents.r2d2 import R2D2Agent
+
+        return R2D2Agent(flags, spec)
     raise ValueError(f"unknown agent {name!r}")
 
 
 def add_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--agent", default="impala", choices=AGENTS,
                    help="impala (torchbeast's V-trace learner), or the configurable on-policy agent with the "
-                        "policy loss vpg | ppo | awr | vmpo | vtrace. Each environment package has defaults "
+                        "policy loss vpg | ppo | awr | vmpo | vtrace, or r2d2 (recurrent Q-learning from "
+                        "prioritized sequence replay). Each environment package has defaults "
                         "per agent; flags given explicitly win.")
     g = p.add_argument_group("on-policy agents (vpg, ppo, awr, vmpo, vtrace)")
     a = g.add_argument
@@ -75,6 +100,36 @@ def add_flags(p: argparse.ArgumentParser) -> None:
     a("--kl_cost", type=float, default=0.0, help="Fixed cost of KL(behaviour || policy).")
     a("--target_kl", type=float, default=None, help="KL(behaviour || policy) bound with a Lagrange multiplier.")
     a("--lagrange_init", type=float, default=1.0, help="Initial value of the entropy / KL Lagrange multipliers.")
+    g = p.add_argument_group("r2d2 (prioritized sequence replay)")
+    a = g.add_argument
+    a("--burn_in", type=int, default=40,
+      help="Steps before each training sequence of --unroll_length that only warm up the recurrent state "
+           "(no gradient); a stored sequence holds burn_in + unroll_length + 1 steps.")
+    a("--sequence_stride", type=int, default=0,
+      help="New steps between consecutive stored sequences of an env (0: unroll_length / 2, so that training "
+           "sequences overlap by half, as in R2D2).")
+    a("--replay_buffer_size", type=int, default=4000, help="Replay capacity in sequences.")
+    a("--replay_buffer_min_size", type=int, default=100, help="Sequences in the replay before learning starts.")
+    a("--priority_exponent", type=float, default=0.9, help="Priority exponent alpha: P(i) ~ p_i^alpha.")
+    a("--importance_sampling_exponent", type=float, default=0.6,
+      help="Importance-sampling exponent beta: w_i ~ (N P(i))^-beta, normalized by the batch's maximum.")
+    a("--priority_eta", type=float, default=0.9, help="Sequence priority eta max|delta| + (1 - eta) mean|delta|.")
+    a("--replay_ratio", type=float, default=1.5,
+      help="Trained steps (batch_size x unroll_length per learner step) per env step inserted, held in both "
+           "directions: the learner waits for data, acting waits for a learner that is behind.")
+    a("--n_steps", type=int, default=5, help="n of the n-step double-Q targets.")
+    a("--value_function_rescaling_epsilon", type=float, default=1e-3, help="epsilon of h(x) (0: no epsilon x).")
+    a("--target_update_period", type=int, default=2500, help="Learner steps between target network copies.")
+    a("--eval_epsilon", type=float, default=1e-3, help="epsilon-greedy rate of validation and the final test.")
+    a("--epsilon_base", type=float, default=0.4, help="Env i of N explores with base^(1 + alpha i / (N - 1)).")
+    a("--epsilon_alpha", type=float, default=7.0, help="alpha of the per-env epsilons (Ape-X).")
+    a("--dueling_hidden_size", type=int, default=512, help="Hidden layer of each dueling stream.")
+    a("--replay_frame_stack", action=argparse.BooleanOptionalAction, default=False,
+      help="Observations are frame stacks [C, H, W] shifting by a frame a step (Atari's): the replay keeps "
+           "each frame once, not C times (Atari's default).")
+    a("--checkpoint_replay", action=argparse.BooleanOptionalAction, default=False,
+      help="Save the replay buffer (replay.tar, beside model.tar; can be GBs) with every checkpoint, and "
+           "restore it on resume (without it a resumed run refills the replay before learning).")
     g = p.add_argument_group("continuous actions (Box action spaces)")
     a = g.add_argument
     a("--squash", action=argparse.BooleanOptionalAction, default=False,
@@ -91,6 +146,17 @@ def add_flags(p: argparse.ArgumentParser) -> None:
 def check_flags(parser: argparse.ArgumentParser, flags) -> None:
     name = flags.agent
     if name == "impala":
+        return
+    if name in REPLAY:
+        if flags.replay_buffer_min_size > flags.replay_buffer_size:
+            parser.error(f"--replay_buffer_min_size {flags.replay_buffer_min_size} exceeds --replay_buffer_size "
+                         f"{flags.replay_buffer_size}: learning would never start")
+        if flags.batch_size > flags.replay_buffer_min_size:
+            parser.error(f"--batch_size {flags.batch_size} exceeds --replay_buffer_min_size "
+                         f"{flags.replay_buffer_min_size}: raise the minimum or lower the batch")
+        if flags.sequence_stride > flags.burn_in + flags.unroll_length:
+            parser.error("--sequence_stride exceeds the stored sequence (burn_in + unroll_length): steps would "
+                         "never be stored")
         return
     from models import core_kind
 

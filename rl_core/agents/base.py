@@ -11,11 +11,19 @@ knows no agent by name.  It asks the agent for:
   truncated and action (IMPALA: the behaviour logits and baseline);
 * ``act(model, inputs, state, greedy)``: one inference step for a batch of envs: the
   actions, those per-step fields, the new state; greedy for validation and the test;
+* ``actor_inputs(env_ids, num_envs)``: constant per-env inputs that travel with every
+  inference request of those envs (R2D2: each env's exploration epsilon);
+* ``sequence()``: ``(length, stride)``: the actors hand over ``length + 1`` steps every
+  ``stride`` steps (IMPALA: unrolls of T+1 sharing one step; R2D2: burn-in + T + 1 steps
+  overlapping by half);
+* ``make_data_source(learner_queue)``: how those reach the learner: batches of B unrolls
+  (``UnrollBatcher``) or samples of a replay (``rl_core.runtime.replay_source``);
 * ``make_optimizer(model)``: optimizer and learning-rate schedule;
-* ``updates(model, batch, state)``: how the learner consumes one batch of unrolls
-  [T+1, B]: a generator of ``(loss, stats)``; the learner takes one optimizer step
-  (backward, gradient clipping) after each, so an agent makes several epochs and
-  minibatches by yielding several losses (PPO), or one (IMPALA).
+* ``updates(model, batch, state)``: how the learner consumes one batch [T+1, B]: a
+  generator of ``(loss, stats)``; the learner takes one optimizer step (backward,
+  gradient clipping) after each and resumes the generator, so an agent makes several
+  epochs and minibatches by yielding several losses (PPO), or one (IMPALA), and can
+  act on the step it caused (R2D2 writes priorities back, copies its target network).
 """
 
 from __future__ import annotations
@@ -53,6 +61,20 @@ class Agent:
     def act(self, model, inputs: dict, state: tuple, greedy: bool = False):
         """Returns ``(action [1, B, ...], {field: [1, B, ...]}, new_state)``."""
         raise NotImplementedError
+
+    def actor_inputs(self, env_ids: np.ndarray, num_envs: int) -> dict[str, torch.Tensor]:
+        """Per-env constants [1, K] added to the inference inputs of envs ``env_ids`` (of ``num_envs``)."""
+        return {}
+
+    def sequence(self) -> tuple[int, int]:
+        """(steps per handed-over sequence beyond its first, new steps between two of them)."""
+        T = self.flags.unroll_length
+        return T, T
+
+    def make_data_source(self, learner_queue):
+        from rl_core.runtime.learner import UnrollBatcher
+
+        return UnrollBatcher(learner_queue, self.flags.batch_size, self.flags.unroll_length)
 
     def make_optimizer(self, model: nn.Module):
         from rl_core.optim import make_optimizer

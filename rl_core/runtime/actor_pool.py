@@ -129,10 +129,13 @@ class ActorThread:
         self.K = spec["num_envs"]
         action_shape, action_dtype = action_field(spec)
         self.fields = {"action": (action_shape, action_dtype), **agent.unroll_fields()}
+        self.length, self.stride = agent.sequence()
+        env_ids = np.arange(index * self.K, (index + 1) * self.K)
+        self.constant_inputs = agent.actor_inputs(env_ids, getattr(flags, "num_actors", (index + 1) * self.K))
 
     # ------------------------------------------------------------ buffers
     def _new_store(self) -> dict[str, np.ndarray]:
-        T1, K = self.flags.unroll_length + 1, self.K
+        T1, K = self.length + 1, self.K
         store = {
             "obs": np.empty((T1, K, *self.spec["obs_shape"]), np.dtype(self.spec["obs_dtype"])),
             "reward": np.zeros((T1, K), np.float32),
@@ -224,12 +227,16 @@ class ActorThread:
                     raise tp.ProtocolError(f"env server {self.index} came back with a different spec: {spec}")
 
     def _act(self) -> None:
-        T, K = self.flags.unroll_length, self.K
+        """Steps the K envs; every ``stride`` steps once the store is full, hands its
+        ``length + 1`` steps and the state at its first step to the learner queue.  The next
+        store starts ``stride`` steps later (the agent's ``sequence()``: IMPALA's unrolls
+        share one step, R2D2's sequences overlap by more)."""
+        T, K, stride = self.length, self.K, self.stride
         store = self._new_store()
         msg = self._recv_step()  # the reset observations, done=True
         self._record_env(store, 0, msg)
         state = self.initial_state_fn(K)
-        unroll_state = state
+        step_states = [state] + [()] * T  # step_states[t]: the state that reads obs[t]
         finished = None
         t = 0
         while True:
@@ -238,6 +245,7 @@ class ActorThread:
                 "reward": torch.from_numpy(store["reward"][t : t + 1]),
                 "done": torch.from_numpy(store["done"][t : t + 1]),
                 "last_action": torch.from_numpy(store["action"][t : t + 1]),
+                **self.constant_inputs,
             }
             request = self.batcher.submit(inputs, state, K)
             if finished is not None:
@@ -253,16 +261,17 @@ class ActorThread:
             for name, value in extras.items():
                 store[name][t] = value
             self._record_env(store, t, msg)
+            step_states[t] = state
             with self.stats.lock:
                 self.stats.env_steps += K
             if t == T:
-                finished = ({k: torch.from_numpy(v) for k, v in store.items()}, unroll_state)
+                finished = ({k: torch.from_numpy(v) for k, v in store.items()}, step_states[0])
                 last = store
                 store = self._new_store()
                 for key in store:
-                    store[key][0] = last[key][T]
-                unroll_state = state
-                t = 0
+                    store[key][: T + 1 - stride] = last[key][stride:]
+                step_states = step_states[stride:] + [()] * stride
+                t = T - stride
 
     def _put(self, unroll: dict, state: tuple) -> None:
         item = (unroll, state)

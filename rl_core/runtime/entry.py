@@ -37,13 +37,16 @@ def make_parser(env_pkg, prog=None):
 
 
 def apply_agent_defaults(env_pkg, parser, argv) -> None:
-    """The package's defaults for the chosen --agent (``env_pkg.agent_defaults(name)``) and, with a
+    """The agent's published defaults (``rl_core.agents.published_defaults``), the package's for the
+    chosen --agent (``env_pkg.agent_defaults(name)``) and, with a
     recurrent core, for that (``env_pkg.core_defaults(name, core)``), under the flags given on the
     command line: the agent and core are read first, then their defaults are set."""
-    if not hasattr(env_pkg, "agent_defaults") and not hasattr(env_pkg, "core_defaults"):
-        return
+    from rl_core.agents import published_defaults
+
     known, _ = parser.parse_known_args(argv)
-    defaults = env_pkg.agent_defaults(known.agent) if hasattr(env_pkg, "agent_defaults") else {}
+    defaults = published_defaults(known.agent)  # the agent's paper, under the package's own
+    if hasattr(env_pkg, "agent_defaults"):
+        defaults.update(env_pkg.agent_defaults(known.agent))
     if hasattr(env_pkg, "core_defaults"):  # then those of its recurrent core, if any
         from models import core_kind
 

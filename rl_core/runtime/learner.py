@@ -1,7 +1,8 @@
-"""Learner threads: [T+1, B] batches from the learner queue -> the agent's losses -> optimizer steps.
+"""Learner threads: [T+1, B] batches from the agent's data source -> its losses -> optimizer steps.
 
-Actor threads enqueue unroll chunks of K envs each; ``UnrollBatcher`` cuts and
-joins them into batches of exactly B columns.  The agent turns a batch into one
+Actor threads enqueue unroll chunks of K envs each; the data source (the agent's
+``make_data_source``) makes batches of them: ``UnrollBatcher`` cuts and joins them into
+batches of exactly B columns, a replay source samples them from a prioritized replay.  The agent turns a batch into one
 loss (IMPALA) or several (epochs x minibatches); each gets an optimizer step.
 After the batch the new weights are published to the inference model.
 """
@@ -19,11 +20,16 @@ from rl_core.runtime.transport import Stopped
 
 
 class UnrollBatcher:
-    """Joins (unroll [T+1, K, ...], state [K, ...]) chunks into batches of B columns."""
+    """Joins (unroll [T+1, K, ...], state [K, ...]) chunks into batches of B columns.
 
-    def __init__(self, learner_queue: queue.Queue, batch_size: int):
+    A data source: ``next_batch(stop) -> (batch, state)``, and ``take_new_steps()``, the env
+    steps that reached the learner since the last call (here T per column of each batch)."""
+
+    def __init__(self, learner_queue: queue.Queue, batch_size: int, unroll_length: int | None = None):
         self.queue = learner_queue
         self.batch_size = batch_size
+        self.unroll_length = unroll_length
+        self._new_steps = 0
         self._lock = threading.Lock()
         self._leftover: list[tuple[dict, tuple, int]] = []
 
@@ -55,7 +61,13 @@ class UnrollBatcher:
                 self._leftover.insert(0, rest)
             batch = {k: v[:, :B] for k, v in batch.items()}
             state = tuple(s[:B] for s in state)
+        T = self.unroll_length if self.unroll_length is not None else next(iter(batch.values())).shape[0] - 1
+        self._new_steps += T * B
         return batch, state
+
+    def take_new_steps(self) -> int:
+        steps, self._new_steps = self._new_steps, 0
+        return steps
 
 
 class Learner:
@@ -92,8 +104,9 @@ class Learner:
             for dst, src in zip(self.inference_model.state_dict().values(), self.model.state_dict().values()):
                 dst.copy_(src)
 
-    def learn(self, batch: dict, state: tuple) -> dict[str, float]:
-        """The agent's optimizer steps on one batch already on the device."""
+    def learn(self, batch: dict, state: tuple, new_steps: int | None = None) -> dict[str, float]:
+        """The agent's optimizer steps on one batch already on the device; the step count grows by
+        ``new_steps``, the env steps that arrived with it (default: T x B of the batch)."""
         f = self.flags
         max_norm = f.grad_norm_clipping if f.grad_norm_clipping > 0 else float("inf")
         with self.lock:
@@ -112,7 +125,7 @@ class Learner:
             self.scheduler.step()
             self.publish_weights()
             previous_step = self.step
-            self.step += f.unroll_length * batch["reward"].shape[1]
+            self.step += f.unroll_length * batch["reward"].shape[1] if new_steps is None else new_steps
             self.learner_steps += 1
             self.learn_seconds += time.perf_counter() - start
             stats = {k: v / max(n, 1) for k, v in sums.items()}
@@ -132,6 +145,6 @@ class Learner:
             batch, state = self.batcher.next_batch(self.stop)
             batch = {k: v.to(self.device, non_blocking=True) for k, v in batch.items()}
             state = tuple(s.to(self.device, non_blocking=True) for s in state)
-            self.learn(batch, state)
+            self.learn(batch, state, self.batcher.take_new_steps())
             if self.step >= f.total_steps:
                 self.stop.set()

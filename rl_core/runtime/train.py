@@ -24,7 +24,7 @@ from rl_core.runtime import transport as tp
 from rl_core.runtime.actor_pool import ActorThread, RunStats, connect_server, inference_loop, spec_key
 from rl_core.runtime.allocator import keep_freed_memory
 from rl_core.runtime.batcher import InferenceBatcher
-from rl_core.runtime.learner import Learner, UnrollBatcher
+from rl_core.runtime.learner import Learner
 from rl_core.runtime.threads import ErrorBox, start_thread
 
 log = logging.getLogger("learner")
@@ -273,9 +273,12 @@ class Training:
         max_batch = f.max_inference_batch_size or f.num_actors
         self.batcher = InferenceBatcher(max_batch, f.inference_batch_timeout_ms / 1000.0)
         inference_lock = threading.Lock()
+        self.data_source = agent.make_data_source(self.learner_queue)
+        if saved is not None and hasattr(self.data_source, "restore"):
+            self.data_source.restore(self.rundir)
         self.learner = Learner(
             f, model, inference_model, inference_lock, agent, optimizer, scheduler,
-            UnrollBatcher(self.learner_queue, f.batch_size), self.device, self.stop, step=step,
+            self.data_source, self.device, self.stop, step=step,
         )
         self.learner.learner_steps = learner_steps
         self.learner.on_step = self._after_update
@@ -297,6 +300,8 @@ class Training:
                                 initial_state, self.stats, self.stop, agent)
             self.threads.append(start_thread(f"actor-{i}", actor.run, self.errors))
             self.connections[i] = actor  # closed through the actor at shutdown
+        for name, target in getattr(self.data_source, "threads", lambda: [])():
+            self.threads.append(start_thread(name, lambda target=target: target(self.stop), self.errors))
         for i in range(f.num_learner_threads):
             self.threads.append(start_thread(f"learner-{i}", self.learner.loop, self.errors))
         self._supervise()
@@ -339,6 +344,8 @@ class Training:
                 "learner_steps": learner.learner_steps,
             }
             checkpoint.save(path, payload)
+            if path == self.checkpoint_path and hasattr(self.data_source, "save"):
+                self.data_source.save(self.rundir)
         log.info("saved checkpoint %s at step %d", path, learner.step)
 
     # ------------------------------------------------------- supervision
@@ -405,6 +412,8 @@ class Training:
         row["learner_busy"] = round((learn_seconds - last_learn) / max(now - last_time, 1e-9), 3)
         row["update_ms"] = round(1e3 * (learn_seconds - last_learn) / updates, 1) if updates else float("nan")
         row.update(learner.take_stats())
+        if hasattr(self.data_source, "log_stats"):
+            row.update(self.data_source.log_stats())
         if self.validation is not None:
             row["valid_mean_return"] = self.validation.take_for_row()
         stat_names = sorted({k for e in episodes for k in e if k.startswith("stat/")})

@@ -1,0 +1,183 @@
+"""The replay data path: sequences from the actors into a prioritized replay, batches sampled
+from it for the learner, at a set replay ratio.
+
+A feeder thread takes the actors' chunks (K sequences [L+1, K, ...] and the recurrent
+state at their first step) off the learner queue and inserts them with the highest priority
+seen so far (Schaul et al. 2016); the learner thread samples batches of B sequences.  The
+replay ratio rho (``--replay_ratio``: trained steps per inserted env step, counted from the
+moment learning starts) holds in both directions:
+
+* the learner samples only while S <= rho I  (S: steps trained, B x unroll_length per batch;
+  I: env steps inserted), so it waits for data;
+* the feeder inserts only while rho I <= S + 2 B T, so a learner that is behind leaves the
+  queue full and the actors wait (their puts block), instead of data being made and
+  trained on less.
+
+Batches are time-major like the unroll batches: {field: [L+1, B, ...]}, plus
+``replay/index`` [B] and ``replay/weight`` [B] (importance-sampling weights); the agent
+writes new priorities back with ``update_priorities``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import threading
+
+import numpy as np
+import torch
+
+from rl_core import checkpoint, frame_stacks
+from rl_core.errors import RunFailure, UserError
+from rl_core.replay import PrioritizedReplay
+from rl_core.runtime.transport import Stopped
+
+log = logging.getLogger("replay")
+
+STATE = "state/"
+FRAMES, INDEX = "obs/frames", "obs/index"  # --replay_frame_stack: each frame once (rl_core.frame_stacks)
+
+
+class ReplaySource:
+    def __init__(self, learner_queue: queue.Queue, flags, stride: int, seed: int = 0):
+        self.queue = learner_queue
+        self.flags = flags
+        self.batch_size = flags.batch_size
+        self.trained_per_batch = flags.batch_size * flags.unroll_length
+        self.stride = stride
+        self.ratio = flags.replay_ratio
+        self.min_size = flags.replay_buffer_min_size
+        self.replay = PrioritizedReplay(flags.replay_buffer_size, flags.priority_exponent,
+                                        flags.importance_sampling_exponent, seed=seed)
+        self.cond = threading.Condition()
+        self.inserted_steps = 0   # env steps of every inserted sequence (stride each)
+        self.steps_at_start = None  # inserted_steps when learning started
+        self.trained_steps = 0
+        self._new_steps = 0
+        self._sampled = 0
+        self._inserted_since = 0
+
+    # ----------------------------------------------------------- counters
+    def _learning(self) -> bool:
+        return self.steps_at_start is not None
+
+    def _ratio_budget(self) -> float:
+        """rho I - S: positive when the learner may train, very positive when it is behind."""
+        return self.ratio * (self.inserted_steps - self.steps_at_start) - self.trained_steps
+
+    def _may_insert(self) -> bool:
+        return not self._learning() or self._ratio_budget() <= 2 * self.trained_per_batch
+
+    def _may_sample(self) -> bool:
+        return self._learning() and self._ratio_budget() >= 0
+
+    # -------------------------------------------------------------- feeder
+    def threads(self):
+        """(name, target(stop)) of the threads this source runs beside the learner."""
+        return [("replay-feeder", self.feed)]
+
+    def feed(self, stop: threading.Event) -> None:
+        while not stop.is_set():
+            with self.cond:
+                while not self._may_insert():
+                    if stop.is_set():
+                        raise Stopped()
+                    self.cond.wait(0.5)
+            try:
+                unroll, state = self.queue.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            self.insert(unroll, state)
+
+    def insert(self, unroll: dict, state: tuple) -> None:
+        items = {k: v.transpose(0, 1) for k, v in unroll.items()}  # [K, L+1, ...]: a row per sequence
+        if self.flags.replay_frame_stack:
+            try:
+                frames, index = frame_stacks.encode(items.pop("obs").numpy())
+            except frame_stacks.NotFrameStacks as e:
+                raise RunFailure(f"--replay_frame_stack: the observations are not frame stacks ({e}): run with "
+                                 f"--no-replay_frame_stack") from None
+            items.update({FRAMES: frames, INDEX: index})
+        items.update({f"{STATE}{i}": s.cpu() for i, s in enumerate(state)})
+        K = next(iter(unroll.values())).shape[1]
+        self.replay.insert(items)
+        with self.cond:
+            self.inserted_steps += K * self.stride
+            self._new_steps += K * self.stride
+            self._inserted_since += K * self.stride
+            if not self._learning() and len(self.replay) >= self.min_size:
+                self.steps_at_start = self.inserted_steps
+                log.info("replay holds %d sequences (>= --replay_buffer_min_size): learning starts",
+                         len(self.replay))
+            self.cond.notify_all()
+
+    # ------------------------------------------------------------- learner
+    def next_batch(self, stop: threading.Event) -> tuple[dict, tuple]:
+        with self.cond:
+            while not self._may_sample():
+                if stop.is_set():
+                    raise Stopped()
+                self.cond.wait(0.5)
+            self.trained_steps += self.trained_per_batch
+            self._sampled += self.trained_per_batch
+            self.cond.notify_all()
+        indices, items, weights = self.replay.sample(self.batch_size)
+        state_keys = sorted((k for k in items if k.startswith(STATE)), key=lambda k: int(k[len(STATE):]))
+        state = tuple(items.pop(k) for k in state_keys)
+        if FRAMES in items:
+            items["obs"] = frame_stacks.decode(items.pop(FRAMES), items.pop(INDEX))
+        batch = {k: v.transpose(0, 1) for k, v in items.items()}
+        batch["replay/index"] = torch.from_numpy(indices)
+        batch["replay/weight"] = weights
+        return batch, state
+
+    def take_new_steps(self) -> int:
+        with self.cond:
+            steps, self._new_steps = self._new_steps, 0
+        return steps
+
+    def update_priorities(self, indices: torch.Tensor, priorities: np.ndarray) -> None:
+        self.replay.update_priorities(indices.cpu().numpy(), priorities)
+
+    # -------------------------------------------------------------- logs
+    def log_stats(self) -> dict[str, float]:
+        with self.cond:
+            sampled, inserted = self._sampled, self._inserted_since
+            self._sampled = self._inserted_since = 0
+        return {
+            "replay_size": len(self.replay),
+            "replay_mb": round(self.replay.nbytes / 2**20, 1),
+            "replay_sample_insert_ratio": sampled / inserted if inserted else float("nan"),
+            "replay_mean_priority": self.replay.mean_priority() if len(self.replay) else float("nan"),
+        }
+
+    # -------------------------------------------------------- checkpoints
+    def save(self, rundir: str) -> None:
+        """replay.tar beside model.tar, with --checkpoint_replay."""
+        if not self.flags.checkpoint_replay:
+            return
+        with self.cond:
+            counters = {"inserted_steps": self.inserted_steps, "trained_steps": self.trained_steps,
+                        "steps_at_start": -1 if self.steps_at_start is None else self.steps_at_start}
+        with self.replay.lock:  # the state shares the replay's arrays: no insert while they are written
+            checkpoint.save(os.path.join(rundir, "replay.tar"), {"replay": self.replay.state_dict(), **counters})
+        log.info("saved the replay (%d sequences, %.1f MB)", len(self.replay), self.replay.nbytes / 2**20)
+
+    def restore(self, rundir: str) -> None:
+        """A resumed run restores replay.tar with --checkpoint_replay; else it refills before learning."""
+        path = os.path.join(rundir, "replay.tar")
+        if not self.flags.checkpoint_replay or not os.path.exists(path):
+            log.info("the replay starts empty: learning resumes once it holds %d sequences", self.min_size)
+            return
+        state = checkpoint.load(path, key="replay", fix="delete it to refill the replay before learning")
+        try:
+            self.replay.load_state_dict(state["replay"])
+        except (KeyError, ValueError) as e:
+            raise UserError(f"{path} does not fit this run ({e}): delete it to refill the replay, or "
+                            f"resume with the --replay_buffer_size it was saved with") from None
+        self.inserted_steps = int(state["inserted_steps"])
+        self.trained_steps = int(state["trained_steps"])
+        start = int(state["steps_at_start"])
+        self.steps_at_start = None if start < 0 else start
+        log.info("restored the replay from %s: %d sequences", path, len(self.replay))

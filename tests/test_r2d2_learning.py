@@ -1,0 +1,51 @@
+"""R2D2 learns through the full runtime (launcher, 2 env servers, sockets, replay) with
+torchbeast_gym's defaults for --agent r2d2: CartPole-v1 with an LSTM core, and the memory task,
+which the LSTM solves and the feedforward R2D2 cannot (chance is 0).
+
+Training episodes are played epsilon_i-greedily (env i of 16 with 0.4^(1 + 7 i / 15), so up to
+40% random actions), which is R2D2's exploration, not its policy: the measure is the final
+test, 100 episodes with --eval_epsilon 0.001, run at the end of the 500k (200k) steps."""
+
+import json
+
+import pytest
+
+from tests.proc_utils import csv_rows
+from tests.test_learning import PYTEST_TIMEOUT_S, run_to_the_end
+
+MEMORY = "tests.memory_env:Memory-v0"
+
+
+def train(tmp_path, xpid, *args):
+    result, wall = run_to_the_end(tmp_path, xpid, "--agent=r2d2", "--seed=1", "--log_interval=2", *args)
+    assert result.returncode == 0, result.stdout[-3000:]
+    rows = csv_rows(str(tmp_path / xpid / "logs.csv"))
+    final = json.loads((tmp_path / xpid / "final_test.json").read_text())
+    test = final["groups"]["test"]
+    last = rows[-1]
+    print(f"\nR2D2 {xpid}: step {last['step']}, training last-100 mean {last['return_last_100']}, final test "
+          f"mean {test['mean']:.2f} over {test['runs'] if 'runs' in test else ''} run(s); replay "
+          f"{last.get('replay_size')} sequences, {last.get('replay_mb')} MB; wall {wall:.0f} s")
+    return rows, test["mean"]
+
+
+@pytest.mark.timeout(PYTEST_TIMEOUT_S)
+def test_r2d2_with_an_lstm_and_the_package_defaults_solves_cartpole(tmp_path):
+    rows, test_mean = train(tmp_path, "cartpole", "--env=CartPole-v1", "--use_lstm")
+    assert int(rows[-1]["step"]) >= 500_000
+    # the log carries the replay's and the learner's state
+    assert {"replay_size", "replay_sample_insert_ratio", "replay_mean_priority", "mean_abs_td", "mean_q",
+            "epsilon_min", "epsilon_max"} <= set(rows[-1])
+    ratios = [float(r["replay_sample_insert_ratio"]) for r in rows[len(rows) // 2:]
+              if r["replay_sample_insert_ratio"] != "nan"]
+    assert ratios and 0.8 * 8.0 <= sum(ratios) / len(ratios) <= 1.2 * 8.0  # --replay_ratio 8 held
+    assert test_mean >= 450  # a random policy scores about 22
+
+
+@pytest.mark.timeout(2 * PYTEST_TIMEOUT_S)
+def test_r2d2_with_an_lstm_solves_the_memory_task_where_the_feedforward_one_stays_at_chance(tmp_path):
+    common = [f"--env={MEMORY}", "--no_last_action", "--total_steps=200000"]
+    _, lstm = train(tmp_path, "lstm", *common, "--use_lstm")
+    _, feedforward = train(tmp_path, "feedforward", *common)
+    assert lstm >= 0.9
+    assert abs(feedforward) <= 0.3  # 100 episodes of +-1 at chance: std 0.1
