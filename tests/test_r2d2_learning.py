@@ -49,3 +49,26 @@ def test_r2d2_with_an_lstm_solves_the_memory_task_where_the_feedforward_one_stay
     _, feedforward = train(tmp_path, "feedforward", *common)
     assert lstm >= 0.9
     assert abs(feedforward) <= 0.3  # 100 episodes of +-1 at chance: std 0.1
+
+
+def test_checkpoint_replay_is_restored_on_resume_and_without_it_the_replay_refills(tmp_path):
+    """--checkpoint_replay writes replay.tar beside model.tar and a resumed run goes on with it; a run
+    resumed without the flag starts with an empty replay and learns again once it holds the minimum."""
+    from tests.proc_utils import run
+
+    def train_to(steps, *extra):
+        result = run("torchbeast_gym.polybeast", "--env=CartPole-v1", "--agent=r2d2", "--use_lstm", "--seed=1",
+                     f"--total_steps={steps}", "--replay_buffer_min_size=40", "--log_interval=1",
+                     "--disable_final_test", f"--pipes_basename=unix:{tmp_path}/pipe", f"--savedir={tmp_path}",
+                     "--xpid=resume", *extra, output=str(tmp_path / "out"), timeout=300)
+        assert result.returncode == 0, result.stdout[-3000:]
+        return result.stdout
+
+    out = train_to(6000, "--checkpoint_replay")
+    assert (tmp_path / "resume" / "replay.tar").exists() and "saved the replay (" in out
+    out = train_to(12000, "--checkpoint_replay")
+    assert "restored the replay from" in out and "learning starts" not in out  # it was already past the minimum
+    out = train_to(18000)
+    assert "the replay starts empty" in out and "learning starts" in out
+    rows = csv_rows(str(tmp_path / "resume" / "logs.csv"))
+    assert int(rows[-1]["step"]) >= 18000
