@@ -221,10 +221,13 @@ def end_to_end(setup: Setup, model: str, num_actors: int, num_servers: int, T: i
             proc.wait(30)
         with open(os.path.join(tmp, "bench", "logs.csv"), newline="") as f:
             rows = list(csv.DictReader(f))
-    rows = rows[2:-1]  # drop the warm-up ticks and the partial last one
+    key = "env_steps" if any(a.startswith("--agent=") and a != "--agent=impala" for a in extra) else "step"
+    # (a replay agent's step count moves once per learner batch; the env steps it inserts are its throughput,
+    # measured from the second half of the run, after its replay filled)
+    rows = rows[2:-1] if key == "step" else [r for r in rows if float(r["time"]) >= seconds / 2]
     if len(rows) < 2:
         raise RuntimeError("run too short for a steady-state measurement: raise --seconds")
-    sps = (int(rows[-1]["step"]) - int(rows[0]["step"])) / (float(rows[-1]["time"]) - float(rows[0]["time"]))
+    sps = (int(rows[-1][key]) - int(rows[0][key])) / (float(rows[-1]["time"]) - float(rows[0]["time"]))
     batch = float(np.nanmean([float(r["inference_batch"]) for r in rows]))
     usage = {role: (cpu1[role] - cpu0.get(role, 0.0)) / (t1 - t0) for role in cpu1}
     usage["idle"] = (idle1 - idle0) / (t1 - t0)
@@ -271,7 +274,7 @@ def main(setup: Setup, default_model: str, default_T: int, argv=None) -> None:
             return (1e6 / env_steps_per_second(setup, 4.0),
                     learner_seconds(setup, args.model, T, B, 1, device) / (T * B) * 1e6)
 
-        for num_actors in args.num_actors:
+        for num_actors in args.num_actors if "impala" in args.agents else []:
             for _ in range(args.repeats):
                 before = env_and_learner_us()
                 sps, batch, usage = end_to_end(setup, args.model, num_actors, args.num_servers, T, B, args.seconds,
