@@ -40,6 +40,8 @@ class DuelingHead(nn.Module):
 class QNetwork(ActorCritic):
     """The actor-critic's torso with a dueling Q head instead of the policy and value heads."""
 
+    learner_only = ("target_network",)  # acting needs the online network only
+
     def __init__(self, stem: nn.Module, num_actions: int, core: nn.Module | None = None,
                  last_action_input: bool = True, dueling_hidden_size: int = 512):
         super().__init__(stem, num_actions, core=core, last_action_input=last_action_input)

@@ -46,6 +46,9 @@ COMMON_RANGES: dict[str, str] = {
     "priority_eta": "[0, 1]", "replay_ratio": "(0, inf)", "n_steps": "[1, inf)",
     "value_function_rescaling_epsilon": "[0, inf)", "target_update_period": "[1, inf)", "eval_epsilon": "[0, 1]",
     "epsilon_base": "[0, 1]", "epsilon_alpha": "[0, inf)", "dueling_hidden_size": "[1, inf)",
+    # SAC
+    "polyak_tau": "(0, 1]", "random_init_steps": "[0, inf)", "initial_temperature": "(0, inf)",
+    "target_entropy_ratio": "[0, 1]",
 }
 
 _INTERVAL = re.compile(r"^([\[(])\s*(-?inf|[-0-9.e]+)\s*,\s*(-?inf|[-0-9.e]+)\s*([\])])$")

@@ -317,10 +317,18 @@ class PrioritizedReplay:
                     f"stored as [N, {', '.join(map(str, store.shape[1:]))}] {store.dtype}"
                 )
 
-    def sample(self, batch_size: int) -> tuple[np.ndarray, dict[str, torch.Tensor], torch.Tensor]:
+    def sample(
+        self, batch_size: int, window: int | None = None, window_extra: dict[str, int] | None = None
+    ) -> tuple[np.ndarray, dict[str, torch.Tensor], torch.Tensor]:
         """Stratified proportional draw of ``batch_size`` sequences (with replacement).
 
         Returns (indices [B] int64, {name: [B, ...] tensor copies}, IS weights [B] float32).
+
+        ``window``: of each drawn sequence only ``window`` consecutive steps (axis 1 of every field)
+        are read, from an offset drawn uniformly in [0, S - window], S the steps of a sequence; a field
+        named in ``window_extra`` gets ``window + extra`` steps from the same offset (stored frame
+        stacks hold C - 1 frames more than steps).  The offsets come back as ``items["offset"]`` [B].
+        With equal priorities (alpha = 0) this draws every window of the replay uniformly.
         """
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -339,8 +347,24 @@ class PrioritizedReplay:
             else:  # every stored priority is 0: uniform, as if all were equal
                 indices = self.rng.integers(0, self._size, size=batch_size)
                 weights = np.ones(batch_size)
-            items = {name: torch.from_numpy(store[indices]) for name, store in self._storage.items()}
+            if window is None:
+                items = {name: torch.from_numpy(store[indices]) for name, store in self._storage.items()}
+            else:
+                items = self._read_windows(indices, window, window_extra or {})
             return indices.astype(np.int64), items, torch.from_numpy(weights.astype(np.float32))
+
+    def _read_windows(self, indices: np.ndarray, window: int, extra: dict[str, int]) -> dict[str, torch.Tensor]:
+        steps = min(store.shape[1] for name, store in self._storage.items() if name not in extra)
+        if not 1 <= window <= steps:
+            raise ValueError(f"window {window} does not fit sequences of {steps} steps")
+        offsets = self.rng.integers(0, steps - window + 1, size=indices.size)
+        rows = indices[:, None]
+        items = {}
+        for name, store in self._storage.items():
+            cols = offsets[:, None] + np.arange(window + extra.get(name, 0))
+            items[name] = torch.from_numpy(store[rows, cols])
+        items["offset"] = torch.from_numpy(offsets.astype(np.int64))
+        return items
 
     def update_priorities(self, indices: np.ndarray, priorities: np.ndarray) -> None:
         """Set raw priorities (finite, >= 0) of stored slots; for a repeated index the last wins."""
@@ -356,6 +380,12 @@ class PrioritizedReplay:
 
     def __len__(self) -> int:
         return self._size
+
+    def field_shape(self, name: str) -> tuple[int, ...] | None:
+        """Stored shape [...] of one sequence's field ``name`` (None before the first insert)."""
+        with self.lock:
+            store = self._storage.get(name)
+            return None if store is None else tuple(store.shape[1:])
 
     @property
     def nbytes(self) -> int:

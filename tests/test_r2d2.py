@@ -293,3 +293,22 @@ def test_priorities_are_written_back_and_the_target_network_copied_every_period(
             assert all(torch.equal(model.target_network.state_dict()[k], v) for k, v in target_before.items())
     assert len(written) == 6 and all(idx == [0, 1, 2] and (p > 0).all() for idx, p in written)
     assert int(model.updates) == 6
+
+
+def test_the_inference_copy_has_no_target_network_and_publishes_the_online_weights():
+    import threading
+
+    from rl_core.runtime.learner import inference_copy, publish
+
+    agent = make_agent(flags(), SPEC)
+    model = agent.build_model()
+    copy = inference_copy(model)
+    assert copy.target_network is None and model.target_network is not None
+    assert not any(k.startswith("target_network.") for k in copy.state_dict())
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.5)
+    publish(model, copy, threading.Lock())
+    online = model.online_state()
+    assert set(copy.state_dict()) == set(online)
+    assert all(torch.equal(v, online[k]) for k, v in copy.state_dict().items())

@@ -382,7 +382,7 @@ def test_every_numeric_flag_has_a_range_checked_when_parsed(package, capsys):
     ranges = dict(COMMON_RANGES, **getattr(pkg, "FLAG_RANGES", {}))
     dests = numeric_dests(make_parser(pkg))
     assert set(dests) <= set(ranges), f"numeric flags without a range: {sorted(set(dests) - set(ranges))}"
-    bad_values = {"[0, inf)": "-1", "(0, inf)": "0", "[1, inf)": "0", "[0, 1]": "1.5", "[0, 1)": "1",
+    bad_values = {"[0, inf)": "-1", "(0, inf)": "0", "[1, inf)": "0", "[0, 1]": "1.5", "[0, 1)": "1", "(0, 1]": "0",
                   "finite": "inf"}
     for dest, kind in dests.items():
         for bad in [bad_values[ranges[dest]]] + (["nan"] if kind is float else []):

@@ -561,6 +561,10 @@ def agent_defaults(agent: str) -> dict:
     VPG, AWR, V-MPO and V-trace take PPO's data path and optimizer with one pass per batch."""
     if agent == "r2d2":
         return dict(R2D2_ATARI)
+    if agent == "sac":
+        from rl_core.agents import SAC_DISCRETE_IMAGE_DEFAULTS
+
+        return dict(SAC_DISCRETE_IMAGE_DEFAULTS, replay_frame_stack=True)
     if agent == "ppo":
         return dict(PPO_DEFAULTS)
     if agent in ("vpg", "awr", "vmpo", "vtrace"):

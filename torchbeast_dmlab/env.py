@@ -454,6 +454,16 @@ def add_flags(parser) -> None:
     )
 
 
+def agent_defaults(agent: str) -> dict:
+    """Defaults for ``--agent``: IMPALA keeps the R2AC settings (above); SAC takes discrete SAC's image
+    settings (rl_core.agents.SAC_DISCRETE_IMAGE_DEFAULTS, not measured on DMLab); the others the common ones."""
+    if agent == "sac":
+        from rl_core.agents import SAC_DISCRETE_IMAGE_DEFAULTS
+
+        return dict(SAC_DISCRETE_IMAGE_DEFAULTS)
+    return {}
+
+
 def check_flags(parser, flags) -> None:
     try:
         flags.env = canonical_level(flags.env)

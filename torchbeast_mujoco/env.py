@@ -346,17 +346,25 @@ _PPO_DEFAULTS = {
 
 _ON_POLICY = ("vpg", "awr", "vmpo", "vtrace")
 
+# SAC: the paper's MuJoCo settings (rl_core.agents.SAC_DEFAULTS: 256 x 256 ReLU networks, batches of
+# 256, one update per env step, 10,000 random steps, no gradient clipping) on 16 envs; 1M steps.
+_SAC_DEFAULTS = {**_ENV_DEFAULTS, "mlp_sizes": "256,256", "grad_norm_clipping": 0.0, "unroll_length": 8,
+                 "total_steps": 1_000_000}
+
 
 def agent_defaults(agent: str) -> dict:
     """Flag defaults on MuJoCo for ``--agent agent`` (flag name -> value); the flags given explicitly win.
 
     ``ppo``: SEED RL's MuJoCo PPO baseline (sources in the comments above);
     ``vpg`` / ``awr`` / ``vmpo`` / ``vtrace``: the same network, optimizer and
-    normalizations, one pass per batch; any other agent: the environment's
+    normalizations, one pass per batch; ``sac``: the paper's (Haarnoja et al. 2018);
+    any other agent: the environment's
     defaults only.
     """
     if agent == "ppo":
         defaults = _PPO_DEFAULTS
+    elif agent == "sac":
+        defaults = _SAC_DEFAULTS
     elif agent in _ON_POLICY:
         defaults = _ON_POLICY_DEFAULTS
     else:

@@ -427,6 +427,10 @@ PPO_DEFAULTS = dict(
 def agent_defaults(agent: str) -> dict:
     """Defaults for ``--agent``: IMPALA keeps the R2AC settings (above), PPO Cobbe et al.'s; the
     other on-policy agents take PPO's with one pass per batch."""
+    if agent == "sac":
+        from rl_core.agents import SAC_DISCRETE_IMAGE_DEFAULTS
+
+        return dict(SAC_DISCRETE_IMAGE_DEFAULTS)
     if agent == "ppo":
         return dict(PPO_DEFAULTS)
     if agent in ("vpg", "awr", "vmpo", "vtrace"):

@@ -3,7 +3,9 @@
 ``impala`` is IMPALA as torchbeast trains it; ``vpg``, ``ppo``, ``awr``, ``vmpo`` and
 ``vtrace`` are the configurable on-policy agent (SEED RL's ``policy_gradient``
 agent, Andrychowicz et al. 2020) with that policy loss; ``r2d2`` is recurrent
-distributed Q-learning from prioritized sequence replay (Kapturowski et al. 2019).  A new agent is a module
+distributed Q-learning from prioritized sequence replay (Kapturowski et al. 2019); ``sac`` is
+soft actor-critic from uniform replay, box or discrete actions (Haarnoja et al. 2018,
+Christodoulou 2019).  A new agent is a module
 here and a line in ``AGENTS``; the runtime never names one.
 """
 
@@ -14,7 +16,7 @@ import argparse
 from rl_core.agents.base import Agent
 
 ON_POLICY = ("vpg", "ppo", "awr", "vmpo", "vtrace")
-REPLAY = ("r2d2",)
+REPLAY = ("r2d2", "sac")
 AGENTS = ("impala", *ON_POLICY, *REPLAY)
 
 
@@ -31,9 +33,36 @@ R2D2_DEFAULTS = dict(
 )
 
 
+# SAC's published settings (Haarnoja et al. 2018, "Soft Actor-Critic Algorithms and Applications",
+# Table 1): Adam 3e-4 for the actor, the critics and the temperature, batches of 256 transitions,
+# a replay of 1e6, one gradient step per env step (each transition sampled 256 times on average;
+# SEED RL's MuJoCo SAC samples each 4 times with hundreds of actors), tau 0.005, gamma 0.99, two
+# hidden layers of 256, no gradient clipping, target entropy -|A|; 10,000 uniformly random steps
+# before learning (softlearning's n_initial_exploration_steps).  Sequences of 8 steps travel to
+# the replay (storage only: a transition reaches the learner at most 8 steps after it happened).
+SAC_DEFAULTS = dict(
+    optimizer="adam", learning_rate=3e-4, epsilon=1e-8, lr_decay="none", grad_norm_clipping=0.0,
+    reward_clipping="none", batch_size=256, unroll_length=8, replay_buffer_size=1_000_000,
+    replay_buffer_min_size=10_000, random_init_steps=10_000, replay_ratio=256.0, discounting=0.99,
+    mlp_sizes="256,256", squash=True, std_kind="exp", min_std=1e-4,
+)
+
+
+# Discrete SAC on Atari (Christodoulou 2019, Table 2): batches of 64, one update every 4 env steps
+# (each transition sampled 16 times), 20,000 random steps first, target entropy 0.98 log|A|, the
+# DQN network (here the stem's fc 512 and no further hidden layer), rewards clipped.  The paper copies
+# its targets every 8,000 steps; here they follow by Polyak averaging (tau 0.005).  The replay is
+# 200,000 transitions (the paper's 1e6 of Atari frames is 7 GB even with each frame kept once).
+# Image packages (Atari, Procgen, DMLab) take these for --agent sac.
+SAC_DISCRETE_IMAGE_DEFAULTS = dict(
+    batch_size=64, replay_ratio=16.0, random_init_steps=20_000, replay_buffer_min_size=20_000,
+    replay_buffer_size=200_000, target_entropy_ratio=0.98, mlp_sizes="", reward_clipping="abs_one",
+)
+
+
 def published_defaults(name: str) -> dict:
     """Flag defaults an agent brings from its paper, whatever the environment package."""
-    return dict(R2D2_DEFAULTS) if name == "r2d2" else {}
+    return dict({"r2d2": R2D2_DEFAULTS, "sac": SAC_DEFAULTS}.get(name, {}))
 
 
 def make_agent(flags, spec: dict) -> Agent:
@@ -50,6 +79,10 @@ def make_agent(flags, spec: dict) -> Agent:
         from rl_core.agents.r2d2 import R2D2Agent
 
         return R2D2Agent(flags, spec)
+    if name == "sac":
+        from rl_core.agents.sac import SACAgent
+
+        return SACAgent(flags, spec)
     raise ValueError(f"unknown agent {name!r}")
 
 
@@ -57,7 +90,7 @@ def add_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--agent", default="impala", choices=AGENTS,
                    help="impala (torchbeast's V-trace learner), or the configurable on-policy agent with the "
                         "policy loss vpg | ppo | awr | vmpo | vtrace, or r2d2 (recurrent Q-learning from "
-                        "prioritized sequence replay). Each environment package has defaults "
+                        "prioritized sequence replay), or sac (soft actor-critic, box or discrete actions). Each environment package has defaults "
                         "per agent; flags given explicitly win.")
     g = p.add_argument_group("on-policy agents (vpg, ppo, awr, vmpo, vtrace)")
     a = g.add_argument
@@ -100,7 +133,7 @@ def add_flags(p: argparse.ArgumentParser) -> None:
     a("--kl_cost", type=float, default=0.0, help="Fixed cost of KL(behaviour || policy).")
     a("--target_kl", type=float, default=None, help="KL(behaviour || policy) bound with a Lagrange multiplier.")
     a("--lagrange_init", type=float, default=1.0, help="Initial value of the entropy / KL Lagrange multipliers.")
-    g = p.add_argument_group("r2d2 (prioritized sequence replay)")
+    g = p.add_argument_group("r2d2 (prioritized sequence replay) and the replay of sac")
     a = g.add_argument
     a("--burn_in", type=int, default=40,
       help="Steps before each training sequence of --unroll_length that only warm up the recurrent state "
@@ -109,16 +142,18 @@ def add_flags(p: argparse.ArgumentParser) -> None:
       help="New steps between consecutive stored sequences of an env (0: unroll_length / 2, so that training "
            "sequences overlap by half, as in R2D2).")
     a("--replay_buffer_size", type=int, default=2000,
-      help="Replay capacity in sequences (Procgen: 1.5 MB a sequence of 121 steps, DMLab 2.5 MB; Atari keeps "
-           "each frame once, 0.87 MB; the log's replay_mb shows the allocation).")
-    a("--replay_buffer_min_size", type=int, default=100, help="Sequences in the replay before learning starts.")
+      help="Replay capacity: r2d2 in sequences (Procgen: 1.5 MB a sequence of 121 steps, DMLab 2.5 MB; Atari "
+           "keeps each frame once, 0.87 MB), sac in transitions; the log's replay_mb shows the allocation.")
+    a("--replay_buffer_min_size", type=int, default=100,
+      help="Replay content before learning starts: r2d2 sequences, sac transitions.")
     a("--priority_exponent", type=float, default=0.9, help="Priority exponent alpha: P(i) ~ p_i^alpha.")
     a("--importance_sampling_exponent", type=float, default=0.6,
       help="Importance-sampling exponent beta: w_i ~ (N P(i))^-beta, normalized by the batch's maximum.")
     a("--priority_eta", type=float, default=0.9, help="Sequence priority eta max|delta| + (1 - eta) mean|delta|.")
     a("--replay_ratio", type=float, default=1.5,
-      help="Trained steps (batch_size x unroll_length per learner step) per env step inserted, held in both "
-           "directions: the learner waits for data, acting waits for a learner that is behind.")
+      help="Trained steps (r2d2: batch_size x unroll_length per learner step; sac: batch_size transitions) per "
+           "env step inserted, held in both directions: the learner waits for data, acting waits for a learner "
+           "that is behind.")
     a("--n_steps", type=int, default=5, help="n of the n-step double-Q targets.")
     a("--value_function_rescaling_epsilon", type=float, default=1e-3, help="epsilon of h(x) (0: no epsilon x).")
     a("--target_update_period", type=int, default=2500, help="Learner steps between target network copies.")
@@ -132,6 +167,18 @@ def add_flags(p: argparse.ArgumentParser) -> None:
     a("--checkpoint_replay", action=argparse.BooleanOptionalAction, default=False,
       help="Save the replay buffer (replay.tar, beside model.tar; can be GBs) with every checkpoint, and "
            "restore it on resume (without it a resumed run refills the replay before learning).")
+    g = p.add_argument_group("sac (soft actor-critic from uniform replay; --replay_buffer_size, "
+                             "--replay_buffer_min_size, --batch_size count transitions, --replay_ratio samples)")
+    a = g.add_argument
+    a("--polyak_tau", type=float, default=0.005, help="Target critics move by tau towards the critics every learner step.")
+    a("--random_init_steps", type=int, default=0,
+      help="A fresh run's first steps (all envs together) take uniformly random actions.")
+    a("--learn_temperature", action=argparse.BooleanOptionalAction, default=True,
+      help="Learn alpha towards --target_entropy (else alpha is --entropy_cost).")
+    a("--initial_temperature", type=float, default=1.0, help="alpha at the start when it is learned.")
+    a("--target_entropy_ratio", type=float, default=0.98,
+      help="Discrete actions: the target entropy is this times log|A| unless --target_entropy is given "
+           "(box actions: -|A|).")
     g = p.add_argument_group("continuous actions (Box action spaces)")
     a = g.add_argument
     a("--squash", action=argparse.BooleanOptionalAction, default=False,
@@ -148,6 +195,20 @@ def add_flags(p: argparse.ArgumentParser) -> None:
 def check_flags(parser: argparse.ArgumentParser, flags) -> None:
     name = flags.agent
     if name == "impala":
+        return
+    if name == "sac":
+        from models import core_kind
+
+        if core_kind(flags) is not None:
+            parser.error("--agent sac's networks are feedforward: drop --use_lstm / --use_quasi_lstm / --use_rtrl")
+        if not flags.squash:
+            parser.error("--agent sac samples a tanh-squashed Gaussian (its log-probabilities carry the tanh "
+                         "correction): drop --no-squash")
+        if flags.replay_buffer_min_size > flags.replay_buffer_size:
+            parser.error(f"--replay_buffer_min_size {flags.replay_buffer_min_size} exceeds --replay_buffer_size "
+                         f"{flags.replay_buffer_size}: learning would never start")
+        if not flags.learn_temperature and flags.entropy_cost <= 0:
+            parser.error("--no-learn_temperature fixes alpha at --entropy_cost, which must be > 0")
         return
     if name in REPLAY:
         if flags.replay_buffer_min_size > flags.replay_buffer_size:

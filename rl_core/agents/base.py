@@ -4,7 +4,8 @@ The runtime (actor pool, inference batcher, learner loop, evaluation, checkpoint
 knows no agent by name.  It asks the agent for:
 
 * ``build_model()``: the model from the env spec, with whatever is trained or kept
-  beside the network registered on it (normalizer buffers, Lagrange multipliers), so
+  beside the network registered on it (normalizer buffers, Lagrange multipliers, target
+  networks, critics; the model's ``learner_only`` names what acting does not need), so
   that the model's state_dict (in ``model.tar``) is all of the agent's state, and
   publishing the weights to the inference copy carries the normalizer statistics too;
 * ``unroll_fields()``: what the unroll store keeps per step beyond obs, reward, done,
@@ -17,7 +18,8 @@ knows no agent by name.  It asks the agent for:
   ``stride`` steps (IMPALA: unrolls of T+1 sharing one step; R2D2: burn-in + T + 1 steps
   overlapping by half);
 * ``make_data_source(learner_queue)``: how those reach the learner: batches of B unrolls
-  (``UnrollBatcher``) or samples of a replay (``rl_core.runtime.replay_source``);
+  (``UnrollBatcher``) or samples of a replay (``rl_core.runtime.replay_source``), and
+  ``learner_queue_size(K)``: how many chunks of K envs' sequences may wait for it;
 * ``make_optimizer(model)``: optimizer and learning-rate schedule;
 * ``updates(model, batch, state)``: how the learner consumes one batch [T+1, B]: a
   generator of ``(loss, stats)``; the learner takes one optimizer step (backward,
@@ -28,6 +30,7 @@ knows no agent by name.  It asks the agent for:
 
 from __future__ import annotations
 
+import math
 from typing import Iterator
 
 import numpy as np
@@ -75,6 +78,10 @@ class Agent:
         from rl_core.runtime.learner import UnrollBatcher
 
         return UnrollBatcher(learner_queue, self.flags.batch_size, self.flags.unroll_length)
+
+    def learner_queue_size(self, chunk_envs: int) -> int:
+        """Chunks of ``chunk_envs`` envs' sequences the learner queue holds: two batches' worth."""
+        return max(2, 2 * math.ceil(self.flags.batch_size / chunk_envs))
 
     def make_optimizer(self, model: nn.Module):
         from rl_core.optim import make_optimizer

@@ -9,6 +9,7 @@ After the batch the new weights are published to the inference model.
 
 from __future__ import annotations
 
+import copy
 import queue
 import threading
 import time
@@ -17,6 +18,28 @@ import torch
 from torch import nn
 
 from rl_core.runtime.transport import Stopped
+
+
+def inference_copy(model: nn.Module) -> nn.Module:
+    """A copy of ``model`` for acting, without the parts it names in ``learner_only`` (target
+    networks, critics: what only the learner computes), which are neither copied nor published."""
+    skip = getattr(model, "learner_only", ())
+    parts = {name: getattr(model, name) for name in skip}
+    try:
+        for name in skip:
+            setattr(model, name, None)
+        return copy.deepcopy(model)
+    finally:
+        for name, part in parts.items():
+            setattr(model, name, part)
+
+
+def publish(model: nn.Module, inference_model: nn.Module, lock: threading.Lock) -> None:
+    """Copy the learner's weights (and buffers: normalizer statistics) into the inference copy, by name."""
+    with lock, torch.no_grad():
+        source = model.state_dict()
+        for name, dst in inference_model.state_dict().items():
+            dst.copy_(source[name])
 
 
 class UnrollBatcher:
@@ -100,9 +123,7 @@ class Learner:
         return stats
 
     def publish_weights(self) -> None:
-        with self.inference_lock, torch.no_grad():
-            for dst, src in zip(self.inference_model.state_dict().values(), self.model.state_dict().values()):
-                dst.copy_(src)
+        publish(self.model, self.inference_model, self.inference_lock)
 
     def learn(self, batch: dict, state: tuple, new_steps: int | None = None) -> dict[str, float]:
         """The agent's optimizer steps on one batch already on the device; the step count grows by

@@ -16,6 +16,12 @@ moment learning starts) holds in both directions:
 Batches are time-major like the unroll batches: {field: [L+1, B, ...]}, plus
 ``replay/index`` [B] and ``replay/weight`` [B] (importance-sampling weights); the agent
 writes new priorities back with ``update_priorities``.
+
+With ``window`` (SAC: 2) a batch holds, of each drawn sequence, only ``window`` consecutive
+steps from a uniformly drawn offset: with equal priorities (exponent 0) every transition of
+the replay is equally likely, and a batch is {field: [window, B, ...]}.  ``capacity`` and
+``min_size`` count sequences; an agent that counts transitions divides by the steps per
+sequence.
 """
 
 from __future__ import annotations
@@ -40,16 +46,26 @@ FRAMES, INDEX = "obs/frames", "obs/index"  # --replay_frame_stack: each frame on
 
 
 class ReplaySource:
-    def __init__(self, learner_queue: queue.Queue, flags, stride: int, seed: int = 0):
+    def __init__(self, learner_queue: queue.Queue, flags, stride: int, seed: int = 0, *,
+                 capacity: int | None = None, min_size: int | None = None, trained_per_batch: int | None = None,
+                 priority_exponent: float | None = None, importance_sampling_exponent: float | None = None,
+                 window: int | None = None):
+        """Sizes in sequences and exponents default to R2D2's flags; ``trained_per_batch`` (steps
+        trained per batch, for the replay ratio) to batch_size x unroll_length."""
         self.queue = learner_queue
         self.flags = flags
         self.batch_size = flags.batch_size
-        self.trained_per_batch = flags.batch_size * flags.unroll_length
+        self.trained_per_batch = (flags.batch_size * flags.unroll_length if trained_per_batch is None
+                                  else trained_per_batch)
         self.stride = stride
+        self.window = window
         self.ratio = flags.replay_ratio
-        self.min_size = flags.replay_buffer_min_size
-        self.replay = PrioritizedReplay(flags.replay_buffer_size, flags.priority_exponent,
-                                        flags.importance_sampling_exponent, seed=seed)
+        self.min_size = flags.replay_buffer_min_size if min_size is None else min_size
+        self.replay = PrioritizedReplay(
+            flags.replay_buffer_size if capacity is None else capacity,
+            flags.priority_exponent if priority_exponent is None else priority_exponent,
+            flags.importance_sampling_exponent if importance_sampling_exponent is None
+            else importance_sampling_exponent, seed=seed)
         self.cond = threading.Condition()
         self.inserted_steps = 0   # env steps of every inserted sequence (stride each)
         self.steps_at_start = None  # inserted_steps when learning started
@@ -99,7 +115,8 @@ class ReplaySource:
                 raise RunFailure(f"--replay_frame_stack: the observations are not frame stacks ({e}): run with "
                                  f"--no-replay_frame_stack") from None
             items.update({FRAMES: frames, INDEX: index})
-        items.update({f"{STATE}{i}": s.cpu() for i, s in enumerate(state)})
+        if self.window is None:  # windows start anywhere: a feedforward agent's, no state kept
+            items.update({f"{STATE}{i}": s.cpu() for i, s in enumerate(state)})
         K = next(iter(unroll.values())).shape[1]
         self.replay.insert(items)
         with self.cond:
@@ -122,7 +139,15 @@ class ReplaySource:
             self.trained_steps += self.trained_per_batch
             self._sampled += self.trained_per_batch
             self.cond.notify_all()
-        indices, items, weights = self.replay.sample(self.batch_size)
+        if self.window is None:
+            indices, items, weights = self.replay.sample(self.batch_size)
+        else:
+            frames, index = self.replay.field_shape(FRAMES), self.replay.field_shape(INDEX)
+            extra = {FRAMES: frames[0] - index[0]} if frames is not None else {}  # a stack's C - 1 older frames
+            indices, items, weights = self.replay.sample(self.batch_size, self.window, extra)
+            offsets = items.pop("offset")
+            if FRAMES in items:
+                items[INDEX] = items[INDEX] - offsets.view(-1, 1, 1).to(items[INDEX].dtype)
         state_keys = sorted((k for k in items if k.startswith(STATE)), key=lambda k: int(k[len(STATE):]))
         state = tuple(items.pop(k) for k in state_keys)
         if FRAMES in items:

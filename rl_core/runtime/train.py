@@ -24,7 +24,7 @@ from rl_core.runtime import transport as tp
 from rl_core.runtime.actor_pool import ActorThread, RunStats, connect_server, inference_loop, spec_key
 from rl_core.runtime.allocator import keep_freed_memory
 from rl_core.runtime.batcher import InferenceBatcher
-from rl_core.runtime.learner import Learner
+from rl_core.runtime.learner import Learner, inference_copy, publish
 from rl_core.runtime.threads import ErrorBox, start_thread
 
 log = logging.getLogger("learner")
@@ -255,7 +255,7 @@ class Training:
         model = agent.build_model()
         apply_flags(model, f)
         model = model.to(self.device)
-        inference_model = copy.deepcopy(model)
+        inference_model = inference_copy(model)
         inference_model.eval()
         precision = inference_precision(f, self.device)
         if precision != torch.float32:
@@ -263,11 +263,11 @@ class Training:
             log.info("central inference runs the stem in %s", f.inference_precision)
         optimizer, scheduler = agent.make_optimizer(model)
         step, learner_steps = self._maybe_resume(saved, model, optimizer, scheduler)
-        inference_model.load_state_dict(model.state_dict())
+        publish(model, inference_model, threading.Lock())
         log.info("model on %s: %s", self.device, model)
 
         K = spec["num_envs"]
-        queue_size = f.max_learner_queue_size or max(2, 2 * math.ceil(f.batch_size / K))
+        queue_size = f.max_learner_queue_size or agent.learner_queue_size(K)
         self.learner_queue = queue.Queue(maxsize=queue_size)
         self.stats = RunStats()
         max_batch = f.max_inference_batch_size or f.num_actors

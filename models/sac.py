@@ -1,0 +1,162 @@
+"""Soft actor-critic networks (Haarnoja et al. 2018; discrete actions: Christodoulou 2019).
+
+Five networks on the observation alone (no reward or last action input, no recurrent core):
+
+* the actor: box actions -> the mean and std of a Gaussian (``models.heads.GaussianHead``,
+  state-dependent std), tanh-squashed into the env's bounds by the agent; discrete actions ->
+  the logits of pi(.|s);
+* two critics Q_1, Q_2: box actions -> Q(s, a) from [features(s), a]; discrete -> Q(s, .) [A];
+* their target copies Q-bar_1, Q-bar_2 (frozen, Polyak-averaged by the agent);
+* log alpha, the temperature's logarithm.
+
+Each network has its own torso: for vector observations the (normalized) observation itself,
+for images a CNN stem (``--model``), then a ReLU MLP of ``--mlp_sizes`` (the paper's 256, 256).
+Everything is registered on :class:`SACModel`, so ``model.tar`` holds all of it.  Acting needs
+the actor only: ``learner_only`` names the parts the inference copy leaves out.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import torch
+from torch import nn
+
+
+class Torso(nn.Module):
+    """obs [N, ...] -> features [N, F]: a CNN stem for images (or nothing), then a ReLU MLP."""
+
+    def __init__(self, stem: nn.Module | None, in_size: int, hidden_sizes: tuple[int, ...]):
+        super().__init__()
+        self.stem = stem
+        layers = []
+        for size in hidden_sizes:
+            layers += [nn.Linear(in_size, size), nn.ReLU()]
+            in_size = size
+        self.mlp = nn.Sequential(*layers)
+        self.out_size = in_size
+
+    def forward(self, obs: torch.Tensor, extra: torch.Tensor | None = None) -> torch.Tensor:
+        x = self.stem(obs) if self.stem is not None else obs.flatten(1)
+        dtype = self.mlp[0].weight.dtype if len(self.mlp) else x.dtype
+        x = x.to(dtype)
+        if extra is not None:
+            x = torch.cat([x, extra.to(dtype)], dim=-1)
+        return self.mlp(x)
+
+
+class Critic(nn.Module):
+    """Q(s, a) [N] from [features(s), a] (box actions), or Q(s, .) [N, A] (discrete)."""
+
+    def __init__(self, torso: Torso, num_outputs: int):
+        super().__init__()
+        self.torso = torso
+        self.q = nn.Linear(torso.out_size, num_outputs)
+
+    def forward(self, obs: torch.Tensor, action: torch.Tensor | None = None) -> torch.Tensor:
+        q = self.q(self.torso(obs, action))
+        return q.squeeze(-1) if action is not None else q
+
+
+class TwinCritics(nn.Module):
+    def __init__(self, make_critic):
+        super().__init__()
+        self.q1, self.q2 = make_critic(), make_critic()
+
+    def forward(self, obs: torch.Tensor, action: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.q1(obs, action), self.q2(obs, action)
+
+
+class SACModel(nn.Module):
+    learner_only = ("critics", "target_critics")
+
+    def __init__(self, actor_torso: Torso, policy: nn.Module, critics: TwinCritics, discrete: bool,
+                 obs_normalizer: nn.Module | None = None, obs_clip: float = 10.0, initial_alpha: float = 1.0):
+        super().__init__()
+        self.actor_torso = actor_torso
+        self.policy = policy
+        self.discrete = discrete
+        self.critics = critics
+        self.target_critics = copy.deepcopy(critics)
+        for p in self.target_critics.parameters():
+            p.requires_grad_(False)
+        self.obs_normalizer = obs_normalizer
+        self.obs_clip = obs_clip
+        self.log_alpha = nn.Parameter(torch.tensor(math.log(initial_alpha)))
+        self.register_buffer("updates", torch.zeros((), dtype=torch.int64))  # learner steps taken
+
+    @property
+    def stem(self):  # the actor's CNN, for --load_conv_net_from / --freeze_conv (models.pretrained)
+        return self.actor_torso.stem
+
+    def initial_state(self, batch_size: int, device=None) -> tuple:
+        return ()
+
+    def set_stem_dtype(self, dtype: torch.dtype) -> None:
+        if self.actor_torso.stem is not None:
+            self.actor_torso.stem.to(dtype)
+
+    def normalize(self, obs: torch.Tensor) -> torch.Tensor:
+        """Observations as the networks see them: normalized by running statistics if on."""
+        if self.obs_normalizer is None:
+            return obs
+        return self.obs_normalizer.normalize(obs.float(), clip=self.obs_clip)
+
+    def policy_params(self, obs: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The policy's parameters for normalized observations [N, ...]."""
+        x = self.actor_torso(obs)
+        if self.discrete:
+            return {"policy_logits": self.policy(x)}
+        return self.policy(x)
+
+    def forward(self, inputs: dict, state: tuple = ()):
+        """The policy's parameters for observations [T, B, ...] (acting); reward, done and last action
+        are not inputs of SAC's networks."""
+        obs = inputs["obs"]
+        T, B = obs.shape[:2]
+        params = self.policy_params(self.normalize(obs.flatten(0, 1)))
+        return {k: v.view(T, B, *v.shape[1:]) for k, v in params.items()}, state
+
+    @torch.no_grad()
+    def update_targets(self, tau: float) -> None:
+        from rl_core.losses.sac import polyak_update
+
+        polyak_update(self.target_critics.parameters(), self.critics.parameters(), tau)
+
+
+def build_sac_model(flags, spec: dict) -> SACModel:
+    from functools import partial
+
+    from models import action_size, build_stem
+    from models.heads import GaussianHead
+
+    obs_shape = tuple(spec["obs_shape"])
+    action = spec["action"]
+    discrete = action["kind"] == "discrete"
+    n = action_size(action)
+    hidden = tuple(int(s) for s in str(flags.mlp_sizes).split(",") if s)
+    image = len(obs_shape) == 3
+
+    def torso(extra: int = 0) -> Torso:
+        stem = build_stem(flags, obs_shape) if image else None
+        in_size = stem.out_size if image else int(math.prod(obs_shape))
+        return Torso(stem, in_size + extra, hidden)
+
+    actor_torso = torso()
+    if discrete:
+        policy = nn.Linear(actor_torso.out_size, n)
+    else:
+        policy = GaussianHead(actor_torso.out_size, n, std_kind=flags.std_kind, min_std=flags.min_std,
+                              initial_std=flags.initial_std, state_dependent=True)
+    critics = TwinCritics(partial(lambda: Critic(torso(0 if discrete else n), n if discrete else 1)))
+    obs_normalizer = None
+    if getattr(flags, "obs_normalization", False):
+        from rl_core.normalization import RunningMeanStd
+
+        obs_normalizer = RunningMeanStd(obs_shape)
+    alpha = flags.initial_temperature if flags.learn_temperature else flags.entropy_cost
+    model = SACModel(actor_torso, policy, critics, discrete, obs_normalizer, getattr(flags, "obs_clip", 10.0),
+                     initial_alpha=max(alpha, 1e-12))
+    model.log_alpha.requires_grad_(bool(flags.learn_temperature))  # else alpha stays --entropy_cost
+    return model
