@@ -126,8 +126,6 @@ class SACModel(nn.Module):
 
 
 def build_sac_model(flags, spec: dict) -> SACModel:
-    from functools import partial
-
     from models import action_size, build_stem
     from models.heads import GaussianHead
 
@@ -149,7 +147,7 @@ def build_sac_model(flags, spec: dict) -> SACModel:
     else:
         policy = GaussianHead(actor_torso.out_size, n, std_kind=flags.std_kind, min_std=flags.min_std,
                               initial_std=flags.initial_std, state_dependent=True)
-    critics = TwinCritics(partial(lambda: Critic(torso(0 if discrete else n), n if discrete else 1)))
+    critics = TwinCritics(lambda: Critic(torso(0 if discrete else n), n if discrete else 1))
     obs_normalizer = None
     if getattr(flags, "obs_normalization", False):
         from rl_core.normalization import RunningMeanStd

@@ -109,7 +109,6 @@ class SACAgent(Agent):
         return low + (high - low) * torch.rand(*shape, low.numel(), device=device)
 
     def act(self, model, inputs, state, greedy=False):
-        params, state = model(inputs, state)
         if not greedy and self.random_steps_left > 0:
             if int(model.updates) == 0:  # a fresh run (a resumed one has learned: its policy acts)
                 if self.random_steps_left == self.flags.random_init_steps:
@@ -119,6 +118,7 @@ class SACAgent(Agent):
                 return self.random_actions(inputs["obs"].shape[:2], inputs["obs"].device), {}, state
             log.info("the policy acts from the start: it has learned (--random_init_steps applies to a fresh run)")
             self.random_steps_left = 0
+        params, state = model(inputs, state)  # (no forward pass while acting at random)
         dist = self.distribution(params)
         action = dist.mode() if greedy else dist.sample()
         return action, {}, state
