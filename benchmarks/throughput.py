@@ -16,7 +16,8 @@ whole machine and its steal time (on a virtual machine, time its cores waited fo
 the host: a run with steal is not a measure of this code), to set against (a)-(c)
 measured alone.
 
-Run through benchmarks/atari_throughput.py or benchmarks/procgen_throughput.py.
+Run through benchmarks/atari_throughput.py, benchmarks/procgen_throughput.py or
+benchmarks/football_throughput.py.
 """
 
 from __future__ import annotations
@@ -41,9 +42,11 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 class Setup:
     """What differs between environment packages: how to build one env, the obs, the actions."""
 
-    def __init__(self, package: str, env: str, obs_shape: list[int], num_actions: int, frames_per_step: int):
+    def __init__(self, package: str, env: str, obs_shape: list[int], num_actions: int, frames_per_step: int,
+                 model_kw: dict | None = None):
         self.package, self.env = package, env
         self.obs_shape, self.num_actions, self.frames_per_step = obs_shape, num_actions, frames_per_step
+        self.model_kw = dict(model_kw or {})  # the package's model flags, for (b) and (c) measured alone
 
     def make_env(self):
         import importlib
@@ -59,6 +62,8 @@ class Setup:
 
 ATARI = Setup("torchbeast_atari", "PongNoFrameskip-v4", [4, 84, 84], 6, 4)
 PROCGEN = Setup("torchbeast_procgen", "chaser", [3, 64, 64], 15, 1)
+FOOTBALL = Setup("torchbeast_football", "academy_empty_goal_close", [16, 72, 96], 19, 1,
+                 model_kw={"resnet_channels": "16,32,32,32"})
 
 
 def env_steps_per_second(setup: Setup, seconds: float) -> float:
@@ -88,7 +93,7 @@ def build(setup: Setup, model: str, device: str):
     from models import build_model
 
     spec = {"obs_shape": setup.obs_shape, "obs_dtype": "|u1", "action": {"kind": "discrete", "n": setup.num_actions}}
-    flags = model_flags(model)
+    flags = model_flags(model, **setup.model_kw)
     return flags, build_model(flags, spec).to(device)
 
 

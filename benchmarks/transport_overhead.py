@@ -4,7 +4,7 @@ The server runs in its own process (as in training) and a client drives it with
 random actions through the real transport (unix socket, typed-array frames).
 Prints steps/s of both and their ratio for K = 1, 8, 32.
 
-    python benchmarks/transport_overhead.py [--envs cartpole atari procgen] [--seconds 3]
+    python benchmarks/transport_overhead.py [--envs cartpole atari procgen football] [--seconds 3]
 """
 
 from __future__ import annotations
@@ -31,6 +31,10 @@ def make_factory(kind: str):
         from torchbeast_procgen.env import create_env as create_procgen
 
         return lambda seed: create_procgen("chaser", seed)
+    if kind == "football":
+        from torchbeast_football.env import create_env as create_football
+
+        return lambda seed: create_football("academy_empty_goal_close", seed)
     raise ValueError(kind)
 
 
@@ -89,7 +93,7 @@ def through_transport(kind: str, k: int, seconds: float) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--envs", nargs="+", default=["cartpole", "atari", "procgen"])
+    parser.add_argument("--envs", nargs="+", default=["cartpole", "atari", "procgen", "football"])
     parser.add_argument("--ks", nargs="+", type=int, default=[1, 8, 32])
     parser.add_argument("--seconds", type=float, default=3.0)
     args = parser.parse_args()

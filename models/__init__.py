@@ -18,6 +18,18 @@ def core_kind(flags) -> str | None:
     return None
 
 
+def resnet_channels(flags) -> tuple[int, ...]:
+    """--resnet_channels "16,32,32" -> (16, 32, 32); one line naming the flag if it is not positive integers."""
+    text = str(getattr(flags, "resnet_channels", "16,32,32"))
+    try:
+        channels = tuple(int(c) for c in text.split(",") if c.strip())
+    except ValueError:
+        channels = ()
+    if not channels or min(channels) <= 0:
+        raise UserError(f"--resnet_channels {text!r}: give positive integers separated by commas, e.g. 16,32,32")
+    return channels
+
+
 def build_stem(flags, obs_shape: tuple):
     from models.mlp import MLPStem
     from models.vision import AtariNetStem, ResNetStem
@@ -26,7 +38,10 @@ def build_stem(flags, obs_shape: tuple):
         sizes = tuple(int(s) for s in str(flags.mlp_sizes).split(",") if s)
         return MLPStem(obs_shape, sizes)
     if len(obs_shape) == 3:
-        stem = {"atari": AtariNetStem, "resnet": ResNetStem}[flags.model](obs_shape)
+        if flags.model == "resnet":
+            stem = ResNetStem(obs_shape, channels=resnet_channels(flags))
+        else:
+            stem = AtariNetStem(obs_shape)
         return stem.to(memory_format=torch.channels_last)  # conv weights to match the inputs
     raise UserError(f"observation shape {obs_shape} has no stem: vectors take the MLP, [C, H, W] images the CNNs")
 

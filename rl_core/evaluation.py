@@ -321,7 +321,10 @@ def summarize_groups(results: list[dict]) -> dict:
 def log_result(result: dict, what: str = "final test") -> None:
     """One line per run, per group, and per task of a group."""
     for run in result["runs"]:
-        log.info("%s %s: mean return %.2f over %d episodes", what, run["name"], run["mean_return"], run["episodes"])
+        stats = ", ".join(f"{k[len('mean_'):]} {v:.2f}" for k, v in sorted(run.items())
+                          if k.startswith("mean_") and k != "mean_return" and isinstance(v, float))
+        log.info("%s %s: mean return %.2f over %d episodes%s", what, run["name"], run["mean_return"], run["episodes"],
+                 f" ({stats})" if stats else "")
     for group, g in result["groups"].items():
         log.info("%s [%s]: mean %.2f, std %.2f over %d runs", what, group, g["mean"], g["std"], g["runs"])
         for task, mean in g.get("tasks", {}).items():

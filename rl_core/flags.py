@@ -83,6 +83,9 @@ def make_parser(prog: str | None = None) -> argparse.ArgumentParser:
     g = p.add_argument_group("model")
     g.add_argument("--model", default="atari", choices=["atari", "resnet"],
                    help="Image stem: AtariNet (Mnih et al. 2015) or the IMPALA deep ResNet.")
+    g.add_argument("--resnet_channels", default="16,32,32", metavar="C1,C2,...",
+                   help="--model resnet: channels of each stage (a conv, a max-pool, two residual blocks); "
+                        "torchbeast's and IMPALA's three stages by default, SEED RL's Football network has four.")
     g.add_argument("--use_lstm", action="store_true", help="LSTM core.")
     g.add_argument("--use_quasi_lstm", "--use_elstm", dest="use_quasi_lstm", action="store_true",
                    help="eLSTM (QuasiLSTM) core trained by truncated BPTT.")
@@ -136,6 +139,13 @@ def check(parser: argparse.ArgumentParser, flags: argparse.Namespace) -> None:
         )
     if flags.server_index is not None and not 0 <= flags.server_index < flags.num_servers:
         parser.error(f"--server_index {flags.server_index} is not in [0, --num_servers={flags.num_servers})")
+    from models import resnet_channels
+    from rl_core.errors import UserError
+
+    try:
+        resnet_channels(flags)
+    except UserError as e:
+        parser.error(str(e))
     if flags.use_lstm and (flags.use_quasi_lstm or flags.use_rtrl):
         parser.error("--use_lstm cannot be combined with --use_quasi_lstm/--use_rtrl: choose one core")
     if flags.mode == "test" and not flags.checkpoint:

@@ -218,7 +218,8 @@ def test_every_on_policy_agent_takes_steps_on_both_action_kinds(agent_name, spec
     assert set(extras) == set(agent.unroll_fields())
 
 
-@pytest.mark.parametrize("package", ["torchbeast_atari", "torchbeast_procgen", "torchbeast_gym", "torchbeast_mujoco"])
+@pytest.mark.parametrize("package", ["torchbeast_atari", "torchbeast_procgen", "torchbeast_gym", "torchbeast_mujoco",
+                                     "torchbeast_football"])
 @pytest.mark.parametrize("agent_name", ["impala", "ppo", "vmpo"])
 def test_each_package_builds_and_updates_its_default_model_for_each_agent(package, agent_name):
     """A package's defaults for --agent build a model that acts and takes a step (image stems are
@@ -234,6 +235,8 @@ def test_each_package_builds_and_updates_its_default_model_for_each_agent(packag
     spec = {"torchbeast_atari": {"obs_shape": [4, 84, 84], "obs_dtype": "|u1", "action": {"kind": "discrete", "n": 6}},
             "torchbeast_procgen": {"obs_shape": [3, 64, 64], "obs_dtype": "|u1",
                                    "action": {"kind": "discrete", "n": 15}},
+            "torchbeast_football": {"obs_shape": [16, 72, 96], "obs_dtype": "|u1",
+                                    "action": {"kind": "discrete", "n": 19}},
             "torchbeast_gym": DISCRETE, "torchbeast_mujoco": BOX}[package]
     agent = make_agent(f, spec)
     model = agent.build_model()

@@ -366,7 +366,8 @@ def test_a_missing_env_module_is_named(tmp_path):
             gym_pkg.make_env(flags, 0)
 
 
-PACKAGES = ["torchbeast_gym", "torchbeast_atari", "torchbeast_procgen", "torchbeast_dmlab", "torchbeast_mujoco"]
+PACKAGES = ["torchbeast_gym", "torchbeast_atari", "torchbeast_procgen", "torchbeast_dmlab", "torchbeast_mujoco",
+            "torchbeast_football"]
 
 
 @pytest.mark.parametrize("package", PACKAGES)

@@ -319,9 +319,24 @@ class Training:
             raise UserError(
                 f"checkpoint {self.checkpoint_path} does not fit this model ({first[:160]}): use another --xpid"
             ) from None
+        self._take_flag_learning_rate(optimizer, scheduler)
         step = int(state.get("step", 0))
         log.info("resumed from %s at step %d", self.checkpoint_path, step)
         return step, int(state.get("learner_steps", 0))
+
+    def _take_flag_learning_rate(self, optimizer, scheduler) -> None:
+        """A resumed run trains at this run's --learning_rate (the flags given win), not at the one
+        the checkpoint's optimizer state carries; the schedule goes on from where it was."""
+        wanted = float(self.flags.learning_rate)
+        saved = sorted(set(float(b) for b in getattr(scheduler, "base_lrs", [])))
+        if len(saved) != 1 or saved[0] == wanted or not hasattr(scheduler, "lr_lambdas"):
+            return  # one rate for every group is what make_optimizer builds; anything else stays as saved
+        log.info("resumed with --learning_rate %g; the checkpoint trained at %g", wanted, saved[0])
+        scheduler.base_lrs = [wanted] * len(scheduler.base_lrs)
+        for group, rate in zip(optimizer.param_groups, scheduler.lr_lambdas):
+            group["initial_lr"] = wanted
+            group["lr"] = wanted * rate(scheduler.last_epoch)
+        scheduler._last_lr = [group["lr"] for group in optimizer.param_groups]
 
     def _after_update(self, previous_step: int, step: int) -> None:
         """Runs in the learner thread: model_extra.tar exactly at the update crossing the step."""

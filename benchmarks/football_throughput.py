@@ -1,0 +1,17 @@
+"""Google Research Football (academy_empty_goal_close, SEED RL's four-stage IMPALA ResNet, T=32,
+B=32) training throughput against the machine's ceiling.
+
+    python benchmarks/football_throughput.py [--num_actors 16 32] [--seconds 60] [--model resnet]
+
+See benchmarks/throughput.py for what (a)-(d), the ceiling and the ratio are.
+"""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from throughput import FOOTBALL, main  # noqa: E402
+
+if __name__ == "__main__":
+    main(FOOTBALL, default_model="resnet", default_T=32)
