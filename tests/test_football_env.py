@@ -88,7 +88,7 @@ def test_defaults_follow_seed_rls_football_vtrace_runs():
     assert (f.unroll_length, f.batch_size, f.discounting, f.vtrace_lambda, f.entropy_cost) == (
         32, 32, 0.997, 0.9, 3.1948e-5)
     assert (f.optimizer, f.learning_rate, f.lr_decay, f.reward_clipping, f.grad_norm_clipping) == (
-        "adam", 5.5339e-5, "none", "none", 0.0)
+        "adam", 3e-4, "none", "none", 0.0)
     p = flags_of("--agent", "ppo")
     assert (p.unroll_length, p.num_epochs, p.num_minibatches, p.ppo_clip, p.learning_rate) == (
         512, 2, 4, 0.115, 1.1879e-4)
@@ -226,7 +226,7 @@ def test_two_env_servers_train_log_checkpoint_resume_and_evaluate(tmp_path):
     assert result.returncode == 0, result.stdout[-3000:]
     assert "resumed from" in result.stdout
     # The rate given to the resumed run is the one it trains at, not the checkpoint's.
-    assert "resumed with --learning_rate 0.0002; the checkpoint trained at 5.5339e-05" in result.stdout
+    assert "resumed with --learning_rate 0.0002; the checkpoint trained at 0.0003" in result.stdout
     assert float(csv_rows(str(rundir / "logs.csv"))[-1]["learning_rate"]) == pytest.approx(2e-4)
     second = torch.load(rundir / "model.tar", weights_only=True)
     assert second["step"] >= 1280 and second["optimizer_state_dict"]["state"]
