@@ -240,14 +240,14 @@ def end_to_end(setup: Setup, model: str, num_actors: int, num_servers: int, T: i
     return sps, batch, usage
 
 
-def main(setup: Setup, default_model: str, default_T: int, argv=None) -> None:
+def main(setup: Setup, default_model: str, default_T: int, argv=None, default_seconds: float = 60.0) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default=default_model, choices=["atari", "resnet"])
     parser.add_argument("--num_actors", nargs="+", type=int, default=[8, 16])
     parser.add_argument("--num_servers", type=int, default=2)
     parser.add_argument("--unroll_length", type=int, default=default_T)
     parser.add_argument("--batch_size", type=int, default=32)
-    parser.add_argument("--seconds", type=float, default=60.0, help="Length of each end-to-end run.")
+    parser.add_argument("--seconds", type=float, default=default_seconds, help="Length of each end-to-end run.")
     parser.add_argument("--repeats", type=int, default=1, help="End-to-end runs per number of envs.")
     parser.add_argument("--device", nargs="+", default=["cuda"] if torch.cuda.is_available() else ["cpu"])
     parser.add_argument("--inference_precision", default="float32", choices=["float32", "bfloat16"],
