@@ -79,3 +79,17 @@ def csv_rows(path: str) -> list[dict]:
 
 def interrupt(proc: subprocess.Popen, sig=signal.SIGINT) -> None:
     proc.send_signal(sig)
+
+
+def flag_error_line(capsys, env_pkg, *argv) -> str:
+    """The one line a refused command line ends with (argparse exits 2: usage, then ``error: ...``)."""
+    import pytest
+
+    from rl_core.runtime.entry import parse_flags
+
+    with pytest.raises(SystemExit) as e:
+        parse_flags(env_pkg, list(argv))
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].count("error:") == 1
+    return err[-1]

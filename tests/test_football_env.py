@@ -12,7 +12,7 @@ import torch
 
 from rl_core.errors import UserError
 from rl_core.runtime.entry import parse_flags
-from tests.proc_utils import csv_rows, run
+from tests.proc_utils import csv_rows, flag_error_line, run
 from torchbeast_football import env as football
 from torchbeast_football.env import (
     NUM_ACTIONS,
@@ -65,12 +65,7 @@ def test_every_scenario_envpool_ships_and_no_other():
 
 
 def _error_line(capsys, *argv):
-    with pytest.raises(SystemExit) as e:
-        flags_of(*argv)
-    assert e.value.code == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert err[-1].count("error:") == 1
-    return err[-1]
+    return flag_error_line(capsys, football, *argv)
 
 
 def test_flag_errors_are_one_line(capsys):

@@ -10,7 +10,7 @@ import torch
 from rl_core.errors import UserError
 from rl_core.runtime.entry import parse_flags
 from rl_core.runtime.env_server import env_seed
-from tests.proc_utils import csv_rows, run
+from tests.proc_utils import csv_rows, flag_error_line, run
 from torchbeast_procgen import env as procgen
 from torchbeast_procgen.env import (
     GAME_MODES,
@@ -150,12 +150,7 @@ def test_level_flags_reach_the_env_through_make_env():
 
 
 def _error_line(capsys, *argv):
-    with pytest.raises(SystemExit) as e:
-        flags_of(*argv)
-    assert e.value.code == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert err[-1].count("error:") == 1
-    return err[-1]
+    return flag_error_line(capsys, procgen, *argv)
 
 
 @pytest.mark.parametrize("game,mode", [("chaser", "memory"), ("bigfish", "extreme"), ("chaser", "exploration"),

@@ -316,18 +316,7 @@ def test_protocol(flags) -> list[dict]:
     return [{"name": f"test_{r}", "episodes": 100, "group": "test", "overrides": {}} for r in range(3)]
 
 
-if __name__ == "__main__":  # a quick throughput figure: python -m torchbeast_football.env [scenario] [steps]
-    import sys
-    import time
+if __name__ == "__main__":  # a quick throughput figure: python -m torchbeast_football.env [name] [steps]
+    from rl_core.env_speed import main
 
-    name = sys.argv[1] if len(sys.argv) > 1 else DEFAULT_ENV
-    n = int(sys.argv[2]) if len(sys.argv) > 2 else 5_000
-    env = create_env(name, 0)
-    env.reset()
-    actions = np.random.default_rng(0).integers(NUM_ACTIONS, size=n)
-    start = time.perf_counter()
-    for a in actions:
-        _, _, term, trunc, _ = env.step(int(a))
-        if term or trunc:
-            env.reset()
-    print(f"{env.scenario}: {n / (time.perf_counter() - start):.0f} steps/s (one env, one process)")
+    main(create_env, DEFAULT_ENV, 5_000)

@@ -418,18 +418,7 @@ def test_protocol(flags) -> list[dict]:
     return [{"name": "test", "episodes": 10, "group": "test", "overrides": {}}]
 
 
-if __name__ == "__main__":  # a quick throughput figure: python -m torchbeast_mujoco.env [task] [steps]
-    import time
+if __name__ == "__main__":  # a quick throughput figure: python -m torchbeast_mujoco.env [name] [steps]
+    from rl_core.env_speed import main
 
-    name = sys.argv[1] if len(sys.argv) > 1 else DEFAULT_ENV
-    n = int(sys.argv[2]) if len(sys.argv) > 2 else 20_000
-    env = create_env(name, 0)
-    env.reset()
-    actions = np.random.default_rng(0).uniform(env.action_space.low, env.action_space.high,
-                                               (n, *env.action_space.shape)).astype(np.float32)
-    start = time.perf_counter()
-    for a in actions:
-        _, _, term, trunc, _ = env.step(a)
-        if term or trunc:
-            env.reset()
-    print(f"{env.env_id}: {n / (time.perf_counter() - start):.0f} steps/s (one env, one process)")
+    main(create_env, DEFAULT_ENV, 20_000)

@@ -503,22 +503,10 @@ def make_env(flags, seed: int, game: str | None = None) -> ProcgenEnv:
     )
 
 
-if __name__ == "__main__":  # a quick throughput figure: python -m torchbeast_procgen.env [game] [steps]
-    import sys
-    import time
+if __name__ == "__main__":  # a quick throughput figure: python -m torchbeast_procgen.env [name] [steps]
+    from rl_core.env_speed import main
 
-    name = sys.argv[1] if len(sys.argv) > 1 else DEFAULT_GAME
-    n = int(sys.argv[2]) if len(sys.argv) > 2 else 20_000
-    env = create_env(name, 0)
-    env.reset()
-    rng = np.random.default_rng(0)
-    actions = rng.integers(NUM_ACTIONS, size=n)
-    start = time.perf_counter()
-    for a in actions:
-        _, _, term, trunc, _ = env.step(int(a))
-        if term or trunc:
-            env.reset()
-    print(f"{name}: {n / (time.perf_counter() - start):.0f} steps/s (one env, one process)")
+    main(create_env, DEFAULT_GAME, 20_000)
 
 
 def _task_overrides(game: str) -> dict:
