@@ -162,16 +162,17 @@ def test_memory_task(tmp_path, name):
 def test_package_defaults_with_an_lstm_solve_the_memory_task(tmp_path):
     """torchbeast_gym's defaults with nothing but the env, a core and --no_last_action (the task's
     point: memory in the core only): its recurrent defaults (RMSprop eps 1e-4, lr 0.002, batch 16,
-    forget gates biased by 1) solve it (chance is 0; that a feedforward agent stays there is this module's control above)."""
+    forget gates biased by 1, a stem of 256) solve it (chance is 0; that a feedforward agent stays there is this module's control above)."""
     from rl_core.runtime.entry import parse_flags
     import torchbeast_gym.env as gym_pkg
 
     recurrent = parse_flags(gym_pkg, ["--use_lstm"])
-    assert (recurrent.epsilon, recurrent.learning_rate, recurrent.batch_size, recurrent.forget_bias) == (
-        1e-4, 0.002, 16, 1.0)
+    assert (recurrent.epsilon, recurrent.learning_rate, recurrent.batch_size, recurrent.forget_bias,
+            recurrent.mlp_sizes) == (1e-4, 0.002, 16, 1.0, "256")
     assert parse_flags(gym_pkg, ["--use_lstm", "--epsilon=0.01"]).epsilon == 0.01  # explicit flags win
     feedforward = parse_flags(gym_pkg, [])
-    assert (feedforward.epsilon, feedforward.learning_rate, feedforward.batch_size) == (0.01, 0.003, 8)
+    assert (feedforward.epsilon, feedforward.learning_rate, feedforward.batch_size, feedforward.mlp_sizes) == (
+        0.01, 0.003, 8, "64,64")
     result = run("torchbeast_gym.polybeast", f"--env={ENV}", "--use_lstm", "--no_last_action", "--seed=1",
                  "--total_steps=200000", "--log_interval=1", "--disable_checkpoint", "--disable_final_test",
                  f"--pipes_basename=unix:{tmp_path}/pipe", f"--savedir={tmp_path}", "--xpid=defaults",
