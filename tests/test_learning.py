@@ -13,18 +13,18 @@ RUN_DEADLINE_S = 840
 PYTEST_TIMEOUT_S = RUN_DEADLINE_S + 120
 
 
-def run_to_the_end(tmp_path, xpid, *args):
-    """Train; on a run past RUN_DEADLINE_S, fail naming its progress from logs.csv."""
+def run_to_the_end(tmp_path, xpid, *args, deadline_s: int = RUN_DEADLINE_S):
+    """Train; on a run past ``deadline_s``, fail naming its progress from logs.csv."""
     start = time.monotonic()
     try:
         result = run("torchbeast_gym.polybeast", *args, f"--pipes_basename=unix:{tmp_path}/pipe",
-                     f"--savedir={tmp_path}", f"--xpid={xpid}", output=str(tmp_path / "out"), timeout=RUN_DEADLINE_S)
+                     f"--savedir={tmp_path}", f"--xpid={xpid}", output=str(tmp_path / "out"), timeout=deadline_s)
     except AssertionError:
         path = str(tmp_path / xpid / "logs.csv")
         rows = csv_rows(path) if os.path.exists(path) else []
         where = (f"step {rows[-1]['step']} at {float(rows[-1]['sps']):.0f} SPS, last-100 return "
                  f"{rows[-1]['return_last_100']}") if rows else "no logs.csv row"
-        pytest.fail(f"{xpid}: training did not finish within {RUN_DEADLINE_S} s ({where}): the machine is too "
+        pytest.fail(f"{xpid}: training did not finish within {deadline_s} s ({where}): the machine is too "
                     f"slow or the run stalled (see {tmp_path / 'out'})", pytrace=False)
     return result, time.monotonic() - start
 

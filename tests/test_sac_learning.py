@@ -7,11 +7,12 @@ import json
 import pytest
 
 from tests.proc_utils import csv_rows
-from tests.test_learning import PYTEST_TIMEOUT_S, run_to_the_end
+from tests.test_learning import PYTEST_TIMEOUT_S, RUN_DEADLINE_S, run_to_the_end
 
 
-def train(tmp_path, xpid, *args):
-    result, wall = run_to_the_end(tmp_path, xpid, "--agent=sac", "--seed=1", "--log_interval=2", *args)
+def train(tmp_path, xpid, *args, deadline_s: int = RUN_DEADLINE_S):
+    result, wall = run_to_the_end(tmp_path, xpid, "--agent=sac", "--seed=1", "--log_interval=2", *args,
+                                  deadline_s=deadline_s)
     assert result.returncode == 0, result.stdout[-3000:]
     rows = csv_rows(str(tmp_path / xpid / "logs.csv"))
     final = json.loads((tmp_path / xpid / "final_test.json").read_text())
@@ -55,15 +56,23 @@ def test_sac_with_the_package_defaults_learns_pendulum_within_30k_steps(tmp_path
     assert last20 >= -250
 
 
-@pytest.mark.timeout(PYTEST_TIMEOUT_S)
+# 100k steps of one update of 256 each: about 15 minutes alone on 2 cores
+CARTPOLE_DEADLINE_S = 2 * RUN_DEADLINE_S
+
+
+@pytest.mark.timeout(CARTPOLE_DEADLINE_S + 120)
 def test_discrete_sac_with_the_package_defaults_learns_cartpole(tmp_path):
-    rows = train(tmp_path, "cartpole", "--env=CartPole-v1", "--total_steps=60000")
+    rows = train(tmp_path, "cartpole", "--env=CartPole-v1", deadline_s=CARTPOLE_DEADLINE_S)  # the package's 100k steps
+    assert int(rows[-1]["step"]) >= 100_000
     final = json.loads((tmp_path / "cartpole" / "final_test.json").read_text())["groups"]["test"]["mean"]
     returns = [float(r["return_last_100"]) for r in rows if r["return_last_100"] != "nan"]
     # A random policy scores about 22.  The issue's >= 400 is asked of the learned policy: the final
     # test, 100 episodes with its most likely action.  The training episodes sample the policy (its
-    # entropy held at 0.1 log 2) and are printed: in the run that chose the defaults their last-100
-    # mean reached 400 at about 45k steps and 494 at 60k, the final test 500.
+    # entropy held at 0.1 log 2) and are printed.  Within 60k steps (this test's budget until a CI
+    # run failed) that greedy policy was not yet reliable: the training last-100 mean there was
+    # 285-494 over four runs and the final test 500, 500, 500 and 293.1.  Over the package's 100k steps
+    # two more runs (seeds 2, 3) ended with training means of 500.0 and 495.0 (400 first at 47k and
+    # 57k steps) and final tests of 500.0.
     assert returns[0] < 50
     assert final >= 400, (final, returns[-5:])
 
