@@ -503,12 +503,6 @@ def make_env(flags, seed: int, game: str | None = None) -> ProcgenEnv:
     )
 
 
-if __name__ == "__main__":  # a quick throughput figure: python -m torchbeast_procgen.env [name] [steps]
-    from rl_core.env_speed import main
-
-    main(create_env, DEFAULT_GAME, 20_000)
-
-
 def _task_overrides(game: str) -> dict:
     """Flag values that make ``make_env`` play ``game`` alone (a task of a multi-task run)."""
     return {"env": game, "multi_env": 1}
@@ -550,3 +544,9 @@ def validation_protocol(flags) -> list[dict]:
     each = -(-flags.valid_num_episodes // len(games))
     return [{"name": f"valid/{game}", "task": game, "episodes": each,
              "overrides": {**overrides, **_task_overrides(game)}} for game in games]
+
+
+if __name__ == "__main__":  # a quick throughput figure: python -m torchbeast_procgen.env [name] [steps]
+    from rl_core.env_speed import main
+
+    main(create_env, DEFAULT_GAME, 20_000)
