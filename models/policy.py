@@ -17,6 +17,11 @@ baseline head predict normalized values; ``baseline`` is always unnormalized.
 ``last_action_input=False`` leaves the one-hot last action out (the reward stays):
 then nothing the agent did reaches its next step except through the core's state.
 
+``extra_values`` (an ``nn.ModuleDict``, empty unless an add-on fills it) holds further value
+heads beside ``baseline``, each a linear layer on the baseline's input: RND's intrinsic value
+``int_baseline`` (Burda et al. 2018, Section 2.3: two value heads).  Each adds an output of
+that name, [T, B].
+
 ``value_stem`` (feedforward models only) gives the baseline its own tower, so the
 value loss does not steer the policy's features (SB3's default for MLP policies).
 
@@ -61,6 +66,7 @@ class ActorCritic(nn.Module):
         self.policy = policy_head(head_in) if self.continuous else nn.Linear(head_in, num_actions)
         value_in = value_stem.out_size + self.extra_inputs if value_stem is not None else head_in
         self.baseline = nn.Linear(value_in, 1)
+        self.extra_values = nn.ModuleDict()
         self.obs_normalizer = obs_normalizer
         self.obs_clip = obs_clip
         self.value_normalizer = value_normalizer
@@ -117,6 +123,8 @@ class ActorCritic(nn.Module):
         baseline = self.baseline(value_x).squeeze(-1)
         if self.value_normalizer is not None:
             baseline = self.value_normalizer.denormalize(baseline)
-        if self.continuous:
-            return dict(self.policy(x), baseline=baseline), state
-        return {"policy_logits": self.policy(x), "baseline": baseline}, state
+        outputs = dict(self.policy(x)) if self.continuous else {"policy_logits": self.policy(x)}
+        outputs["baseline"] = baseline
+        for name, head in self.extra_values.items():
+            outputs[name] = head(value_x).squeeze(-1)
+        return outputs, state

@@ -34,6 +34,7 @@ from typing import Callable
 import numpy as np
 import torch
 
+from rl_core import seen_sets
 from rl_core.runtime.env_server import env_seed
 
 log = logging.getLogger("evaluation")
@@ -281,8 +282,14 @@ def final_test(
         result.update({key: run[key] for key in ("set", "task") if key in run})
         result.update(summarize(returns))
         result["returns"] = returns
+        result["lengths"] = [e["length"] for e in episodes]
         stat_names = sorted({k for e in episodes for k in e if k not in ("return", "length")})
         for name in stat_names:
+            if seen_sets.is_mask(name):  # a set per episode (Montezuma's rooms), and their union
+                per_episode = [seen_sets.members(e.get(name, 0.0)) for e in episodes]
+                result[f"{seen_sets.base_name(name)}_per_episode"] = per_episode
+                result[f"{seen_sets.base_name(name)}_seen"] = sorted(set().union(*per_episode))
+                continue
             result[f"mean_{name}"] = float(np.mean([e[name] for e in episodes if name in e]))
         results.append(result)
     out = {"runs": results, "groups": summarize_groups(results), "seconds": round(time.monotonic() - start, 1),
@@ -329,6 +336,19 @@ def log_result(result: dict, what: str = "final test") -> None:
         log.info("%s [%s]: mean %.2f, std %.2f over %d runs", what, group, g["mean"], g["std"], g["runs"])
         for task, mean in g.get("tasks", {}).items():
             log.info("%s [%s] %s: mean %.2f", what, group, task, mean)
+
+
+def log_episodes(result: dict) -> None:
+    """Every episode of every run: its return, length and sets (eval-only mode; as the published RND
+    code's eval.py prints each episode's reward and visited rooms)."""
+    for run in result["runs"]:
+        sets = {k[: -len("_per_episode")]: v for k, v in run.items() if k.endswith("_per_episode")}
+        for i, ret in enumerate(run.get("returns", [])):
+            extra = "".join(f", {name} {members[i]}" for name, members in sets.items())
+            length = run["lengths"][i] if i < len(run.get("lengths", [])) else "?"
+            log.info("%s episode %d: return %.1f, length %s%s", run["name"], i + 1, ret, length, extra)
+        for name in sets:
+            log.info("%s: %s seen in any episode: %s", run["name"], name, run[f"{name}_seen"])
 
 
 def write_json(path: str, payload: dict) -> None:

@@ -49,6 +49,9 @@ COMMON_RANGES: dict[str, str] = {
     # SAC
     "polyak_tau": "(0, 1]", "random_init_steps": "[0, inf)", "initial_temperature": "(0, inf)",
     "target_entropy_ratio": "[0, 1]",
+    # RND
+    "rnd_init_steps": "[0, inf)", "intrinsic_discounting": "[0, 1]", "ext_coef": "[0, inf)", "int_coef": "[0, inf)",
+    "rnd_update_proportion": "(0, 1]", "rnd_channels": "[0, inf)", "rnd_feature_size": "[1, inf)",
 }
 
 _INTERVAL = re.compile(r"^([\[(])\s*(-?inf|[-0-9.e]+)\s*,\s*(-?inf|[-0-9.e]+)\s*([\])])$")

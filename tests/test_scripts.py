@@ -17,7 +17,8 @@ def test_there_is_a_script_per_experiment():
     names = {os.path.basename(p) for p in SCRIPTS}
     assert names == {"atari_qbert_rtrl.sh", "atari_pong_impala.sh", "dmlab_rtrl_scratch.sh",
                      "dmlab_rtrl_frozen_stem.sh", "procgen_chaser_hard_rtrl.sh", "mujoco_halfcheetah_ppo.sh", "atari_pong_ppo.sh",
-                     "atari_r2d2.sh", "mujoco_halfcheetah_sac.sh", "football_11v11_easy_vtrace.sh"}
+                     "atari_r2d2.sh", "mujoco_halfcheetah_sac.sh", "football_11v11_easy_vtrace.sh",
+                     "atari_montezuma_rnd.sh"}
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=os.path.basename)

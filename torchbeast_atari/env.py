@@ -28,7 +28,8 @@ pipeline torchbeast uses:
 Per-game episode statistics (``info["episode_stats"]`` on the step with
 ``episode_end``) come from :class:`EpisodeStats`, a wrapper driven by small
 per-step probes of the emulator; ``GAME_PROBES`` says which game gets which
-(Montezuma's Revenge: ``rooms_visited``, distinct values of RAM[3]).
+(Montezuma's Revenge: ``rooms_visited``, distinct values of RAM[3], and ``rooms_mask``, which
+of its 24 rooms they were).
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ from rl_core.errors import UserError
 
 __all__ = [
     "AtariEnv",
+    "DistinctRamValueMask",
     "DistinctRamValues",
     "EpisodeProbe",
     "EpisodeStats",
@@ -412,11 +414,22 @@ class DistinctRamValues:
         return float(len(self._seen))
 
 
+class DistinctRamValueMask(DistinctRamValues):
+    """The set of values one RAM byte took during the game, as a bitmask (bit k: value k; values
+    of 24 and above are left out): a set-valued statistic (``rl_core.seen_sets``), e.g. which rooms."""
+
+    def result(self) -> float:
+        from rl_core.seen_sets import to_mask
+
+        return to_mask(self._seen)
+
+
 ProbeFactory = Callable[[], EpisodeProbe]
 
 # ROM id -> {statistic name -> probe factory}
 GAME_PROBES: dict[str, dict[str, ProbeFactory]] = {
-    "montezuma_revenge": {"rooms_visited": functools.partial(DistinctRamValues, 3)},
+    "montezuma_revenge": {"rooms_visited": functools.partial(DistinctRamValues, 3),
+                          "rooms_mask": functools.partial(DistinctRamValueMask, 3)},
 }
 
 
@@ -532,7 +545,7 @@ def add_flags(parser) -> None:
                    help="--record_video shows the emulator's RGB screen as a person sees it (screen), or the "
                         "84x84 grayscale frames the network sees (network).")
     parser.set_defaults(env="PongNoFrameskip-v4", model="atari", num_actors=16, num_servers=2,
-                        batch_size=32, unroll_length=20, total_steps=50_000_000)
+                        batch_size=32, unroll_length=20, total_steps=50_000_000, rnd_channels=1)
 
 
 # PPO on Atari as Schulman et al. 2017 (Table 5) and cleanrl's ppo_atari.py train it: 8 envs x
@@ -571,6 +584,25 @@ def agent_defaults(agent: str) -> dict:
         return dict(PPO_DEFAULTS, num_epochs=1, num_minibatches=1,
                     **({"advantage": "vtrace"} if agent == "vtrace" else {}))
     return {}
+
+
+# RND on Atari (Burda et al. 2018, Table 5 and Appendix A; OpenAI's run_atari.py): the environment as
+# the paper plays it (sticky actions 0.25, no episodic life, a game cut after 18,000 frames = 4,500
+# agent steps, rewards clipped for the extrinsic head), PPO with 128-step rollouts, 4 epochs of 4
+# minibatches, Adam 1e-4 (constant), entropy 0.001, clip 0.1, GAE 0.95, the two value losses with
+# weight 1 each (0.5 (V - G)^2), extrinsic and intrinsic advantages weighted 2 and 1.  The paper runs
+# 32 to 1,024 envs; here 8 (PPO's Atari default on this machine) with the random initialisation
+# of the observation statistics scaled to them: 50 rollouts of 128 steps of each env.
+RND_ENV = dict(sticky_actions=0.25, disable_episodic_life=True, max_episode_frames=18_000, reward_clipping="abs_one",
+               rnd_channels=1)
+RND_PPO = dict(learning_rate=1e-4, lr_decay="none", entropy_cost=0.001, ppo_clip=0.1, num_epochs=4, num_minibatches=4,
+               unroll_length=128, gae_lambda=0.95, baseline_cost=1.0, ext_coef=2.0, int_coef=1.0,
+               intrinsic_discounting=0.99, discounting=0.999, rnd_init_steps=50 * 128 * 8, num_actors=8, batch_size=8)
+
+
+def rnd_defaults(agent: str) -> dict:
+    """With --rnd: the paper's Atari environment for every agent, and its PPO settings for ppo."""
+    return dict(RND_ENV, **(RND_PPO if agent == "ppo" else {}))
 
 
 def check_flags(parser, flags) -> None:

@@ -283,7 +283,8 @@ def add_flags(parser) -> None:
     g.add_argument("--rewards", default="scoring", choices=REWARDS,
                    help="scoring: +1 / -1 per goal. scoring,checkpoints needs what envpool does not give "
                         "(the flag says so).")
-    parser.set_defaults(env=DEFAULT_ENV, **_IMPALA_DEFAULTS)
+    # --rnd sees the newest super-minimap (its 4 planes), not the stack of 4
+    parser.set_defaults(env=DEFAULT_ENV, rnd_channels=SMM_SHAPE[0], **_IMPALA_DEFAULTS)
 
 
 def check_flags(parser, flags) -> None:

@@ -5,8 +5,9 @@
 agent, Andrychowicz et al. 2020) with that policy loss; ``r2d2`` is recurrent
 distributed Q-learning from prioritized sequence replay (Kapturowski et al. 2019); ``sac`` is
 soft actor-critic from uniform replay, box or discrete actions (Haarnoja et al. 2018,
-Christodoulou 2019).  A new agent is a module
-here and a line in ``AGENTS``; the runtime never names one.
+Christodoulou 2019).  ``--rnd`` wraps ``impala`` or an on-policy agent in the RND add-on
+(``rl_core/agents/rnd.py``: an intrinsic reward stream and its value head; Burda et al. 2018).
+A new agent is a module here and a line in ``AGENTS``; the runtime never names one.
 """
 
 from __future__ import annotations
@@ -60,12 +61,29 @@ SAC_DISCRETE_IMAGE_DEFAULTS = dict(
 )
 
 
+# RND's published settings that hold whatever the environment (Burda et al. 2018, Table 5 and
+# Section 2.3): the extrinsic return discounted by 0.999 (the intrinsic one by
+# --intrinsic_discounting 0.99); the observation statistics initialised by a random agent for
+# 50 rollouts of 128 steps per env before training (here 6,400 steps of 8 envs; a package may
+# scale it), the predictor trained on a quarter of each batch.
+RND_DEFAULTS = dict(discounting=0.999, rnd_init_steps=51_200)
+
+
 def published_defaults(name: str) -> dict:
     """Flag defaults an agent brings from its paper, whatever the environment package."""
     return dict({"r2d2": R2D2_DEFAULTS, "sac": SAC_DEFAULTS}.get(name, {}))
 
 
 def make_agent(flags, spec: dict) -> Agent:
+    agent = _make_agent(flags, spec)
+    if getattr(flags, "rnd", False):
+        from rl_core.agents.rnd import RNDAgent
+
+        return RNDAgent(flags, spec, agent)
+    return agent
+
+
+def _make_agent(flags, spec: dict) -> Agent:
     name = getattr(flags, "agent", "impala")
     if name == "impala":
         from rl_core.agents.impala import ImpalaAgent
@@ -133,6 +151,27 @@ def add_flags(p: argparse.ArgumentParser) -> None:
     a("--kl_cost", type=float, default=0.0, help="Fixed cost of KL(behaviour || policy).")
     a("--target_kl", type=float, default=None, help="KL(behaviour || policy) bound with a Lagrange multiplier.")
     a("--lagrange_init", type=float, default=1.0, help="Initial value of the entropy / KL Lagrange multipliers.")
+    g = p.add_argument_group("rnd (random network distillation: an add-on of impala and the on-policy agents)")
+    a = g.add_argument
+    a("--rnd", action="store_true",
+      help="Add RND's intrinsic reward (Burda et al. 2018): a predictor trained to match a fixed random network on "
+           "the newest observation, its error the reward; a second value head learns the intrinsic return. "
+           "Takes --agent impala, ppo, vpg, awr, vmpo or vtrace. RND runs discount the extrinsic return by 0.999.")
+    a("--rnd_init_steps", type=int, default=0,
+      help="A fresh --rnd run first acts uniformly at random for this many steps (all envs together), training "
+           "nothing: they initialise the observation statistics.")
+    a("--intrinsic_discounting", type=float, default=0.99,
+      help="gamma_I of the intrinsic return (non-episodic) and of the forward filter that normalizes the reward.")
+    a("--ext_coef", type=float, default=2.0, help="Weight of the extrinsic advantage (0: curiosity alone).")
+    a("--int_coef", type=float, default=1.0, help="Weight of the intrinsic advantage (0: extrinsic reward alone).")
+    a("--rnd_update_proportion", type=float, default=0.25,
+      help="Share of each batch the predictor trains on (OpenAI's proportion_of_exp_used_for_predictor_update).")
+    a("--rnd_channels", type=int, default=0,
+      help="Image observations: RND sees the newest this many channels (the newest frame of a stack; Atari: 1), "
+           "0: all of them.")
+    a("--rnd_feature_size", type=int, default=512, help="Output size of the target and the predictor.")
+    a("--rnd_mlp_sizes", default="64,64,64",
+      help="Vector observations: the layers of RND's MLPs, in place of the convolutions of the image networks.")
     g = p.add_argument_group("r2d2 (prioritized sequence replay) and the replay of sac")
     a = g.add_argument
     a("--burn_in", type=int, default=40,
@@ -194,6 +233,21 @@ def add_flags(p: argparse.ArgumentParser) -> None:
 
 def check_flags(parser: argparse.ArgumentParser, flags) -> None:
     name = flags.agent
+    if flags.rnd:
+        if name in REPLAY:
+            parser.error(f"--rnd is an add-on of impala and the on-policy agents (ppo, vpg, awr, vmpo, vtrace), "
+                         f"not of --agent {name}: choose one of those or drop --rnd")
+        if flags.value_normalization != "none":
+            parser.error("--rnd normalizes its intrinsic reward itself and learns two value heads; "
+                         "--value_normalization covers one: drop it")
+        if not flags.ext_coef and not flags.int_coef:
+            parser.error("--ext_coef and --int_coef are both 0: nothing would be learned; give one a weight")
+        try:
+            sizes = [int(x) for x in str(flags.rnd_mlp_sizes).split(",") if x.strip()]
+        except ValueError:
+            sizes = [0]
+        if not sizes or min(sizes) <= 0:
+            parser.error(f"--rnd_mlp_sizes {flags.rnd_mlp_sizes!r}: give positive integers separated by commas")
     if name == "impala":
         return
     if name == "sac":

@@ -31,6 +31,7 @@ knows no agent by name.  It asks the agent for:
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Iterator
 
 import numpy as np
@@ -44,6 +45,35 @@ def action_field(spec: dict) -> tuple[tuple, np.dtype]:
     if action["kind"] == "discrete":
         return (), np.dtype(np.int64)
     return tuple(action["shape"]), np.dtype(np.float32)
+
+
+@dataclass(frozen=True)
+class ValueStream:
+    """One reward stream an actor-critic learns a value head for.
+
+    The agents' losses sum over their streams: advantage = sum_h coef_h A_h, value loss = sum_h
+    of each head's loss.  Alone, the extrinsic stream (``baseline`` on ``reward``, coef 1) is the
+    usual actor-critic; RND adds an intrinsic one (Burda et al. 2018, Section 2.3: "two value
+    heads", combined advantage ``ext_coef A_E + int_coef A_I``).
+
+    ``name``: how its statistics are logged (``ext``, ``int``); ``value_key``: the model output (and unroll field) holding V_h; ``reward_key``: the batch
+    field of its rewards; ``episodic``: False for a stream whose return goes on across episode
+    ends (RND's intrinsic return), so done and truncation leave its discounts alone;
+    ``clip_rewards``: clamp the rewards to [-1, 1] (--reward_clipping abs_one).
+    """
+
+    name: str
+    value_key: str
+    reward_key: str
+    discounting: float
+    coef: float = 1.0
+    episodic: bool = True
+    clip_rewards: bool = False
+
+
+def extrinsic_stream(flags, coef: float = 1.0) -> ValueStream:
+    """The env's reward stream under the run's --discounting and --reward_clipping."""
+    return ValueStream("ext", "baseline", "reward", flags.discounting, coef, True, flags.reward_clipping == "abs_one")
 
 
 class Agent:

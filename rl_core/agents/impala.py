@@ -6,9 +6,10 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from rl_core.agents.base import Agent
+from rl_core.agents.base import Agent, extrinsic_stream
 from rl_core.errors import UserError
-from rl_core.losses.impala import impala_loss
+from rl_core.losses.advantages import stream_rewards_and_discounts
+from rl_core.losses.impala import ValueHead, impala_loss, multi_head_impala_loss
 
 
 def sample_actions(policy_logits: torch.Tensor, greedy: bool = False) -> torch.Tensor:
@@ -31,9 +32,17 @@ class ImpalaAgent(Agent):
     transition is replaced by one whose V-trace target is V(x_t) itself (reward
     V(x_t), discount 0; see ``rl_core.losses.advantages.bootstrap_truncations``), so
     earlier steps bootstrap from V(x_t) and that step adds no policy gradient.
+
+    With more than one ``ValueStream`` (RND's intrinsic stream beside the env's), each stream's
+    head gets V-trace targets of its own and the policy follows their weighted advantages
+    (``rl_core.losses.impala.multi_head_impala_loss``).
     """
 
     name = "impala"
+
+    def __init__(self, flags, spec=None):
+        super().__init__(flags, spec)
+        self.streams = (extrinsic_stream(flags),) if flags is not None else ()
 
     def build_model(self):
         if self.spec["action"]["kind"] != "discrete":
@@ -43,12 +52,16 @@ class ImpalaAgent(Agent):
 
     def unroll_fields(self):
         n = self.spec["action"]["n"]
-        return {"policy_logits": ((n,), np.dtype(np.float32)), "baseline": ((), np.dtype(np.float32))}
+        fields = {"policy_logits": ((n,), np.dtype(np.float32)), "baseline": ((), np.dtype(np.float32))}
+        fields.update({s.value_key: ((), np.dtype(np.float32)) for s in self.streams})
+        return fields
 
     def act(self, model, inputs, state, greedy=False):
         outputs, state = model(inputs, state)
         logits = outputs["policy_logits"]
-        return sample_actions(logits, greedy), {"policy_logits": logits, "baseline": outputs["baseline"]}, state
+        extras = {"policy_logits": logits, "baseline": outputs["baseline"]}
+        extras.update({s.value_key: outputs[s.value_key] for s in self.streams})
+        return sample_actions(logits, greedy), extras, state
 
     def updates(self, model, batch, state):
         yield self.loss(model, batch, state)
@@ -57,6 +70,8 @@ class ImpalaAgent(Agent):
         f = self.flags
         inputs = {"obs": batch["obs"], "reward": batch["reward"], "done": batch["done"], "last_action": batch["action"]}
         outputs, _ = model(inputs, initial_state)
+        if len(self.streams) > 1:
+            return self.multi_head_loss(outputs, batch)
         rewards = batch["reward"][1:]
         if f.reward_clipping == "abs_one":
             rewards = rewards.clamp(-1, 1)
@@ -73,6 +88,31 @@ class ImpalaAgent(Agent):
             values=values,
             bootstrap_value=outputs["baseline"][-1],
             discounting=f.discounting,
+            baseline_cost=f.baseline_cost,
+            entropy_cost=f.entropy_cost,
+            clip_rho_threshold=f.clip_rho_threshold,
+            clip_pg_rho_threshold=f.clip_pg_rho_threshold,
+            clip_c_threshold=f.clip_c_threshold,
+            lambda_=f.vtrace_lambda,
+        )
+
+    def multi_head_loss(self, outputs: dict, batch: dict):
+        """One V-trace head per stream; an episodic stream's truncations bootstrap, as above."""
+        f = self.flags
+        dones = batch["done"][1:]
+        truncated = batch.get("truncated")
+        truncated = truncated[1:] if truncated is not None else torch.zeros_like(dones)
+        heads = []
+        for s in self.streams:
+            values = outputs[s.value_key][:-1]
+            rewards, discounts, _ = stream_rewards_and_discounts(
+                batch[s.reward_key][1:], dones, truncated, values.detach(), s.discounting, s.episodic, s.clip_rewards)
+            heads.append(ValueHead(rewards, discounts, values, outputs[s.value_key][-1], s.coef, s.name))
+        return multi_head_impala_loss(
+            behavior_policy_logits=batch["policy_logits"][1:],
+            target_policy_logits=outputs["policy_logits"][:-1],
+            actions=batch["action"][1:],
+            heads=heads,
             baseline_cost=f.baseline_cost,
             entropy_cost=f.entropy_cost,
             clip_rho_threshold=f.clip_rho_threshold,

@@ -12,6 +12,10 @@ Every loss term is a pure function of ``rl_core.losses``; this module only wires
 batch into them.  Alignment is the unroll store's: index t+1 of the batch holds the
 action taken at obs[t], its behaviour log-probability and distribution parameters, the
 behaviour value V_old(obs[t]), and the reward, done and truncated of that transition.
+
+The agent learns one value head per ``ValueStream`` in ``self.streams``: the env's reward alone
+(``baseline``), or with an add-on such as RND an intrinsic stream beside it; the advantage is
+their weighted sum and the value loss sums over the heads.
 """
 
 from __future__ import annotations
@@ -23,13 +27,13 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from rl_core.agents.base import Agent, action_field
+from rl_core.agents.base import Agent, action_field, extrinsic_stream
 from rl_core.agents.impala import sample_actions
 from rl_core.distributions import make_distribution
 from rl_core.losses import advantages as adv_lib
 from rl_core.losses import policy_gradient as pg_lib
 
-STEP_KEYS = ("action", "reward", "done", "truncated", "log_prob", "baseline")
+STEP_KEYS = ("action", "done", "truncated", "log_prob")
 
 
 def _softplus_inverse(value: float) -> float:
@@ -54,6 +58,7 @@ class PolicyGradientAgent(Agent):
     def __init__(self, flags, spec=None):
         super().__init__(flags, spec)
         self.kind = flags.agent
+        self.streams = (extrinsic_stream(flags),)
         if spec is not None:
             self.discrete = spec["action"]["kind"] == "discrete"
             self.param_keys = ("policy_logits",) if self.discrete else ("policy_mean", "policy_std")
@@ -85,7 +90,8 @@ class PolicyGradientAgent(Agent):
         else:
             shape, _ = action_field(self.spec)
             fields = {"policy_mean": (shape, f32), "policy_std": (shape, f32)}
-        fields.update(log_prob=((), f32), baseline=((), f32))
+        fields.update(log_prob=((), f32))
+        fields.update({s.value_key: ((), f32) for s in self.streams})
         return fields
 
     def act(self, model, inputs, state, greedy=False):
@@ -99,7 +105,8 @@ class PolicyGradientAgent(Agent):
             dist = self.distribution(params)
             action = dist.mode() if greedy else dist.sample()
             log_prob = dist.log_prob(action)
-        return action, dict(params, log_prob=log_prob, baseline=outputs["baseline"]), state
+        values = {s.value_key: outputs[s.value_key] for s in self.streams}
+        return action, dict(params, log_prob=log_prob, **values), state
 
     # ---------------------------------------------------------- learning
     def updates(self, model, batch, state):
@@ -111,7 +118,7 @@ class PolicyGradientAgent(Agent):
         if f.batch_mode in ("repeat", "shuffle"):
             if model.value_normalizer is not None:
                 tr = self.transitions(model, batch, state)
-                self.update_value_normalizer(model, tr["returns"], tr["mask"])
+                self.update_value_normalizer(model, tr["returns/baseline"], tr["mask"])
             for _ in range(f.num_epochs):
                 order = torch.randperm(B) if f.batch_mode == "shuffle" else torch.arange(B)
                 for idx in order.tensor_split(f.num_minibatches):
@@ -124,7 +131,7 @@ class PolicyGradientAgent(Agent):
             if transitions is None or f.batch_mode == "split_with_advantage_recomputation":
                 transitions = self.transitions(model, batch, state)
                 if model.value_normalizer is not None:
-                    self.update_value_normalizer(model, transitions["returns"], transitions["mask"])
+                    self.update_value_normalizer(model, transitions["returns/baseline"], transitions["mask"])
             n = transitions["advantages"].shape[0]
             for idx in torch.randperm(n).tensor_split(f.num_minibatches):
                 idx = idx.to(batch["reward"].device)
@@ -139,29 +146,35 @@ class PolicyGradientAgent(Agent):
 
     def _step_data(self, batch: dict) -> dict:
         """The [1:] side of a batch: what happened after each obs[t] (see the module docstring)."""
-        step = {k: batch[k][1:] for k in STEP_KEYS if k in batch}
+        keys = STEP_KEYS + tuple(k for s in self.streams for k in (s.value_key, s.reward_key))
+        step = {k: batch[k][1:] for k in keys if k in batch}
         if "truncated" not in step:
             step["truncated"] = torch.zeros_like(step["done"])
         for k in self.param_keys:
             step["behaviour/" + k] = batch[k][1:]
         return step
 
-    def advantages(self, values, bootstrap_value, target_log_probs, step):
-        """(advantages, returns, mask) [T, B] with the chosen estimator; truncations bootstrap."""
+    def advantages(self, values: dict, bootstrap_values: dict, target_log_probs, step):
+        """(advantages [T, B], returns {value_key: [T, B]}, mask [T, B]) over the streams: each stream's
+        estimate with the chosen estimator, the advantages summed with the streams' coefficients
+        (``rl_core.losses.advantages.combine_streams``); an episodic stream's truncations bootstrap."""
         f = self.flags
-        rewards = step["reward"]
-        if f.reward_clipping == "abs_one":
-            rewards = rewards.clamp(-1, 1)
-        discounts = (~step["done"]).to(values.dtype) * f.discounting
-        rewards, discounts, mask = adv_lib.bootstrap_truncations(rewards, discounts, values, step["truncated"])
-        if f.advantage == "gae":
-            out = adv_lib.gae(values, rewards, discounts, bootstrap_value, f.gae_lambda)
-        elif f.advantage == "nstep":
-            out = adv_lib.nstep(values, rewards, discounts, bootstrap_value, f.nstep)
-        else:
-            out = adv_lib.vtrace(target_log_probs - step["log_prob"], values, rewards, discounts, bootstrap_value,
-                                 f.clip_rho_threshold, f.clip_c_threshold, f.clip_pg_rho_threshold, f.vtrace_lambda)
-        return out.advantages, out.returns, mask
+        estimates = []
+        for s in self.streams:
+            v, bootstrap = values[s.value_key], bootstrap_values[s.value_key]
+            rewards, discounts, mask = adv_lib.stream_rewards_and_discounts(
+                step[s.reward_key], step["done"], step["truncated"], v, s.discounting, s.episodic, s.clip_rewards)
+            if f.advantage == "gae":
+                out = adv_lib.gae(v, rewards, discounts, bootstrap, f.gae_lambda)
+            elif f.advantage == "nstep":
+                out = adv_lib.nstep(v, rewards, discounts, bootstrap, f.nstep)
+            else:
+                out = adv_lib.vtrace(target_log_probs - step["log_prob"], v, rewards, discounts, bootstrap,
+                                     f.clip_rho_threshold, f.clip_c_threshold, f.clip_pg_rho_threshold,
+                                     f.vtrace_lambda)
+            estimates.append((s.coef, out, mask))
+        advantages, mask = adv_lib.combine_streams(estimates)
+        return advantages, {s.value_key: out.returns for s, (_, out, _) in zip(self.streams, estimates)}, mask
 
     def unroll_loss(self, model, batch, state):
         """Loss of whole unrolls [T+1, b]: advantages from this pass's values (repeat, shuffle)."""
@@ -170,8 +183,10 @@ class PolicyGradientAgent(Agent):
         step = self._step_data(batch)
         dist = self.distribution({k: outputs[k][:-1] for k in self.param_keys})
         log_probs = dist.log_prob(step["action"])
-        values = outputs["baseline"][:-1]
-        advantages, returns, mask = self.advantages(values.detach(), outputs["baseline"][-1].detach(),
+        keys = [s.value_key for s in self.streams]
+        values = {k: outputs[k][:-1] for k in keys}
+        advantages, returns, mask = self.advantages({k: v.detach() for k, v in values.items()},
+                                                    {k: outputs[k][-1].detach() for k in keys},
                                                     log_probs.detach(), step)
         return self.loss_terms(model, dist, log_probs, values, advantages, returns, mask, step)
 
@@ -182,11 +197,14 @@ class PolicyGradientAgent(Agent):
         outputs, _ = model(inputs, state)
         step = self._step_data(batch)
         dist = self.distribution({k: outputs[k][:-1] for k in self.param_keys})
-        advantages, returns, mask = self.advantages(outputs["baseline"][:-1], outputs["baseline"][-1],
+        keys = [s.value_key for s in self.streams]
+        advantages, returns, mask = self.advantages({k: outputs[k][:-1] for k in keys},
+                                                    {k: outputs[k][-1] for k in keys},
                                                     dist.log_prob(step["action"]), step)
         flat = {"in/" + k: v[:-1] for k, v in inputs.items()}
         flat.update(step)
-        flat.update(advantages=advantages, returns=returns, mask=mask)
+        flat.update({"returns/" + k: v for k, v in returns.items()})
+        flat.update(advantages=advantages, mask=mask)
         return {k: v.flatten(0, 1) for k, v in flat.items()}
 
     def transition_loss(self, model, tr: dict):
@@ -195,11 +213,13 @@ class PolicyGradientAgent(Agent):
         step = {k: v.unsqueeze(0) for k, v in tr.items() if not k.startswith("in/")}
         dist = self.distribution({k: outputs[k] for k in self.param_keys})
         log_probs = dist.log_prob(step["action"])
-        return self.loss_terms(model, dist, log_probs, outputs["baseline"], step["advantages"], step["returns"],
-                               step["mask"], step)
+        keys = [s.value_key for s in self.streams]
+        return self.loss_terms(model, dist, log_probs, {k: outputs[k] for k in keys}, step["advantages"],
+                               {k: step["returns/" + k] for k in keys}, step["mask"], step)
 
     def loss_terms(self, model, dist, log_probs, values, advantages, returns, mask, step):
-        """Policy + value + entropy + KL terms of one minibatch, each [T, b] reduced over the mask."""
+        """Policy + value + entropy + KL terms of one minibatch, each [T, b] reduced over the mask;
+        ``values`` and ``returns`` map each stream's value key to [T, b]."""
         f = self.flags
 
         def reduce(x, mask=mask):
@@ -213,7 +233,7 @@ class PolicyGradientAgent(Agent):
             advantages = pg_lib.normalize_advantages(advantages, mask)
         lagrange = getattr(model, "lagrange", None)
         stats = {}
-        extra = torch.zeros((), device=values.device)
+        extra = torch.zeros((), device=advantages.device)
         if self.kind == "ppo":
             policy = reduce(pg_lib.ppo_clip(log_probs, step["log_prob"], advantages, f.ppo_clip))
             stats["clip_fraction"] = pg_lib.masked_mean(
@@ -228,13 +248,17 @@ class PolicyGradientAgent(Agent):
         else:  # vpg; vtrace (with --advantage vtrace the advantages hold V-trace's rho_pg clipping)
             policy = reduce(pg_lib.vpg(log_probs, advantages))
 
-        normalizer = model.value_normalizer
-        old_values = step["baseline"]
-        if normalizer is not None:
-            values, returns, old_values = (normalizer.normalize(x) for x in (values, returns, old_values))
-        value = f.baseline_cost * reduce(pg_lib.value_loss(
-            values, returns, kind=f.value_loss, huber_delta=f.huber_delta,
-            clip_epsilon=f.value_clip or None, old_values=old_values if f.value_clip else None))
+        value = 0.0
+        for s in self.streams:
+            v, target, old = values[s.value_key], returns[s.value_key], step[s.value_key]
+            stats[f"{s.name}_explained_variance"] = pg_lib.explained_variance(v, target, mask)
+            normalizer = model.value_normalizer if s.value_key == "baseline" else None
+            if normalizer is not None:
+                v, target, old = (normalizer.normalize(x) for x in (v, target, old))
+            value = value + reduce(pg_lib.value_loss(
+                v, target, kind=f.value_loss, huber_delta=f.huber_delta,
+                clip_epsilon=f.value_clip or None, old_values=old if f.value_clip else None))
+        value = f.baseline_cost * value
 
         entropy = dist.entropy()
         if lagrange is not None and "entropy" in lagrange:
@@ -245,7 +269,7 @@ class PolicyGradientAgent(Agent):
         else:
             entropy_loss = -f.entropy_cost * reduce(entropy, None)
 
-        kl_loss = torch.zeros((), device=values.device)
+        kl_loss = torch.zeros((), device=advantages.device)
         need_kl = (lagrange is not None and "kl" in lagrange) or f.kl_cost
         if need_kl:
             behaviour = self.distribution({k: step["behaviour/" + k] for k in self.param_keys})

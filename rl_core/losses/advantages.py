@@ -240,3 +240,42 @@ def bootstrap_truncations(
     new_discounts = torch.where(truncated, torch.zeros_like(discounts), discounts)
     mask = (~truncated).to(rewards.dtype)
     return new_rewards, new_discounts, mask
+
+
+def stream_rewards_and_discounts(
+    rewards: torch.Tensor,
+    done: torch.Tensor,
+    truncated: torch.Tensor,
+    values: torch.Tensor,
+    discounting: float,
+    episodic: bool = True,
+    clip_rewards: bool = False,
+) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The ``(rewards, discounts, mask)`` [T, B] one reward stream's estimator takes.
+
+    An episodic stream (the env's reward) is cut where an episode ends: ``gamma_t = gamma
+    (1 - done_t)``, and a time-limit truncation bootstraps (:func:`bootstrap_truncations`).
+    A non-episodic stream (RND's intrinsic reward; Burda et al. 2018, Section 2.3: "the
+    intrinsic reward stream ... non-episodic") discounts by ``gamma`` at every step, across
+    episode ends, so its return counts the novelty the next episode may still bring; its
+    mask is all ones.  ``clip_rewards`` clamps the rewards to [-1, 1] first.
+    """
+    if clip_rewards:
+        rewards = rewards.clamp(-1, 1)
+    if episodic:
+        discounts = (~done.bool()).to(values.dtype) * discounting
+        return bootstrap_truncations(rewards, discounts, values, truncated)
+    return rewards, torch.full_like(values, discounting), torch.ones_like(rewards)
+
+
+def combine_streams(estimates) -> Tuple[torch.Tensor, torch.Tensor]:
+    """``(sum_h c_h A_h, prod_h mask_h)`` for ``estimates`` = [(c_h, AdvantagesAndReturns_h, mask_h)]:
+    the advantage of several reward streams with value heads of their own (RND, Burda et al. 2018,
+    Section 2.3: ``A = c_E A_E + c_I A_I``), masked where any stream masks.  Each stream's own
+    returns stay the targets of its own head."""
+    (coef, first, mask), *rest = estimates
+    advantages = coef * first.advantages
+    for coef, out, stream_mask in rest:
+        advantages = advantages + coef * out.advantages
+        mask = mask * stream_mask
+    return advantages, mask

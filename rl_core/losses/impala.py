@@ -6,7 +6,7 @@ mean), so torchbeast's learning rates and cost coefficients carry over.
 
 from __future__ import annotations
 
-from typing import Dict, Optional, Tuple
+from typing import Dict, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -104,5 +104,83 @@ def impala_loss(
         "total_loss": total_loss.item(),
         "mean_rho": torch.exp(vtrace_returns.log_rhos.detach()).mean().item(),
         "mean_vs": vtrace_returns.vs.mean().item(),
+    }
+    return total_loss, stats
+
+
+class ValueHead(NamedTuple):
+    """One reward stream of :func:`multi_head_impala_loss`, all ``[T, B]`` but ``bootstrap_value`` [B]."""
+
+    rewards: torch.Tensor  # r^h_t, already clipped if the stream clips
+    discounts: torch.Tensor  # gamma_h (1 - done_t) for an episodic stream, gamma_h for a non-episodic one
+    values: torch.Tensor  # V_h(x_t) from the learner (with gradient)
+    bootstrap_value: torch.Tensor  # V_h(x_T)
+    coef: float = 1.0  # c_h, the weight of this stream's advantage
+    name: str = "ext"  # its statistics are logged as <name>_explained_variance
+
+
+def multi_head_impala_loss(
+    behavior_policy_logits: torch.Tensor,
+    target_policy_logits: torch.Tensor,
+    actions: torch.Tensor,
+    heads: Sequence[ValueHead],
+    baseline_cost: float = 0.5,
+    entropy_cost: float = 0.0006,
+    clip_rho_threshold: Optional[float] = 1.0,
+    clip_pg_rho_threshold: Optional[float] = 1.0,
+    clip_c_threshold: Optional[float] = 1.0,
+    lambda_: float = 1.0,
+) -> Tuple[torch.Tensor, Dict[str, float]]:
+    """IMPALA's loss with one value head per reward stream (RND's extrinsic and intrinsic heads,
+    Burda et al. 2018, Section 2.3, with IMPALA's V-trace instead of GAE).
+
+    Every head h gets its own V-trace targets (IMPALA eq. 1) from the *same* importance weights::
+
+        rho_t = min(rho_bar, pi(a_t|x_t) / mu(a_t|x_t)),   c_i = lambda min(c_bar, pi/mu)
+        v^h_s = V_h(x_s) + sum_{t>=s} (prod_{i=s}^{t-1} gamma^h_i c_i) rho_t (r^h_t + gamma^h_t V_h(x_{t+1}) - V_h(x_t))
+        A^h_s = min(rho_bar_pg, pi/mu) (r^h_s + gamma^h_s v^h_{s+1} - V_h(x_s))
+
+    (the truncation clips from above, as V-trace defines it; the published RND-IMPALA code took
+    ``max(rho, 1)``, which no longer bounds the variance), and the loss is::
+
+        sum_{t,b} -log pi(a_t|x_t) sum_h c_h A^h_t
+        + baseline_cost sum_h 0.5 sum_{t,b} (v^h_t - V_h(x_t))^2
+        + entropy_cost sum_{t,b} sum_a pi log pi
+
+    Summed over T and B, as :func:`impala_loss`, which is this with one head of coefficient 1.
+    Stats: as :func:`impala_loss`, ``mean_vs`` of the first head, and each head's explained
+    variance of its targets, ``<name>_explained_variance``.
+    """
+    from rl_core.losses.policy_gradient import explained_variance
+
+    target_log_probs = vtrace.action_log_probs(target_policy_logits, actions)
+    behavior_log_probs = vtrace.action_log_probs(behavior_policy_logits, actions)
+    log_rhos = (target_log_probs - behavior_log_probs).detach()
+    pg_advantages = None
+    baseline = 0.0
+    vs_first = None
+    explained = {}
+    for head in heads:
+        out = vtrace.from_importance_weights(
+            log_rhos=log_rhos, discounts=head.discounts, rewards=head.rewards, values=head.values,
+            bootstrap_value=head.bootstrap_value, clip_rho_threshold=clip_rho_threshold,
+            clip_pg_rho_threshold=clip_pg_rho_threshold, clip_c_threshold=clip_c_threshold, lambda_=lambda_)
+        weighted = head.coef * out.pg_advantages
+        pg_advantages = weighted if pg_advantages is None else pg_advantages + weighted
+        baseline = baseline + baseline_loss(out.vs - head.values)
+        vs_first = out.vs if vs_first is None else vs_first
+        explained[f"{head.name}_explained_variance"] = explained_variance(head.values, out.vs)
+    pg = policy_gradient_loss(target_policy_logits, actions, pg_advantages)
+    baseline = baseline_cost * baseline
+    entropy = entropy_cost * entropy_loss(target_policy_logits)
+    total_loss = pg + baseline + entropy
+    stats = {
+        "pg_loss": pg.item(),
+        "baseline_loss": baseline.item(),
+        "entropy_loss": entropy.item(),
+        "total_loss": total_loss.item(),
+        "mean_rho": torch.exp(log_rhos).mean().item(),
+        "mean_vs": vs_first.mean().item(),
+        **explained,
     }
     return total_loss, stats

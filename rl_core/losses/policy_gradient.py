@@ -41,6 +41,18 @@ def masked_mean(x: torch.Tensor, mask: Optional[torch.Tensor] = None) -> torch.T
     return masked.sum() / torch.clamp(mask.sum(), min=1.0)
 
 
+@torch.no_grad()
+def explained_variance(values: torch.Tensor, returns: torch.Tensor, mask: Optional[torch.Tensor] = None) -> float:
+    """1 - Var[G - V] / Var[G] over the masked-in steps (1: V explains the targets, 0: no better than
+    their mean, < 0: worse); NaN where the targets do not vary."""
+    values, returns = values.detach().double(), returns.detach().double()
+    mean = masked_mean(returns, mask)
+    var_returns = masked_mean((returns - mean) ** 2, mask)
+    error = returns - values
+    var_error = masked_mean((error - masked_mean(error, mask)) ** 2, mask)
+    return float("nan") if var_returns <= 0 else float(1.0 - var_error / var_returns)
+
+
 def reduce(
     x: torch.Tensor, mask: Optional[torch.Tensor] = None, reduction: str = "mean"
 ) -> torch.Tensor:

@@ -38,8 +38,9 @@ def make_parser(env_pkg, prog=None):
 
 def apply_agent_defaults(env_pkg, parser, argv) -> None:
     """The agent's published defaults (``rl_core.agents.published_defaults``), the package's for the
-    chosen --agent (``env_pkg.agent_defaults(name)``) and, with a
-    recurrent core, for that (``env_pkg.core_defaults(name, core)``), under the flags given on the
+    chosen --agent (``env_pkg.agent_defaults(name)``), with a
+    recurrent core, for that (``env_pkg.core_defaults(name, core)``), and with --rnd RND's
+    (``rl_core.agents.RND_DEFAULTS``, then ``env_pkg.rnd_defaults(name)``), under the flags given on the
     command line: the agent and core are read first, then their defaults are set."""
     from rl_core.agents import published_defaults
 
@@ -51,6 +52,12 @@ def apply_agent_defaults(env_pkg, parser, argv) -> None:
         from models import core_kind
 
         defaults.update(env_pkg.core_defaults(known.agent, core_kind(known)))
+    if getattr(known, "rnd", False):  # then RND's: the paper's, and the package's for RND runs
+        from rl_core.agents import RND_DEFAULTS
+
+        defaults.update(RND_DEFAULTS)
+        if hasattr(env_pkg, "rnd_defaults"):
+            defaults.update(env_pkg.rnd_defaults(known.agent))
     unknown = [k for k in defaults if not hasattr(known, k)]
     if unknown:
         raise ValueError(f"{env_pkg.__name__}.agent_defaults({known.agent!r}) names unknown flags {unknown}")

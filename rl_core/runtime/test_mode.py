@@ -66,6 +66,7 @@ def evaluate_checkpoint(flags, env_pkg, parser, argv: list[str]) -> int:
     result.update(step=saved.get("step"), checkpoint=os.path.abspath(flags.checkpoint), env=flags.env)
     path = os.path.join(outdir, f"eval-{stamp}.json")
     evaluation.write_json(path, result)
+    evaluation.log_episodes(result)
     evaluation.log_result(result, "test")
     log.info("wrote %s", path)
     return 0

@@ -16,7 +16,7 @@ import time
 import numpy as np
 import torch
 
-from rl_core import checkpoint, evaluation
+from rl_core import checkpoint, evaluation, seen_sets
 from rl_core.agents import make_agent
 from rl_core.errors import RunFailure, UserError
 from rl_core.run_log import RunLog, setup_logging
@@ -372,6 +372,7 @@ class Training:
         self._rows = 0
         self._last_learn = (self.learner.learn_seconds, self.learner.learner_steps)
         self._returns = collections.deque(maxlen=100)
+        self.seen_sets = seen_sets.SeenSets(self.rundir)
         self.validation = Validation(self)
         while not self.stop.is_set():
             self.stop.wait(0.25)
@@ -429,9 +430,12 @@ class Training:
         row.update(learner.take_stats())
         if hasattr(self.data_source, "log_stats"):
             row.update(self.data_source.log_stats())
+        if hasattr(self.agent, "log_stats"):
+            row.update(self.agent.log_stats())
         if self.validation is not None:
             row["valid_mean_return"] = self.validation.take_for_row()
-        stat_names = sorted({k for e in episodes for k in e if k.startswith("stat/")})
+        row.update(self.seen_sets.update(episodes, step))
+        stat_names = sorted({k for e in episodes for k in e if k.startswith("stat/") and not seen_sets.is_mask(k)})
         for name in stat_names:
             row[name] = float(np.mean([e[name] for e in episodes if name in e]))
         self.run_log.log_row(row)
