@@ -354,13 +354,13 @@ def test_rooms_visited_counts_distinct_rooms_per_game():
         *_, info = env.step(0)
         if info["episode_end"]:
             break
-    assert info["episode_stats"] == {"rooms_visited": 2.0}
+    assert info["episode_stats"] == {"rooms_visited": 2.0, "rooms_mask": 2.0**1 + 2.0**4}  # which: rooms 1 and 4
     env.reset()  # a new game starts the count again
     while True:
         *_, info = env.step(0)
         if info["episode_end"]:
             break
-    assert info["episode_stats"] == {"rooms_visited": 1.0}
+    assert info["episode_stats"] == {"rooms_visited": 1.0, "rooms_mask": 2.0**1}
 
 
 def test_episode_stats_wrapper_is_generic_and_spans_lives():

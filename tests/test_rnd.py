@@ -55,9 +55,10 @@ class SlowRunningMeanStd:
         self.count = total
 
 
-def slow_normalized_rewards(batches, gamma, num_envs):
+def slow_normalized_rewards(batches, gamma, num_envs, eps=0.0):
     """OpenAI's RewardForwardFilter per env (rewems = rewems * gamma + r, never reset), the running
-    variance of every filtered value, each batch's rewards divided by sqrt(var) after its update."""
+    variance of every filtered value, each batch's rewards divided by sqrt(var) after its update
+    (``eps``: the agent's guard against a variance of 0, sqrt(var + eps))."""
     rewems = [0.0] * num_envs
     rms = SlowRunningMeanStd()
     out = []
@@ -68,7 +69,7 @@ def slow_normalized_rewards(batches, gamma, num_envs):
                 rewems[env] = rewems[env] * gamma + rewards[t][b]
                 filtered.append(rewems[env])
         rms.update(filtered)
-        out.append([[rewards[t][b] / math.sqrt(rms.var) for b in range(len(envs))] for t in range(len(rewards))])
+        out.append([[rewards[t][b] / math.sqrt(rms.var + eps) for b in range(len(envs))] for t in range(len(rewards))])
     return out
 
 
@@ -162,7 +163,7 @@ def test_the_agent_filters_each_env_across_its_unrolls_in_order():
         reward, stats = agent.intrinsic_rewards(model, x, batch)
         got.append(reward)
     # the slow reference takes the columns in batch order: an env's two columns keep their order
-    for mine, slow in zip(got, slow_normalized_rewards(slow_in, 0.9, 8)):
+    for mine, slow in zip(got, slow_normalized_rewards(slow_in, 0.9, 8, eps=1e-8)):
         np.testing.assert_allclose(mine.numpy(), np.array(slow), rtol=1e-8)
     assert stats["int_reward_std"] == pytest.approx(math.sqrt(float(model.rnd.return_rms.var)))
 
@@ -429,8 +430,6 @@ def test_rnd_flags_are_checked_in_one_line(capsys):
     from tests.proc_utils import flag_error_line
 
     assert "--rnd is an add-on of impala" in flag_error_line(capsys, gym_pkg, "--agent=r2d2", "--rnd")
-    assert "--value_normalization" in flag_error_line(capsys, gym_pkg, "--agent=ppo", "--rnd",
-                                                       "--value_normalization=popart")
     assert "nothing would be learned" in flag_error_line(capsys, gym_pkg, "--agent=ppo", "--rnd", "--ext_coef=0",
                                                           "--int_coef=0")
     assert "--rnd_update_proportion" in flag_error_line(capsys, gym_pkg, "--rnd", "--rnd_update_proportion=0")
@@ -486,3 +485,59 @@ def test_montezuma_reports_which_rooms_a_game_visited():
     stats = info["episode_stats"]
     assert seen_sets.members(stats["rooms_mask"]) == [1]
     assert stats["rooms_visited"] == 1.0
+
+
+@pytest.mark.parametrize("package, spec, rnd_in", [
+    ("torchbeast_atari", {"obs_shape": [4, 84, 84], "obs_dtype": "|u1", "action": {"kind": "discrete", "n": 18}},
+     (1, 84, 84)),
+    ("torchbeast_procgen", {"obs_shape": [3, 64, 64], "obs_dtype": "|u1", "action": {"kind": "discrete", "n": 15}},
+     (3, 64, 64)),
+    ("torchbeast_football", {"obs_shape": [16, 72, 96], "obs_dtype": "|u1", "action": {"kind": "discrete", "n": 19}},
+     (4, 72, 96)),
+    ("torchbeast_gym", DISCRETE, (4,)),
+    ("torchbeast_mujoco", {"obs_shape": [3], "obs_dtype": "<f4",
+                           "action": {"kind": "box", "shape": [2], "low": [-1.0, -2.0], "high": [1.0, 2.0]}}, (3,)),
+], ids=lambda x: x if isinstance(x, str) else "")
+@pytest.mark.parametrize("agent_name", ["impala", "ppo"])
+def test_every_package_takes_rnd_with_its_defaults(package, spec, rnd_in, agent_name):
+    """Each package's --rnd defaults build a model whose RND sees the newest frame (Atari: 1 of 4
+    grayscale frames, Football: the newest 4-plane minimap), act at random first (box actions within
+    their bounds), and then learn."""
+    import importlib
+
+    from rl_core.runtime.entry import parse_flags
+
+    if package == "torchbeast_mujoco" and agent_name == "impala":
+        pytest.skip("IMPALA takes discrete actions")
+    pkg = importlib.import_module(f"{package}.env")
+    f = parse_flags(pkg, [f"--agent={agent_name}", "--rnd", "--unroll_length=3", "--batch_size=2", "--num_minibatches=2",
+                          "--num_actors=2", "--num_servers=1", "--rnd_init_steps=2"])
+    assert f.discounting == 0.999
+    agent = make_agent(f, spec)
+    model = agent.build_model()
+    assert model.rnd.in_shape == rnd_in
+    optimizer, _ = agent.make_optimizer(model)
+    T1, B2 = 4, 2
+    obs = (torch.randint(0, 255, (T1, B2, *spec["obs_shape"]), dtype=torch.uint8) if spec["obs_dtype"] == "|u1"
+           else torch.randn(T1, B2, *spec["obs_shape"]))
+    box = spec["action"]["kind"] == "box"
+    inputs = {"obs": obs[:1], "reward": torch.zeros(1, B2), "done": torch.ones(1, B2, dtype=torch.bool),
+              "last_action": torch.zeros((1, B2, 2) if box else (1, B2), dtype=torch.float32 if box else torch.int64),
+              **agent.actor_inputs(np.arange(B2), B2)}
+    with torch.no_grad():
+        action, extras, _ = agent.act(model, inputs, model.initial_state(B2))
+    assert extras["random_action"].eq(1).all()
+    if box:
+        assert (action[0].abs() <= torch.tensor([1.0, 2.0])).all()
+    batch = {"obs": obs, "reward": torch.randn(T1, B2), "done": torch.zeros(T1, B2, dtype=torch.bool),
+             "truncated": torch.zeros(T1, B2, dtype=torch.bool), "action": action.expand(T1, *action.shape[1:]).clone()}
+    batch.update({k: v.expand(T1, *v.shape[1:]).clone() for k, v in extras.items()})
+    batch["random_action"][:] = 0
+    steps = 0
+    for loss, _ in agent.updates(model, batch, model.initial_state(B2)):
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        assert torch.isfinite(loss)
+        steps += 1
+    assert steps > 0 and bool(model.rnd_ready)

@@ -56,3 +56,41 @@ def test_ppo_without_rnd_never_finds_the_reward(tmp_path):
     assert int(rows[-1]["step"]) >= STEPS
     assert max(v for _, v in returns) <= 0.05
     assert test <= 0.05
+
+
+@pytest.mark.timeout(600)
+def test_montezuma_with_rnd_logs_rooms_resumes_and_evaluates(tmp_path):
+    """Real Montezuma's Revenge through the runtime with --agent ppo --rnd (short unrolls, games cut at
+    2,000 frames): the rooms any game reached in rooms_seen.json and the logs' RND columns; a resumed
+    run continues RND's statistics (no second random start); eval-only prints each game's rooms."""
+    import torch
+
+    from tests.proc_utils import run
+
+    common = ["--env=MontezumaRevenge", "--agent=ppo", "--rnd", "--unroll_length=32", "--rnd_init_steps=256",
+              "--max_episode_frames=2000", "--disable_final_test", "--log_interval=1",
+              f"--pipes_basename=unix:{tmp_path}/pipe", f"--savedir={tmp_path}", "--xpid=mz"]
+    first = run("torchbeast_atari.polybeast", *common, "--total_steps=2048", output=str(tmp_path / "first"))
+    assert first.returncode == 0, first.stdout[-3000:]
+    assert "uniformly random actions for the first 256 steps" in first.stdout
+    rooms = json.loads((tmp_path / "mz" / "rooms_seen.json").read_text())
+    assert 1 in rooms["members"] and rooms["count"] == len(rooms["members"])  # the first room, at least
+    rows = csv_rows(str(tmp_path / "mz" / "logs.csv"))
+    assert {"rooms_seen", "stat/rooms_visited", "int_reward_mean", "int_reward_std", "int_episode_return",
+            "ext_explained_variance", "int_explained_variance"} <= set(rows[-1])
+    assert "stat/rooms_mask" not in rows[-1]  # a set, not a mean
+    saved = torch.load(tmp_path / "mz" / "model.tar", weights_only=True)["model_state_dict"]
+    assert bool(saved["rnd_ready"]) and float(saved["rnd.obs_rms.count"]) >= 2048
+
+    second = run("torchbeast_atari.polybeast", *common, "--total_steps=3072", output=str(tmp_path / "second"))
+    assert second.returncode == 0, second.stdout[-3000:]
+    assert "resumed from" in second.stdout and "uniformly random actions" not in second.stdout
+    resumed = torch.load(tmp_path / "mz" / "model.tar", weights_only=True)["model_state_dict"]
+    assert float(resumed["rnd.obs_rms.count"]) >= float(saved["rnd.obs_rms.count"]) + 1024
+
+    test = run("torchbeast_atari.polybeast", "--env=MontezumaRevenge", "--mode=test",
+               f"--checkpoint={tmp_path / 'mz' / 'model.tar'}", "--test_runs=1", "--test_episodes=2",
+               output=str(tmp_path / "test"))
+    assert test.returncode == 0, test.stdout[-3000:]
+    lines = [line for line in test.stdout.splitlines() if "run0 episode" in line]
+    assert len(lines) == 2 and all("rooms [1" in line for line in lines), lines

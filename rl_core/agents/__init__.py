@@ -237,9 +237,6 @@ def check_flags(parser: argparse.ArgumentParser, flags) -> None:
         if name in REPLAY:
             parser.error(f"--rnd is an add-on of impala and the on-policy agents (ppo, vpg, awr, vmpo, vtrace), "
                          f"not of --agent {name}: choose one of those or drop --rnd")
-        if flags.value_normalization != "none":
-            parser.error("--rnd normalizes its intrinsic reward itself and learns two value heads; "
-                         "--value_normalization covers one: drop it")
         if not flags.ext_coef and not flags.int_coef:
             parser.error("--ext_coef and --int_coef are both 0: nothing would be learned; give one a weight")
         try:

@@ -9,7 +9,7 @@ from torch.nn import functional as F
 from rl_core.agents.base import Agent, extrinsic_stream
 from rl_core.errors import UserError
 from rl_core.losses.advantages import stream_rewards_and_discounts
-from rl_core.losses.impala import ValueHead, impala_loss, multi_head_impala_loss
+from rl_core.losses.impala import ValueHead, multi_head_impala_loss
 
 
 def sample_actions(policy_logits: torch.Tensor, greedy: bool = False) -> torch.Tensor:
@@ -67,38 +67,11 @@ class ImpalaAgent(Agent):
         yield self.loss(model, batch, state)
 
     def loss(self, model, batch: dict, initial_state: tuple):
+        """One V-trace head per stream (alone: the env's reward on ``baseline``); an episodic stream's
+        rewards are clipped per --reward_clipping and its truncations bootstrap, as above."""
         f = self.flags
         inputs = {"obs": batch["obs"], "reward": batch["reward"], "done": batch["done"], "last_action": batch["action"]}
         outputs, _ = model(inputs, initial_state)
-        if len(self.streams) > 1:
-            return self.multi_head_loss(outputs, batch)
-        rewards = batch["reward"][1:]
-        if f.reward_clipping == "abs_one":
-            rewards = rewards.clamp(-1, 1)
-        values = outputs["baseline"][:-1]
-        truncated = batch.get("truncated")
-        if truncated is not None:
-            rewards = torch.where(truncated[1:], values.detach(), rewards)
-        return impala_loss(
-            behavior_policy_logits=batch["policy_logits"][1:],
-            target_policy_logits=outputs["policy_logits"][:-1],
-            actions=batch["action"][1:],
-            rewards=rewards,
-            dones=batch["done"][1:],
-            values=values,
-            bootstrap_value=outputs["baseline"][-1],
-            discounting=f.discounting,
-            baseline_cost=f.baseline_cost,
-            entropy_cost=f.entropy_cost,
-            clip_rho_threshold=f.clip_rho_threshold,
-            clip_pg_rho_threshold=f.clip_pg_rho_threshold,
-            clip_c_threshold=f.clip_c_threshold,
-            lambda_=f.vtrace_lambda,
-        )
-
-    def multi_head_loss(self, outputs: dict, batch: dict):
-        """One V-trace head per stream; an episodic stream's truncations bootstrap, as above."""
-        f = self.flags
         dones = batch["done"][1:]
         truncated = batch.get("truncated")
         truncated = truncated[1:] if truncated is not None else torch.zeros_like(dones)

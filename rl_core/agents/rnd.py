@@ -3,7 +3,8 @@ Network Distillation").
 
 ``RNDAgent`` wraps ``--agent impala | ppo | vpg | awr | vmpo | vtrace`` and changes three things:
 
-* the model gains a second value head, ``int_baseline``, and the RND networks and statistics
+* the model gains a second value head, ``int_baseline`` (``--value_normalization`` stays the
+  extrinsic head's: the intrinsic reward is normalized by RND itself), and the RND networks and statistics
   (``models/rnd.py``; learner-only, so the inference copy carries neither);
 * the inner agent learns two reward streams: the env's (``--discounting``, episodic, weighted
   ``--ext_coef``) and the intrinsic one (``--intrinsic_discounting``, non-episodic, weighted
@@ -75,8 +76,6 @@ class RNDAgent(Agent):
 
         f = self.flags
         model = self.inner.build_model()
-        if getattr(model, "value_normalizer", None) is not None:
-            raise ValueError("--rnd with --value_normalization")  # refused at parse time
         head = nn.Linear(model.baseline.in_features, 1)
         if getattr(f, "init", "default") == "orthogonal":
             from models.init import _orthogonal

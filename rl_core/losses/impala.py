@@ -40,74 +40,6 @@ def entropy_loss(logits: torch.Tensor) -> torch.Tensor:
     return torch.sum(torch.exp(log_policy) * log_policy)
 
 
-def impala_loss(
-    behavior_policy_logits: torch.Tensor,
-    target_policy_logits: torch.Tensor,
-    actions: torch.Tensor,
-    rewards: torch.Tensor,
-    dones: torch.Tensor,
-    values: torch.Tensor,
-    bootstrap_value: torch.Tensor,
-    discounting: float = 0.99,
-    baseline_cost: float = 0.5,
-    entropy_cost: float = 0.0006,
-    clip_rho_threshold: Optional[float] = 1.0,
-    clip_pg_rho_threshold: Optional[float] = 1.0,
-    clip_c_threshold: Optional[float] = 1.0,
-    lambda_: float = 1.0,
-) -> Tuple[torch.Tensor, Dict[str, float]]:
-    """Total IMPALA loss: pg + baseline_cost * baseline + entropy_cost * entropy.
-
-    Time alignment: index ``t`` of every ``[T, ...]`` input describes the
-    transition ``(x_t, a_t, r_t, x_{t+1})``:
-
-    * ``behavior_policy_logits[t]`` (mu, from the actor) and
-      ``target_policy_logits[t]`` (pi, from the learner) are evaluated at x_t;
-    * ``actions[t]`` = a_t was sampled from mu(.|x_t);
-    * ``rewards[t]`` = r_t is the (already clipped) reward received for a_t;
-    * ``dones[t]`` is True when the episode ended with this step, i.e. x_{t+1}
-      starts a new episode, so the discount for step t is 0:
-      ``discounts = (~dones) * discounting``;
-    * ``values[t]`` = V(x_t) from the learner, ``bootstrap_value`` = V(x_T) ``[B]``.
-
-    With torchbeast's rollout buffers (where slot t+1 holds the action taken
-    at frame t and its reward/done) this is ``batch[key][1:]`` against
-    ``learner_outputs[key][:-1]`` and ``bootstrap_value = baseline[-1]``.
-
-    Returns ``(total_loss, stats)``; ``stats`` holds python floats
-    ``pg_loss``, ``baseline_loss`` and ``entropy_loss`` (already scaled by their
-    costs), ``total_loss``, ``mean_rho`` (mean of pi/mu) and ``mean_vs``.
-    """
-    discounts = (~dones.bool()).to(rewards.dtype) * discounting
-    vtrace_returns = vtrace.from_logits(
-        behavior_policy_logits=behavior_policy_logits,
-        target_policy_logits=target_policy_logits,
-        actions=actions,
-        discounts=discounts,
-        rewards=rewards,
-        values=values,
-        bootstrap_value=bootstrap_value,
-        clip_rho_threshold=clip_rho_threshold,
-        clip_pg_rho_threshold=clip_pg_rho_threshold,
-        clip_c_threshold=clip_c_threshold,
-        lambda_=lambda_,
-    )
-    pg = policy_gradient_loss(target_policy_logits, actions, vtrace_returns.pg_advantages)
-    baseline = baseline_cost * baseline_loss(vtrace_returns.vs - values)
-    entropy = entropy_cost * entropy_loss(target_policy_logits)
-    total_loss = pg + baseline + entropy
-
-    stats = {
-        "pg_loss": pg.item(),
-        "baseline_loss": baseline.item(),
-        "entropy_loss": entropy.item(),
-        "total_loss": total_loss.item(),
-        "mean_rho": torch.exp(vtrace_returns.log_rhos.detach()).mean().item(),
-        "mean_vs": vtrace_returns.vs.mean().item(),
-    }
-    return total_loss, stats
-
-
 class ValueHead(NamedTuple):
     """One reward stream of :func:`multi_head_impala_loss`, all ``[T, B]`` but ``bootstrap_value`` [B]."""
 
@@ -184,3 +116,50 @@ def multi_head_impala_loss(
         **explained,
     }
     return total_loss, stats
+
+
+def impala_loss(
+    behavior_policy_logits: torch.Tensor,
+    target_policy_logits: torch.Tensor,
+    actions: torch.Tensor,
+    rewards: torch.Tensor,
+    dones: torch.Tensor,
+    values: torch.Tensor,
+    bootstrap_value: torch.Tensor,
+    discounting: float = 0.99,
+    baseline_cost: float = 0.5,
+    entropy_cost: float = 0.0006,
+    clip_rho_threshold: Optional[float] = 1.0,
+    clip_pg_rho_threshold: Optional[float] = 1.0,
+    clip_c_threshold: Optional[float] = 1.0,
+    lambda_: float = 1.0,
+) -> Tuple[torch.Tensor, Dict[str, float]]:
+    """Total IMPALA loss: pg + baseline_cost * baseline + entropy_cost * entropy.
+
+    Time alignment: index ``t`` of every ``[T, ...]`` input describes the
+    transition ``(x_t, a_t, r_t, x_{t+1})``:
+
+    * ``behavior_policy_logits[t]`` (mu, from the actor) and
+      ``target_policy_logits[t]`` (pi, from the learner) are evaluated at x_t;
+    * ``actions[t]`` = a_t was sampled from mu(.|x_t);
+    * ``rewards[t]`` = r_t is the (already clipped) reward received for a_t;
+    * ``dones[t]`` is True when the episode ended with this step, i.e. x_{t+1}
+      starts a new episode, so the discount for step t is 0:
+      ``discounts = (~dones) * discounting``;
+    * ``values[t]`` = V(x_t) from the learner, ``bootstrap_value`` = V(x_T) ``[B]``.
+
+    With torchbeast's rollout buffers (where slot t+1 holds the action taken
+    at frame t and its reward/done) this is ``batch[key][1:]`` against
+    ``learner_outputs[key][:-1]`` and ``bootstrap_value = baseline[-1]``.
+
+    Returns ``(total_loss, stats)``; ``stats`` holds python floats
+    ``pg_loss``, ``baseline_loss`` and ``entropy_loss`` (already scaled by their
+    costs), ``total_loss``, ``mean_rho`` (mean of pi/mu), ``mean_vs`` and
+    ``ext_explained_variance``.  It is :func:`multi_head_impala_loss` with one head.
+    """
+    discounts = (~dones.bool()).to(rewards.dtype) * discounting
+    return multi_head_impala_loss(
+        behavior_policy_logits, target_policy_logits, actions,
+        [ValueHead(rewards, discounts, values, bootstrap_value)],
+        baseline_cost=baseline_cost, entropy_cost=entropy_cost, clip_rho_threshold=clip_rho_threshold,
+        clip_pg_rho_threshold=clip_pg_rho_threshold, clip_c_threshold=clip_c_threshold, lambda_=lambda_)

@@ -143,7 +143,8 @@ class Learner:
                 for k, v in stats.items():
                     sums[k] = sums.get(k, 0.0) + float(v)
                 n += 1
-            self.scheduler.step()
+            if n:  # a batch that only fed statistics (RND's random start) moves no schedule
+                self.scheduler.step()
             self.publish_weights()
             previous_step = self.step
             self.step += f.unroll_length * batch["reward"].shape[1] if new_steps is None else new_steps
