@@ -47,6 +47,24 @@ def test_ppo_with_rnd_reaches_the_end_of_the_corridor(tmp_path):
 
 
 @pytest.mark.timeout(PYTEST_TIMEOUT_S)
+def test_impala_with_rnd_reaches_the_end_of_the_corridor(tmp_path):
+    """IMPALA + RND: both heads' targets are V-trace's; the package's defaults for --agent impala --rnd
+    (the paper's entropy cost 0.001) solved the corridor at 19k-25k steps (closing note of issue 15).
+    Its final test samples actions as training does (--valid_sample): with gamma_E 0.999 a step spent
+    standing still costs almost nothing, and in one run the argmax of a cell's policy was "stay" while
+    the sampled policy still walked the corridor (training return 0.98, greedy test 0)."""
+    args = [a.replace("--agent=ppo", "--agent=impala") for a in COMMON]
+    result, wall = run_to_the_end(tmp_path, "impala_rnd", *args, "--rnd", "--valid_sample")
+    assert result.returncode == 0, result.stdout[-3000:]
+    rows, returns, test = _returns(tmp_path, "impala_rnd")
+    first = next((s for s, v in returns if v >= 0.9), None)
+    print(f"\nIMPALA + RND on the corridor: last-100 mean {returns[-1][1]:.2f} at step {rows[-1]['step']}, >= 0.9 "
+          f"first at {first}; final test {test:.2f}; wall {wall:.0f} s")
+    assert returns[-1][1] >= 0.9, returns[-5:]
+    assert test >= 0.9
+
+
+@pytest.mark.timeout(PYTEST_TIMEOUT_S)
 def test_ppo_without_rnd_never_finds_the_reward(tmp_path):
     result, wall = run_to_the_end(tmp_path, "ppo", *COMMON, "--discounting=0.999")
     assert result.returncode == 0, result.stdout[-3000:]
