@@ -7,7 +7,9 @@ Cells 0 .. length-1; an episode starts in cell 0.  Four actions: 0 moves left (a
 The default corridor (30 cells, 60 steps) is out of reach of undirected exploration: a uniformly
 random policy moves right or left a quarter of the time each, so its position after 60 steps
 has a standard deviation of sqrt(30) = 5.5 cells, and the last cell, 29 cells away, is 5.3 of
-them out: about one episode in 10^7 finds the reward.  An agent that keeps going where it has
+them out: about one episode in 10^7 finds the reward.  PPO without a bonus drifts from uniform
+(its normalized advantages of pure noise move each cell's policy at random) and so can find it by
+chance: in 7 runs of 150k steps one episode did, once.  An agent that keeps going where it has
 not been (a novelty bonus) walks there in 29 steps.  So the return separates exploration from
 its absence: 1 for an agent that explores and then exploits, near 0 for one that does not.
 """
