@@ -343,10 +343,9 @@ def log_episodes(result: dict) -> None:
     code's eval.py prints each episode's reward and visited rooms)."""
     for run in result["runs"]:
         sets = {k[: -len("_per_episode")]: v for k, v in run.items() if k.endswith("_per_episode")}
-        for i, ret in enumerate(run.get("returns", [])):
+        for i, (ret, length) in enumerate(zip(run["returns"], run["lengths"])):
             extra = "".join(f", {name} {members[i]}" for name, members in sets.items())
-            length = run["lengths"][i] if i < len(run.get("lengths", [])) else "?"
-            log.info("%s episode %d: return %.1f, length %s%s", run["name"], i + 1, ret, length, extra)
+            log.info("%s episode %d: return %.1f, length %d%s", run["name"], i + 1, ret, length, extra)
         for name in sets:
             log.info("%s: %s seen in any episode: %s", run["name"], name, run[f"{name}_seen"])
 
