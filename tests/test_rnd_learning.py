@@ -79,14 +79,16 @@ def test_ppo_without_rnd_never_finds_the_reward(tmp_path):
 @pytest.mark.timeout(600)
 def test_montezuma_with_rnd_logs_rooms_resumes_and_evaluates(tmp_path):
     """Real Montezuma's Revenge through the runtime with --agent ppo --rnd (short unrolls, games cut at
-    2,000 frames): the rooms any game reached in rooms_seen.json and the logs' RND columns; a resumed
+    400 frames = 100 agent steps, so that each of the 8 envs ends games within the run's 256 steps
+    each: with 2,000-frame games whether one ended in time depended on how far acting ran ahead of
+    the learner): the rooms any game reached in rooms_seen.json and the logs' RND columns; a resumed
     run continues RND's statistics (no second random start); eval-only prints each game's rooms."""
     import torch
 
     from tests.proc_utils import run
 
     common = ["--env=MontezumaRevenge", "--agent=ppo", "--rnd", "--unroll_length=32", "--rnd_init_steps=256",
-              "--max_episode_frames=2000", "--disable_final_test", "--log_interval=1",
+              "--max_episode_frames=400", "--disable_final_test", "--log_interval=1",
               f"--pipes_basename=unix:{tmp_path}/pipe", f"--savedir={tmp_path}", "--xpid=mz"]
     first = run("torchbeast_atari.polybeast", *common, "--total_steps=2048", output=str(tmp_path / "first"))
     assert first.returncode == 0, first.stdout[-3000:]
