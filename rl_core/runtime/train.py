@@ -398,7 +398,12 @@ class Training:
         step = learner.step
         last_time, last_step = self._last
         if self._rows and step == last_step:
-            return  # nothing learned since the last row (e.g. the final tick): one row per step, as wandb keeps
+            # nothing learned since the last row (e.g. the final tick): one row per step, as wandb keeps;
+            # the sets seen (rooms) still take the episodes that ended since, so the run's file is whole
+            with self.stats.lock:
+                pending = list(self.stats.episodes)
+            self.seen_sets.update(pending, step)
+            return
         self._rows += 1
         sps = (step - last_step) / max(now - last_time, 1e-9)
         self._last = (now, step)
