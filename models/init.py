@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 
-def _orthogonal(weight: torch.Tensor, gain: float) -> None:
+def orthogonal_weight(weight: torch.Tensor, gain: float) -> None:
     """nn.init.orthogonal_ on a contiguous copy: the image stems' conv weights are channels-last."""
     fresh = torch.empty(weight.shape, dtype=weight.dtype)
     nn.init.orthogonal_(fresh, gain=gain)
@@ -34,10 +34,10 @@ def orthogonal_init(model: nn.Module, policy_scale: float = 0.01) -> None:
         if id(module) in skip:
             continue
         if isinstance(module, (nn.Linear, nn.Conv2d)):
-            _orthogonal(module.weight, math.sqrt(2))
+            orthogonal_weight(module.weight, math.sqrt(2))
             if module.bias is not None:
                 nn.init.zeros_(module.bias)
     policy = model.policy
     last = policy.mean if hasattr(policy, "mean") else policy
-    _orthogonal(last.weight, policy_scale)
-    _orthogonal(model.baseline.weight, 1.0)
+    orthogonal_weight(last.weight, policy_scale)
+    orthogonal_weight(model.baseline.weight, 1.0)

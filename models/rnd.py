@@ -25,6 +25,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from models.init import orthogonal_weight
 from rl_core.normalization import RunningMeanStd
 
 OBS_CLIP = 5.0
@@ -33,10 +34,7 @@ OBS_CLIP = 5.0
 def _orthogonal_init(module: nn.Module, gain: float = math.sqrt(2)) -> None:
     for m in module.modules():
         if isinstance(m, (nn.Linear, nn.Conv2d)):
-            fresh = torch.empty(m.weight.shape)
-            nn.init.orthogonal_(fresh, gain=gain)
-            with torch.no_grad():
-                m.weight.copy_(fresh)
+            orthogonal_weight(m.weight, gain)
             nn.init.zeros_(m.bias)
 
 

@@ -6,7 +6,6 @@ surviving checkpoints exactly."""
 
 from __future__ import annotations
 
-import io
 import math
 
 import numpy as np
@@ -18,7 +17,7 @@ from rl_core.agents import make_agent
 from rl_core.flags import make_parser
 from rl_core.losses import impala as impala_lib
 from rl_core.losses import rnd as rnd_lib
-from tests.test_agents import DISCRETE, B, T, random_batch
+from tests.test_agents import DISCRETE, B, T, _save_load, random_batch
 
 
 def flags(*args):
@@ -363,13 +362,6 @@ def test_the_inference_copy_leaves_out_the_rnd_networks():
     model.rnd_ready.fill_(True)
     publish(model, copy, __import__("threading").Lock())
     assert bool(copy.rnd_ready)
-
-
-def _save_load(obj):
-    buffer = io.BytesIO()
-    torch.save(obj, buffer)
-    buffer.seek(0)
-    return torch.load(buffer, weights_only=True)
 
 
 @pytest.mark.parametrize("agent_name", ["ppo", "impala"])

@@ -78,9 +78,9 @@ class RNDAgent(Agent):
         model = self.inner.build_model()
         head = nn.Linear(model.baseline.in_features, 1)
         if getattr(f, "init", "default") == "orthogonal":
-            from models.init import _orthogonal
+            from models.init import orthogonal_weight
 
-            _orthogonal(head.weight, 1.0)
+            orthogonal_weight(head.weight, 1.0)
             nn.init.zeros_(head.bias)
         model.extra_values["int_baseline"] = head
         mlp_sizes = tuple(int(s) for s in str(f.rnd_mlp_sizes).split(",") if s)
