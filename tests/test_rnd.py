@@ -533,3 +533,37 @@ def test_every_package_takes_rnd_with_its_defaults(package, spec, rnd_in, agent_
         assert torch.isfinite(loss)
         steps += 1
     assert steps > 0 and bool(model.rnd_ready)
+
+
+def test_the_corridors_values_point_home_for_a_policy_that_does_not_explore():
+    """tests/corridor_env.py's premise: with its survival reward and closing time, a uniformly random
+    policy's discounted return-to-go falls with the distance from the start (a far cell is reached
+    later, with fewer steps left), so PPO's normalized advantages push a policy without a bonus home;
+    a game that never reaches the end earns 80 x 0.0003; the end pays 1 plus the steps' reward."""
+    from tests.corridor_env import MAX_STEPS, STEP_REWARD, CorridorEnv
+
+    env, rng, gamma = CorridorEnv(), np.random.default_rng(0), 0.999
+    totals, counts, returns = np.zeros(env.length), np.zeros(env.length), []
+    for _ in range(3000):
+        obs, _ = env.reset()
+        cells, rewards, done = [], [], False
+        while not done:
+            cells.append(int(obs.argmax()))
+            obs, reward, done, truncated, info = env.step(int(rng.integers(4)))
+            assert not truncated
+            rewards.append(reward)
+        assert info["episode_stats"]["furthest_cell"] >= max(cells)
+        returns.append(sum(rewards))
+        to_go = 0.0
+        for cell, reward in zip(reversed(cells), reversed(rewards)):
+            to_go = reward + gamma * to_go
+            totals[cell] += to_go
+            counts[cell] += 1
+    values = totals[:8] / counts[:8]
+    assert np.all(np.diff(values) < 0), values
+    assert np.allclose(returns, MAX_STEPS * STEP_REWARD)  # no random game reached the end
+
+    env.reset()
+    for step in range(env.length - 1):
+        _, reward, done, _, info = env.step(1)
+    assert done and reward == pytest.approx(1 + STEP_REWARD) and info["episode_stats"]["furthest_cell"] == env.length - 1
