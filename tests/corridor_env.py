@@ -19,7 +19,7 @@ about one run in four walked forward and solved the corridor (measured in issue 
 version, 30 cells and no survival reward: a CI run, and 1 of 5 seeds; the other runs pressed
 against the wall or stood still).  With a survival reward and a closing time, a cell far from the
 start is reached later, with fewer steps left to earn, so its value is lower: the differences now
-point home, and PPO alone no longer finds the reward (0 successes in 20 runs of 150k steps, at
+point home, and PPO alone no longer finds the reward (0 successes in 21 runs of 150k steps, at
 0.001 and 0.0003 per step, 30 and 40 cells), though in some runs it drifts out to 8 cells on average
 before turning home; 40 cells keep the end 4 standard deviations beyond such a drift.  An
 exploration bonus larger than that slope (RND's) walks the corridor anyway, and the +1 at its end

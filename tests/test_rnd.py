@@ -564,6 +564,6 @@ def test_the_corridors_values_point_home_for_a_policy_that_does_not_explore():
     assert np.allclose(returns, MAX_STEPS * STEP_REWARD)  # no random game reached the end
 
     env.reset()
-    for step in range(env.length - 1):
+    for _ in range(env.length - 1):
         _, reward, done, _, info = env.step(1)
     assert done and reward == pytest.approx(1 + STEP_REWARD) and info["episode_stats"]["furthest_cell"] == env.length - 1

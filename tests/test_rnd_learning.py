@@ -1,7 +1,7 @@
 """RND explores where PPO alone does not: a 40-cell corridor with one reward at its end
 (``tests.corridor_env:Corridor-v0``), through the full runtime (launcher, 2 env servers, sockets).
 
-A uniformly random policy finds the reward about once in 10^7 episodes, and the corridor's small
+A uniformly random policy finds the reward about once in 10^9 episodes, and the corridor's small
 survival reward makes PPO's own value differences point home (see the env), so PPO without an
 exploration bonus stays near the start and its return stays at the survival reward alone (80 x
 0.0003 = 0.024); PPO + RND walks the corridor and then exploits it (return about 1.01).  Both runs
@@ -32,16 +32,22 @@ def _returns(tmp_path, xpid):
     return rows, returns, test
 
 
-@pytest.mark.timeout(PYTEST_TIMEOUT_S)
-def test_ppo_with_rnd_reaches_the_end_of_the_corridor(tmp_path):
-    result, wall = run_to_the_end(tmp_path, "rnd", *COMMON, "--rnd")
+def _reaches_the_end(tmp_path, xpid, label, *args):
+    """Train with ``args``; the last-100 training mean and the final test must reach 0.9 of the +1."""
+    result, wall = run_to_the_end(tmp_path, xpid, *args)
     assert result.returncode == 0, result.stdout[-3000:]
-    rows, returns, test = _returns(tmp_path, "rnd")
+    rows, returns, test = _returns(tmp_path, xpid)
     first = next((s for s, v in returns if v >= 0.9), None)
-    print(f"\nPPO + RND on the corridor: last-100 mean {returns[-1][1]:.2f} at step {rows[-1]['step']}, >= 0.9 "
+    print(f"\n{label} on the corridor: last-100 mean {returns[-1][1]:.2f} at step {rows[-1]['step']}, >= 0.9 "
           f"first at {first}; final test {test:.2f}; wall {wall:.0f} s")
     assert returns[-1][1] >= 0.9, returns[-5:]
     assert test >= 0.9
+    return rows
+
+
+@pytest.mark.timeout(PYTEST_TIMEOUT_S)
+def test_ppo_with_rnd_reaches_the_end_of_the_corridor(tmp_path):
+    rows = _reaches_the_end(tmp_path, "rnd", "PPO + RND", *COMMON, "--rnd")
     # the intrinsic stream was learned and logged
     assert all(k in rows[-1] for k in ("int_reward_mean", "int_reward_std", "int_episode_return",
                                        "int_explained_variance", "ext_explained_variance", "rnd_loss"))
@@ -53,17 +59,10 @@ def test_impala_with_rnd_reaches_the_end_of_the_corridor(tmp_path):
     """IMPALA + RND: both heads' targets are V-trace's; the package's defaults for --agent impala --rnd
     (the paper's entropy cost 0.001) solved the corridor at 12k-26k steps (closing note of issue 15).
     Its final test samples actions as training does (--valid_sample): with gamma_E 0.999 a step spent
-    standing still costs almost nothing, and in one run the argmax of a cell's policy was "stay" while
-    the sampled policy still walked the corridor (training return 0.98, greedy test 0)."""
+    standing still costs almost nothing, and in one run (on the first corridor) the argmax of a cell's
+    policy was "stay" while the sampled policy still walked the corridor (training 0.98, greedy test 0)."""
     args = [a.replace("--agent=ppo", "--agent=impala") for a in COMMON]
-    result, wall = run_to_the_end(tmp_path, "impala_rnd", *args, "--rnd", "--valid_sample")
-    assert result.returncode == 0, result.stdout[-3000:]
-    rows, returns, test = _returns(tmp_path, "impala_rnd")
-    first = next((s for s, v in returns if v >= 0.9), None)
-    print(f"\nIMPALA + RND on the corridor: last-100 mean {returns[-1][1]:.2f} at step {rows[-1]['step']}, >= 0.9 "
-          f"first at {first}; final test {test:.2f}; wall {wall:.0f} s")
-    assert returns[-1][1] >= 0.9, returns[-5:]
-    assert test >= 0.9
+    _reaches_the_end(tmp_path, "impala_rnd", "IMPALA + RND", *args, "--rnd", "--valid_sample")
 
 
 @pytest.mark.timeout(PYTEST_TIMEOUT_S)
