@@ -54,27 +54,32 @@ def test_impala_with_the_package_defaults_solves_cartpole_within_500k_steps(tmp_
 
 
 def _on_policy_cartpole(tmp_path, agent: str):
-    """``torchbeast_gym`` with nothing but --env and --agent (and a seed): the package's defaults."""
-    result, wall = run_to_the_end(tmp_path, agent, "--env=CartPole-v1", f"--agent={agent}", "--total_steps=500000",
+    """``torchbeast_gym`` with nothing but --env and --agent (and a seed): the package's defaults, its
+    steps included (PPO 100k, the others 500k)."""
+    import json
+
+    result, wall = run_to_the_end(tmp_path, agent, "--env=CartPole-v1", f"--agent={agent}",
                                   "--seed=1", "--log_interval=2", "--disable_final_test")
     assert result.returncode == 0, result.stdout[-3000:]
     rows = csv_rows(str(tmp_path / agent / "logs.csv"))
     returns = [(int(r["step"]), float(r["return_last_100"])) for r in rows if r["return_last_100"] != "nan"]
     final_step = int(rows[-1]["step"])
-    assert final_step >= 500_000
+    assert final_step >= json.loads((tmp_path / agent / "meta.json").read_text())["flags"]["total_steps"]
     print(f"\n{agent} CartPole: last-100 mean {returns[-1][1]:.1f} at step {final_step}; "
-          f">= 400 first at {next((s for s, v in returns if v >= 400), None)}; wall {wall:.0f} s")
+          f">= 400 first at {next((s for s, v in returns if v >= 400), None)}; >= 475 first at "
+          f"{next((s for s, v in returns if v >= 475), None)}; wall {wall:.0f} s")
     return returns
 
 
 @pytest.mark.timeout(PYTEST_TIMEOUT_S)
 def test_ppo_with_the_package_defaults_solves_cartpole(tmp_path):
     """PPO reaches a mean return >= 475 over the last 100 episodes within 500k agent steps (a random
-    policy scores about 22): issue 11's criterion.  It is not required to hold it to the end: with
-    cleanrl's CartPole settings one CI run reached 487 at 271k steps and then fell to 269 by 500k
-    (two earlier CI runs and both measured seeds ended at 492-500); that late instability is open."""
+    policy scores about 22): issue 11's criterion, here within the package's 100k steps (rl-baselines3-zoo's
+    tuned CartPole settings, see torchbeast_gym/env.py), and holds it to the end as the learning rate
+    decays to 0.  Measured (seeds 1-7): 475 first at 55k-62k, never below 478 after it, 500 at the end."""
     returns = _on_policy_cartpole(tmp_path, "ppo")
     assert max(v for _, v in returns) >= 475, returns[-5:]
+    assert returns[-1][1] >= 475, returns[-5:]
 
 
 @pytest.mark.timeout(PYTEST_TIMEOUT_S)

@@ -479,6 +479,23 @@ def test_montezuma_reports_which_rooms_a_game_visited():
     assert stats["rooms_visited"] == 1.0
 
 
+def test_gym_ppo_takes_the_tuned_settings_and_with_rnd_those_the_corridor_measured():
+    """torchbeast_gym: --agent ppo takes rl-baselines3-zoo's tuned CartPole settings; with --rnd, cleanrl's
+    (the RND paper's PPO structure, which the corridor's runs measured) under RND's gamma_E 0.999."""
+    import torchbeast_gym.env as gym_pkg
+    from rl_core.runtime.entry import parse_flags
+
+    keys = ("unroll_length", "batch_size", "num_epochs", "num_minibatches", "gae_lambda", "entropy_cost",
+            "learning_rate", "discounting", "total_steps")
+    tuned = parse_flags(gym_pkg, ["--agent=ppo"])
+    assert tuple(getattr(tuned, k) for k in keys) == (32, 8, 20, 1, 0.8, 0.0, 1e-3, 0.98, 200_000)
+    rnd = parse_flags(gym_pkg, ["--agent=ppo", "--rnd"])
+    assert tuple(getattr(rnd, k) for k in keys) == (128, 4, 4, 4, 0.95, 0.01, 2.5e-4, 0.999, 500_000)
+    assert parse_flags(gym_pkg, ["--agent=ppo", "--rnd", "--num_epochs=2"]).num_epochs == 2  # flags given win
+    vmpo = parse_flags(gym_pkg, ["--agent=vmpo"])  # the other on-policy agents keep cleanrl's
+    assert tuple(getattr(vmpo, k) for k in keys) == (128, 4, 4, 4, 0.95, 0.01, 2.5e-4, 0.99, 500_000)
+
+
 @pytest.mark.parametrize("package, spec, rnd_in", [
     ("torchbeast_atari", {"obs_shape": [4, 84, 84], "obs_dtype": "|u1", "action": {"kind": "discrete", "n": 18}},
      (1, 84, 84)),

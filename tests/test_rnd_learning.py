@@ -5,9 +5,9 @@ A uniformly random policy finds the reward about once in 10^9 episodes, and the 
 survival reward makes PPO's own value differences point home (see the env), so PPO without an
 exploration bonus stays near the start and its return stays at the survival reward alone (80 x
 0.0003 = 0.024); PPO + RND walks the corridor and then exploits it (return about 1.01).  Both runs
-take the package's defaults for their agent (``torchbeast_gym``: cleanrl's CartPole PPO, and with
---rnd the paper's gamma_E 0.999); the control is given the same discount, so that RND is the only
-difference.
+take the package's defaults for their agent (``torchbeast_gym``: with --rnd the paper's gamma_E 0.999
+and cleanrl's CartPole PPO, see ``rnd_defaults``); the control is given the same discount and PPO
+settings, so that RND is the only difference.
 """
 
 import json
@@ -67,7 +67,10 @@ def test_impala_with_rnd_reaches_the_end_of_the_corridor(tmp_path):
 
 @pytest.mark.timeout(PYTEST_TIMEOUT_S)
 def test_ppo_without_rnd_never_finds_the_reward(tmp_path):
-    result, wall = run_to_the_end(tmp_path, "ppo", *COMMON, "--discounting=0.999")
+    import torchbeast_gym.env as gym_env
+
+    same_ppo = [f"--{k}={v}" for k, v in gym_env.cleanrl_ppo_over_tuned().items() if k != "total_steps"]
+    result, wall = run_to_the_end(tmp_path, "ppo", *COMMON, "--discounting=0.999", *same_ppo)
     assert result.returncode == 0, result.stdout[-3000:]
     rows, returns, test = _returns(tmp_path, "ppo")
     print(f"\nPPO alone on the corridor: best last-100 mean {max(v for _, v in returns):.3f} in {rows[-1]['step']} "
