@@ -10,8 +10,35 @@ from __future__ import annotations
 import argparse
 
 
+class DefaultsHelpFormatter(argparse.HelpFormatter):
+    """--help shows every flag's default (the package's and the chosen agent's, see entry.py)."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if not action.option_strings or action.default is argparse.SUPPRESS or "%(default)" in text:
+            return text
+        if isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction)):
+            on = action.default if isinstance(action, argparse._StoreTrueAction) else not action.default
+            return f"{text} (default: {'on' if on else 'off'})"
+        if action.default is None:
+            return text if "default" in text.lower() else f"{text} (default: unset)"
+        return f"{text} (default: %(default)s)"
+
+
+class FlagParser(argparse.ArgumentParser):
+    """argparse whose refusals are one line naming the cause and pointing to --help, not the usage dump."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", DefaultsHelpFormatter)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> "NoReturn":  # noqa: F821
+        self.exit(2, f"{self.prog}: error: {message} (all flags: {self.prog} --help)\n")
+
+
 def make_parser(prog: str | None = None) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=prog, description="PolyBeast-style distributed RL")
+    p = FlagParser(prog=prog, usage="%(prog)s [--env ENV] [--agent AGENT] [flags]",
+                   description="PolyBeast-style distributed RL. Flags not given take the package's defaults for the chosen --agent (shown below with it).")
     a = p.add_argument
 
     a("--env", type=str, default=None, help="Environment name.")

@@ -2,7 +2,7 @@
 
 ``tests.memory_env:Memory-v0``: a cue at an episode's first step must be acted on
 after 10 blank steps (12 steps an episode, return +1 if the action names the cue,
--1 if not, so chance is 0).  LSTM, eLSTM (TBPTT) and eLSTM (RTRL) solve it; the
+-1 if not, so chance is 0).  LSTM (with the package's defaults), eLSTM (TBPTT) and eLSTM (RTRL) solve it; the
 feedforward agent stays at chance; and, as the control that shows what RTRL adds,
 the same eLSTM trained by TBPTT with the RTRL run's 4-step unrolls, where no unroll
 holds both the cue and the query, learns far less of it in the same budget.
@@ -15,6 +15,8 @@ import time
 import pytest
 
 from tests.proc_utils import csv_rows, run
+
+pytestmark = pytest.mark.learning
 
 ENV = "tests.memory_env:Memory-v0"
 EPISODE_LENGTH = 12  # cue, 10 blank steps, query
@@ -84,7 +86,7 @@ SHORT = ["--unroll_length=4", "--mlp_sizes=", "--forget_bias=1", "--learning_rat
 
 RUNS = {
     "feedforward": TBPTT,
-    "lstm": ["--use_lstm", *TBPTT],
+    # the LSTM by TBPTT: test_package_defaults_with_an_lstm_solve_the_memory_task below
     "elstm": ["--use_quasi_lstm", *TBPTT],
     "rtrl_elstm": ["--use_rtrl", *SHORT],
     "elstm_unroll4": ["--use_quasi_lstm", *SHORT],  # control: the RTRL run's flags, trained by TBPTT

@@ -1,12 +1,10 @@
 """R2D2 learns through the full runtime (launcher, 2 env servers, sockets, replay) with
-torchbeast_gym's defaults for --agent r2d2: CartPole-v1 with an LSTM core, and the memory task,
-which the LSTM solves and the feedforward R2D2 cannot (chance is 0).
+torchbeast_gym's defaults for --agent r2d2 and an LSTM core: the memory task (chance is 0).
 
 Training episodes are played epsilon_i-greedily (env i of 16 with 0.4^(1 + 7 i / 15), so up to
 40% random actions), which is R2D2's exploration, not its policy: on the memory task, whose
 training returns that exploration caps near 0.93, the measure is the final test, 100 episodes
-with --eval_epsilon 0.001 at the end of the 200k steps; on CartPole it is the issue's, the
-training mean over the last 100 episodes."""
+with --eval_epsilon 0.001 at the end of the 200k steps."""
 
 import json
 
@@ -31,32 +29,23 @@ def train(tmp_path, xpid, *args):
     return rows, test["mean"]
 
 
+@pytest.mark.learning
 @pytest.mark.timeout(PYTEST_TIMEOUT_S)
-def test_r2d2_with_an_lstm_and_the_package_defaults_solves_cartpole(tmp_path):
-    rows, _ = train(tmp_path, "cartpole", "--env=CartPole-v1", "--use_lstm")  # prints the final test
-    assert int(rows[-1]["step"]) >= 500_000
+def test_r2d2_with_an_lstm_and_the_package_defaults_solves_the_memory_task(tmp_path):
+    """The one R2D2 learning test: the package's defaults (replay, burn-in from the stored state, n-step
+    double Q, value rescaling) with an LSTM take the memory task from chance (0) to >= 0.9.  That no
+    memoryless agent can pass it is the task's own control (tests/test_memory_task.py: the feedforward
+    agent stays at chance; R2D2 feedforward here gave -0.14).  CartPole runs of these defaults are
+    in docs/results.md (R2D2)."""
+    rows, lstm = train(tmp_path, "lstm", f"--env={MEMORY}", "--no_last_action", "--total_steps=200000",
+                       "--use_lstm")
     # the log carries the replay's and the learner's state
     assert {"replay_size", "replay_sample_insert_ratio", "replay_mean_priority", "mean_abs_td", "mean_q",
             "epsilon_min", "epsilon_max"} <= set(rows[-1])
     ratios = [float(r["replay_sample_insert_ratio"]) for r in rows[len(rows) // 2:]
               if r["replay_sample_insert_ratio"] != "nan"]
     assert ratios and 0.8 * 8.0 <= sum(ratios) / len(ratios) <= 1.2 * 8.0  # --replay_ratio 8 held
-    # Issue 13's criterion: the mean return of the last 100 training episodes reaches 450 within 500k
-    # steps (a random policy scores about 22), although those episodes include the exploration of
-    # up to 40% random actions.  The final test (100 greedy episodes at the end) is printed, not
-    # asserted: in three runs of these defaults it gave 499.7, 493.8 and 423.1 (the last one's
-    # training mean had reached 485 at 427k): Q-learning's policy still oscillates late in training.
-    returns = [float(r["return_last_100"]) for r in rows if r["return_last_100"] != "nan"]
-    assert max(returns) >= 450, returns[-5:]
-
-
-@pytest.mark.timeout(2 * PYTEST_TIMEOUT_S)
-def test_r2d2_with_an_lstm_solves_the_memory_task_where_the_feedforward_one_stays_at_chance(tmp_path):
-    common = [f"--env={MEMORY}", "--no_last_action", "--total_steps=200000"]
-    _, lstm = train(tmp_path, "lstm", *common, "--use_lstm")
-    _, feedforward = train(tmp_path, "feedforward", *common)
     assert lstm >= 0.9
-    assert abs(feedforward) <= 0.3  # 100 episodes of +-1 at chance: std 0.1
 
 
 def test_checkpoint_replay_is_restored_on_resume_and_without_it_the_replay_refills(tmp_path):

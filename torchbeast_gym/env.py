@@ -11,26 +11,15 @@ from gymnasium import spaces
 from rl_core.errors import UserError
 
 
-# IMPALA's defaults for classic control and small tasks, chosen by a sweep over seeds (closing
-# note of issue 12) instead of torchbeast's Atari settings, which reached 282 on CartPole in 500k
-# steps: 16 envs, batches of 8 unrolls of 20, RMSprop lr 0.003 (eps 0.01), entropy cost 0.01, a
-# value MLP of its own, 500k steps.  They solve CartPole-v1.
+# IMPALA's defaults for classic control and small tasks (with RMSprop eps 0.01 and a value MLP of its own).
+# Chosen by a sweep on CartPole-v1 over torchbeast's Atari settings: see docs/results.md (IMPALA).
 IMPALA_DEFAULTS = dict(
     num_actors=16, num_servers=2, batch_size=8, unroll_length=20, learning_rate=0.003, entropy_cost=0.01,
     total_steps=500_000,
 )
-# With a recurrent core (--use_lstm, --use_quasi_lstm, --use_rtrl): RMSprop eps 1e-4, lr 0.002,
-# batches of 16.  With eps 0.01 the tiny early gradients through the core's memory stall (the
-# memory task stays at chance: tests/test_memory_task.py); without a core, eps 1e-4 or 1e-3 made
-# CartPole collapse late in training (a policy near-deterministic, its small gradients normalised
-# to full-size RMSprop steps), so each keeps its own.
-# The forget gates start at sigmoid(1) = 0.73 (--forget_bias 1, Jozefowicz et al. 2015) and the stem
-# is one layer of 256 (--mlp_sizes 256): the core's gate pre-activations sum over every stem feature,
-# so a wide stem spreads the gates and some units carry a cue across the memory task's 11 steps from
-# the start.  With the 64,64 stem every gate starts near sigmoid(1), about 0.73^11 = 3% of a cue
-# survives, and learning waits on a plateau of random length: 3 of 9 LSTM runs (one in CI) stayed
-# at chance for all 200k steps, and --forget_bias 2 left one of 8 on it until 143k.  With the 256 stem
-# 10 of 10 seeds, those three included, solved it (last-100 mean >= 0.9) within 10k-60k steps.
+# With a recurrent core (--use_lstm, --use_quasi_lstm, --use_rtrl): RMSprop eps 1e-4, lr 0.002, batches of 16,
+# forget gates at sigmoid(1) (--forget_bias 1) and a stem of one layer of 256 (--mlp_sizes 256).
+# Chosen by sweeps on the memory task and CartPole-v1: see docs/results.md (Recurrent cores).
 IMPALA_RECURRENT_DEFAULTS = dict(batch_size=16, learning_rate=0.002, epsilon=1e-4, forget_bias=1.0, mlp_sizes="256")
 
 
@@ -53,8 +42,8 @@ def core_defaults(agent: str, core: str | None) -> dict:
 # (Huang et al. 2022, "The 37 Implementation Details of PPO": 4 envs x 128 steps per update,
 # Adam 2.5e-4 with eps 1e-5, GAE 0.95, 4 epochs of 4 minibatches, clip 0.2, entropy 0.01,
 # gradient clip 0.5, advantage normalization, orthogonal init), here as 4 unrolls of 128 steps
-# from 8 envs.  VPG and V-trace, one pass per batch, take a larger rate.  Measured (README, "Agents"):
-# steps to a last-100 mean of 400 on CartPole-v1 for each agent and seed.
+# from 8 envs.  VPG and V-trace, one pass per batch, take a larger rate.
+# Measured on CartPole-v1: see docs/results.md (On-policy variants).
 ON_POLICY = dict(
     optimizer="adam", learning_rate=2.5e-4, epsilon=1e-5, num_actors=8, unroll_length=128, batch_size=4,
     grad_norm_clipping=0.5, reward_clipping="none", entropy_cost=0.01, baseline_cost=0.5, gae_lambda=0.95,
@@ -64,10 +53,8 @@ ON_POLICY = dict(
 # Optuna sweep) over those: 8 envs x 32 steps per update in one minibatch of 256, 20 epochs, gamma
 # 0.98, GAE 0.8, no entropy bonus, Adam 1e-3 decaying linearly to 0 (the zoo decays its clip 0.2
 # too; here it stays), over 200k steps (the zoo's 100k leave little room for a mean over 100
-# episodes of 500 steps).  With cleanrl's settings PPO's last-100 mean reached 475 within 500k steps in
-# most runs but not all: seed 2 sat at 250-400 from 50k to 500k (entropy 0.55, clip fraction under
-# 0.02, the value explaining none of the returns' variance), and a CI run peaked at 454.  With these
-# seeds 1-7 reached 475 at 55k-62k steps and ended at 500 (README, "Agents").
+# episodes of 500 steps).
+# Chosen over cleanrl's settings by seeded runs on CartPole-v1: see docs/results.md (PPO).
 PPO_TUNED = dict(unroll_length=32, batch_size=8, num_epochs=20, num_minibatches=1, discounting=0.98,
                  gae_lambda=0.8, entropy_cost=0.0, learning_rate=1e-3, total_steps=200_000)
 # cleanrl's PPO (ON_POLICY with 4 epochs of 4 minibatches of transitions), which AWR and V-MPO take
@@ -86,9 +73,8 @@ AGENT_DEFAULTS = {
 # R2D2 for classic control and small memory tasks: sequences of 10 burn-in + 20 steps every 10
 # steps, batches of 32 sequences, each env step trained on 8 times, Adam 5e-4 (eps 1e-3) decaying
 # linearly to 0, the target network copied every 100 learner steps, gamma 0.99; no reward clipping
-# (value rescaling instead).  Chosen by a sweep on CartPole-v1 with an LSTM (README, "Agents"): with
-# a constant rate and 4 replays a step the final test reached 442-443 (Q-learning's late
-# oscillation); the decay and 8 replays gave 500.
+# (value rescaling instead).
+# Chosen by a sweep on CartPole-v1 with an LSTM: see docs/results.md (R2D2).
 R2D2 = dict(
     optimizer="adam", learning_rate=5e-4, epsilon=1e-3, lr_decay="linear", grad_norm_clipping=40.0,
     reward_clipping="none", num_actors=16, unroll_length=20, burn_in=10, batch_size=32,
@@ -101,9 +87,8 @@ R2D2 = dict(
 # per env step: each transition sampled 256 times on average, SEED RL's MuJoCo SAC 4 times) with
 # smaller networks (two hidden layers of 64), Adam 1e-3 and a shorter start: 1,000 uniformly random
 # steps, learning from 1,000 transitions, a replay of 100,000, 4 envs.  Discrete actions aim at an
-# entropy of 0.1 log|A| (Christodoulou's 0.98 log 2 keeps CartPole's policy near uniform).  Chosen on
-# CartPole-v1 (60k steps, seed 1; README, "Agents"): 0.3 and 3e-4 plateaued near 300 (final test
-# 388), 0.1 and 3e-4 near 270 (422), 0.1 and 1e-3 reached 494 (500); Pendulum-v1 learns with both rates.
+# entropy of 0.1 log|A| (Christodoulou's 0.98 log 2 keeps CartPole's policy near uniform).
+# Chosen by a sweep on CartPole-v1 and Pendulum-v1: see docs/results.md (SAC).
 SAC = dict(
     num_actors=4, num_servers=1, mlp_sizes="64,64", replay_buffer_size=100_000, replay_buffer_min_size=1000,
     random_init_steps=1000, replay_ratio=256.0, target_entropy_ratio=0.1, learning_rate=1e-3, total_steps=100_000,
@@ -124,12 +109,9 @@ def agent_defaults(agent: str) -> dict:
 # RND on small tasks: the paper's RND settings (rl_core.agents.RND_DEFAULTS: gamma_E 0.999) with the
 # package's agent defaults, and the observation statistics initialised from one batch of random
 # steps (8 envs x 128) instead of the paper's 50 rollouts per env of Atari.  IMPALA takes the paper's
-# entropy cost, 0.001: its advantages are not normalized, and with CartPole's 0.01 the policy stayed
-# near uniform on the first version of tests/corridor_env.py (1M steps, training return 0.05-0.19,
-# final test 0); with 0.001 two seeds solved it at 22k and 25k steps, and the corridor as it is now
-# (40 cells, a survival reward) at 12k and 26k.  PPO (normalized advantages) keeps its 0.01: seeds
-# 1-3 solved the current corridor at 34k-36k steps with cleanrl's CartPole PPO (128-step rollouts,
-# 4 epochs x 4 minibatches, GAE 0.95: the RND paper's PPO structure), which --rnd restores under PPO.
+# entropy cost, 0.001 (its advantages are not normalized); PPO keeps its 0.01 and, under --rnd, cleanrl's
+# CartPole PPO (128-step rollouts, 4 epochs x 4 minibatches, GAE 0.95: the RND paper's PPO structure).
+# Chosen by runs on tests/corridor_env.py: see docs/results.md (RND).
 RND = dict(rnd_init_steps=1024)
 
 

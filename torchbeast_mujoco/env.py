@@ -322,7 +322,7 @@ _ON_POLICY_DEFAULTS = {
     "value_clip": 0.0,            # [src] value_ppo_style_clip_eps=None
     "value_normalization": "popart",  # [gin] reward_normalizer = PopArt(AverageMeanStd, compensate=False)
     # SEED divides advantages by PopArt's std (ppo(normalize_advantages=False)); here they are normalized per
-    # minibatch instead: measured on HalfCheetah-v5, 1M steps, seed 1, final test 1704 without, see the README.
+    # minibatch instead, chosen by runs on HalfCheetah-v5: see docs/results.md (MuJoCo).
     "advantage_normalization": True,
     "obs_normalization": True,    # [gin] observation_normalizer = InputNormalization(AverageMeanStd)
     "obs_clip": 10.0,             # [gin] ContinuousControlAgent.input_clipping = 10.

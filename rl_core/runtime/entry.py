@@ -44,7 +44,8 @@ def apply_agent_defaults(env_pkg, parser, argv) -> None:
     command line: the agent and core are read first, then their defaults are set."""
     from rl_core.agents import published_defaults
 
-    known, _ = parser.parse_known_args(argv)
+    # --help is left out here, so that the help printed by the full parse shows these defaults
+    known, _ = parser.parse_known_args([a for a in argv if a not in ("-h", "--help")])
     defaults = published_defaults(known.agent)  # the agent's paper, under the package's own
     if hasattr(env_pkg, "agent_defaults"):
         defaults.update(env_pkg.agent_defaults(known.agent))
