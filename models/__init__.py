@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import torch
-
 from rl_core.errors import UserError
 
 
@@ -31,6 +29,8 @@ def resnet_channels(flags) -> tuple[int, ...]:
 
 
 def build_stem(flags, obs_shape: tuple):
+    import torch  # here, not at the top: env servers read core_kind and resnet_channels without torch
+
     from models.mlp import MLPStem
     from models.vision import AtariNetStem, ResNetStem
 

@@ -11,10 +11,16 @@ import re
 import subprocess
 import sys
 
-from rl_core import checkpoint
 from rl_core.errors import UserError
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _checkpoint():
+    """rl_core.checkpoint imports torch, which env servers (they import this module) never need."""
+    from rl_core import checkpoint
+
+    return checkpoint
 
 
 def git_commit() -> str | None:
@@ -55,9 +61,9 @@ class RunLog:
                 header = next(csv.reader(f), [])
             self.fields = header
         self.meta = {
-            "flags": checkpoint.flags_dict(flags),
+            "flags": _checkpoint().flags_dict(flags),
             "git_commit": git_commit(),
-            "argv": checkpoint.redact_argv(sys.argv),
+            "argv": _checkpoint().redact_argv(sys.argv),
             "start": datetime.datetime.now().isoformat(timespec="seconds"),
             "end": None,
             "success": None,
@@ -81,7 +87,7 @@ class RunLog:
         run_id = re.sub(r"[^A-Za-z0-9_-]", "-", flags.xpid)[:64]
         try:
             return wandb.init(project=flags.project_name or "torchbeast", name=flags.xpid, id=run_id,
-                              dir=self.rundir, config=checkpoint.flags_dict(flags), resume="allow")
+                              dir=self.rundir, config=_checkpoint().flags_dict(flags), resume="allow")
         except Exception as e:  # noqa: BLE001 - wandb raises many kinds
             first = (str(e).strip().splitlines() or [type(e).__name__])[0]
             raise UserError(f"wandb could not start ({first[:200]}): log in, or set WANDB_MODE=offline") from None

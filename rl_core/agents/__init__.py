@@ -13,8 +13,10 @@ A new agent is a module here and a line in ``AGENTS``; the runtime never names o
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
-from rl_core.agents.base import Agent
+if TYPE_CHECKING:  # flags are parsed in env servers too, which never import torch
+    from rl_core.agents.base import Agent
 
 ON_POLICY = ("vpg", "ppo", "awr", "vmpo", "vtrace")
 REPLAY = ("r2d2", "sac")
