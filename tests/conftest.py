@@ -7,6 +7,7 @@ share the 2 cores, and no learning run's wall-clock deadline is halved."""
 import pytest
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook reads the xdist_group marks
 def pytest_collection_modifyitems(config, items):
     learning = [item for item in items if item.get_closest_marker("learning")]
     for item in learning:
