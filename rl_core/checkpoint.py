@@ -21,22 +21,65 @@ def save(path: str, payload: dict) -> None:
     A failure while writing removes the temporary file and leaves ``path`` as it
     was; a process killed while writing leaves ``path`` as it was and a stale
     ``.<name>.*.partial`` file, which :func:`remove_partial_writes` deletes.
+    A write the file system refuses (no space, a quota, a file size limit) raises the ``OSError``
+    of that write, whichever layer (torch's archive writer) it passed through.
     """
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=TEMP_SUFFIX, dir=directory)
+    out = None
     try:
         with os.fdopen(fd, "wb") as f:
-            torch.save(payload, f)
+            out = _Writes(f)
+            torch.save(payload, out)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         try:
             os.unlink(tmp)
         except FileNotFoundError:
             pass
+        if out is not None and out.error is not None and not isinstance(e, OSError):
+            raise out.error from None  # torch reports a failed write as a RuntimeError of its own
         raise
+
+
+class _Writes:
+    """A file for ``torch.save`` that keeps the ``OSError`` of a failed write."""
+
+    def __init__(self, f):
+        self.f = f
+        self.error: OSError | None = None
+
+    def write(self, data) -> int:
+        try:
+            return self.f.write(data)
+        except OSError as e:
+            self.error = e
+            raise
+
+    def flush(self) -> None:
+        self.f.flush()
+
+
+def describe_write_error(path: str, error: OSError) -> str:
+    """``path`` could not be written: the OS's reason, the free space where it goes, and what to do."""
+    import errno
+    import shutil
+
+    directory = os.path.dirname(os.path.abspath(path))
+    try:
+        free = f"{shutil.disk_usage(directory).free / 2**20:,.1f} MiB free there"
+    except OSError:
+        free = "free space unknown"
+    if error.errno == errno.EFBIG:
+        fix = "raise the file size limit (ulimit -f) or pass --savedir on another file system"
+    elif error.errno in (errno.ENOSPC, errno.EDQUOT):
+        fix = "free space there or pass --savedir on another disk"
+    else:
+        fix = "check the directory's permissions and disk, or pass another --savedir"
+    return f"could not write {path}: {error.strerror or error} ({free}); {fix}"
 
 
 def remove_partial_writes(directory: str) -> list[str]:

@@ -12,3 +12,13 @@ class EnvServerError(RuntimeError):
 class RunFailure(RuntimeError):
     """A failure of the run's machinery the log explains in one line, e.g. an env server that keeps
     dying: the run ends (status 1) with that line and no Python traceback."""
+
+
+class TrainingDiverged(RunFailure):
+    """A non-finite loss, gradient norm or parameter: the update is not published or saved, the run
+    ends (status 1) naming what diverged and at which step; model.tar keeps the last good checkpoint."""
+
+
+class CheckpointWriteError(RunFailure):
+    """A checkpoint could not be written (disk full, file size limit, ...): the previous one is kept,
+    the run stops (status 1) with one line naming the path and the free space."""

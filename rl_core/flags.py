@@ -182,3 +182,22 @@ def check(parser: argparse.ArgumentParser, flags: argparse.Namespace) -> None:
     from rl_core import agents
 
     agents.check_flags(parser, flags)
+    check_budget(parser, flags)
+
+
+def check_budget(parser: argparse.ArgumentParser, flags: argparse.Namespace) -> None:
+    """A budget that cannot fill one learner batch would train nothing and say nothing: refused.
+
+    Only where the steps per batch are certain: an unroll-based agent (impala, the on-policy
+    agents) counts --batch_size x --unroll_length env steps a batch.  A replay agent's first batch
+    depends on its replay's filling and --replay_ratio; it is left alone here."""
+    from rl_core import agents
+
+    if flags.mode != "train" or getattr(flags, "agent", "impala") in agents.REPLAY:
+        return
+    per_batch = flags.batch_size * flags.unroll_length
+    if per_batch > flags.total_steps:
+        parser.error(
+            f"one learner batch is --batch_size {flags.batch_size} x --unroll_length {flags.unroll_length} = "
+            f"{per_batch:,} env steps, more than the whole budget --total_steps {flags.total_steps:,}: the run "
+            f"would end without one update; lower --batch_size or --unroll_length, or raise --total_steps")

@@ -10,12 +10,13 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def start(module: str, *args: str, output: str) -> subprocess.Popen:
-    """Start ``python -m module args`` from the repo root; stdout and stderr go to ``output``."""
+def start(module: str, *args: str, output: str, **popen) -> subprocess.Popen:
+    """Start ``python -m module args`` from the repo root; stdout and stderr go to ``output``; ``popen``:
+    more arguments of ``subprocess.Popen`` (e.g. a ``preexec_fn``)."""
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     with open(output, "w") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", module, *args], cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT
+            [sys.executable, "-m", module, *args], cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, **popen
         )
 
 
@@ -24,8 +25,8 @@ def read(path: str) -> str:
         return f.read()
 
 
-def run(module: str, *args: str, output: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    proc = start(module, *args, output=output)
+def run(module: str, *args: str, output: str, timeout: float = 300, **popen) -> subprocess.CompletedProcess:
+    proc = start(module, *args, output=output, **popen)
     try:
         proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:

@@ -10,6 +10,7 @@ After the batch the new weights are published to the inference model.
 from __future__ import annotations
 
 import copy
+import math
 import queue
 import threading
 import time
@@ -17,6 +18,7 @@ import time
 import torch
 from torch import nn
 
+from rl_core.errors import TrainingDiverged
 from rl_core.runtime.transport import Stopped
 
 
@@ -114,6 +116,8 @@ class Learner:
         self._stats_n = 0
         self.learn_seconds = 0.0
         self.on_step = None  # called with (step before, step after) after each update, outside the lock
+        self.diverged: str | None = None  # set (under the lock) when an update was not finite: nothing is saved
+        self.last_saved_step: int | None = None  # the step of model.tar as on disk (the run sets it)
 
     def take_stats(self) -> dict[str, float]:
         with self.stats_lock:
@@ -138,13 +142,23 @@ class Learner:
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 grad_norm = nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
+                # One host sync for both (the grad norm's float was one already), before the step: a
+                # non-finite loss or gradient never reaches the weights.
+                loss_value, grad_value = torch.stack([loss.detach().float(), grad_norm.float()]).tolist()
+                if not (math.isfinite(loss_value) and math.isfinite(grad_value)):
+                    where = f", its optimizer step {n + 1}" if n else ""
+                    self._diverged(where, self._nonfinite_loss(loss_value, grad_value, stats))
                 self.optimizer.step()
-                stats = dict(stats, grad_norm=float(grad_norm))
+                stats = dict(stats, grad_norm=grad_value)
                 for k, v in stats.items():
                     sums[k] = sums.get(k, 0.0) + float(v)
                 n += 1
             if n:  # a batch that only fed statistics (RND's random start) moves no schedule
                 self.scheduler.step()
+                # Weights whose norm is not finite (a value beyond ~1e19 overflows float32's squares)
+                # are not published: the inference copy would sample from inf / nan logits.
+                if not math.isfinite(float(nn.utils.get_total_norm(list(self.model.parameters())))):
+                    self._diverged(f", after its {n} optimizer steps" if n > 1 else "", self._nonfinite_parameter())
             self.publish_weights()
             previous_step = self.step
             self.step += f.unroll_length * batch["reward"].shape[1] if new_steps is None else new_steps
@@ -160,6 +174,37 @@ class Learner:
         if self.on_step is not None:
             self.on_step(*crossed)
         return stats
+
+    def _nonfinite_loss(self, loss_value: float, grad_value: float, stats: dict) -> str:
+        if not math.isfinite(loss_value):
+            terms = [k for k, v in stats.items() if "loss" in k and not math.isfinite(float(v))]
+            return f"the loss is {loss_value}" + (f" ({', '.join(terms)} not finite)" if terms else "")
+        return f"the gradient norm is {grad_value} (the loss is {loss_value:.4g})"
+
+    def _nonfinite_parameter(self) -> str:
+        for name, p in self.model.named_parameters():
+            p = p.detach()
+            if not bool(torch.isfinite(p).all()):
+                return f"parameter {name} is not finite after the optimizer step"
+            if not math.isfinite(float(torch.linalg.vector_norm(p))):
+                return (f"parameter {name} diverged after the optimizer step (max |x| = "
+                        f"{float(p.abs().max()):.3g}: its norm overflows float32)")
+        return "the parameters' norm is not finite after the optimizer step"
+
+    def _diverged(self, within: str, what: str) -> None:
+        """Ends the run (in the learner thread, under the lock): nothing of this batch is published, and
+        ``diverged`` keeps every later save from replacing model.tar."""
+        f = self.flags
+        where = f"at step {self.step:,} (learner update {self.learner_steps + 1}{within})"
+        if f.disable_checkpoint:
+            kept = "no checkpoint is written (--disable_checkpoint)"
+        elif self.last_saved_step is None:
+            kept = "no checkpoint had been saved yet"
+        else:
+            kept = f"model.tar keeps the last good checkpoint (step {self.last_saved_step:,})"
+        self.diverged = (f"training diverged {where}: {what}; {kept}; lower --learning_rate "
+                         f"(now {f.learning_rate:g}) or clip the gradients (--grad_norm_clipping)")
+        raise TrainingDiverged(self.diverged)
 
     def loop(self) -> None:
         f = self.flags

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import collections
 import copy
-import datetime
 import logging
 import math
 import os
@@ -18,7 +17,8 @@ import torch
 
 from rl_core import checkpoint, evaluation, seen_sets
 from rl_core.agents import make_agent
-from rl_core.errors import RunFailure, UserError
+from rl_core.errors import CheckpointWriteError, RunFailure, UserError
+from rl_core.run_dir import RunDirLock, new_run_dir
 from rl_core.run_log import RunLog, setup_logging
 from rl_core.runtime import transport as tp
 from rl_core.runtime.actor_pool import ActorThread, RunStats, connect_server, inference_loop, spec_key
@@ -28,10 +28,6 @@ from rl_core.runtime.learner import Learner, inference_copy, publish
 from rl_core.runtime.threads import ErrorBox, start_thread
 
 log = logging.getLogger("learner")
-
-
-def default_xpid() -> str:
-    return "torchbeast-" + datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
 
 
 def secret_bytes(flags) -> bytes | None:
@@ -95,6 +91,8 @@ class Training:
         self.threads: list[threading.Thread] = []
         self.connections: list[tp.Connection] = []
         self.interrupted = False
+        self.saved: dict | None = None  # the checkpoint of this run directory, read at the start
+        self.save_error: CheckpointWriteError | None = None  # the final checkpoint's, if it failed
 
     # -------------------------------------------------------------- setup
     def _signals(self) -> None:
@@ -176,19 +174,104 @@ class Training:
 
     # ---------------------------------------------------------------- run
     def run(self) -> int:
-        f = self.flags
-        f.xpid = f.xpid or default_xpid()
-        self.rundir = os.path.join(os.path.expanduser(f.savedir), f.xpid)
-        os.makedirs(self.rundir, exist_ok=True)
-        setup_logging(self.rundir)
+        setup_logging(None)  # the console only: a refused run writes nothing into the run directory
+        self.run_dir_lock = None
         try:
-            self.run_log = RunLog(self.rundir, f)
+            self._open_run_dir()
         except UserError as e:
             log.error("error: %s", e)
+            if self.run_dir_lock is not None:
+                self.run_dir_lock.release()
             return 2
+        try:
+            return self._run_locked()
+        finally:
+            self.run_dir_lock.release()
+
+    def _open_run_dir(self) -> None:
+        """The run directory, made or taken (locked), and its checkpoint read and checked against the
+        flags, before anything in it is written."""
+        f = self.flags
+        savedir = os.path.expanduser(f.savedir)
+        try:
+            if f.xpid:
+                self.rundir = os.path.join(savedir, f.xpid)
+                os.makedirs(self.rundir, exist_ok=True)
+            else:
+                f.xpid, self.rundir = new_run_dir(savedir)
+            self.run_dir_lock = RunDirLock(self.rundir)
+        except OSError as e:
+            raise UserError(f"cannot create the run directory under --savedir {savedir}: "
+                            f"{e.strerror or e}: choose another --savedir") from None
         self.checkpoint_path = os.path.join(self.rundir, "model.tar")
-        for name in checkpoint.remove_partial_writes(self.rundir):
+        # A checkpoint to resume is read (and refused, in one line) before any server starts.
+        self.saved = checkpoint.load(self.checkpoint_path) if os.path.exists(self.checkpoint_path) else None
+        if self.saved is not None:
+            self._check_same_agent(self.saved.get("flags", {}))
+
+    def _check_same_agent(self, saved_flags: dict) -> None:
+        """A checkpoint resumes only under the agent (and optimizer) that trained it: another one's
+        state does not load (or fails at its first step: Adam's 'betas' in RMSprop's state)."""
+        f = self.flags
+        keys = [k for k in ("agent", "rnd", "optimizer") if k in saved_flags and hasattr(f, k)]
+        differ = [k for k in keys if saved_flags[k] != getattr(f, k)]
+        if not differ:
+            return
+
+        def describe(values) -> str:
+            text = f"--agent {values.get('agent')}" + (" --rnd" if values.get("rnd") else "")
+            return text + (f" --optimizer {values['optimizer']}" if "optimizer" in differ else "")
+
+        ours = describe({k: getattr(f, k, None) for k in keys})
+        theirs = describe(saved_flags)
+        raise UserError(
+            f"{ours} cannot resume run {f.xpid}: its checkpoint {self.checkpoint_path} (step "
+            f"{int(self.saved.get('step', 0)):,}) was trained with {theirs}; resume it with {theirs}, or start a new "
+            f"run with another --xpid (or none)")
+
+    def _announce(self) -> None:
+        """The first lines of every run: where it writes, on what, and how big it is."""
+        f = self.flags
+        if self.saved is not None:
+            state = f"resuming {self.checkpoint_path} at step {int(self.saved.get('step', 0)):,}"
+        else:
+            state = "new run"
+        log.info("run directory: %s (%s)", self.rundir, state)
+        self.device = select_device(f)
+        name = f" ({torch.cuda.get_device_name(self.device)})" if self.device.type == "cuda" else ""
+        threads = f.torch_threads or auto_torch_threads(f)
+        torch.set_num_threads(threads)
+        log.info("device: %s%s, %d torch intra-op thread%s", self.device, name, threads, "s" if threads != 1 else "")
+        from rl_core.agents import REPLAY
+
+        K = f.num_actors // f.num_servers
+        if f.agent in REPLAY:
+            batch = f"learner batches of {f.batch_size} from the replay (unrolls of {f.unroll_length} steps)"
+        else:
+            per = f.batch_size * f.unroll_length
+            batch = (f"learner batches of {f.batch_size} x {f.unroll_length} = {per:,} steps "
+                     f"(~{math.ceil(f.total_steps / per):,} batches)")
+        servers = f"{f.num_servers} env server" + ("s" if f.num_servers != 1 else "")
+        log.info("sizing: --agent %s, %d envs on %s (%d each), %s, --total_steps %s",
+                 f.agent, f.num_actors, servers, K, batch, f"{f.total_steps:,}")
+
+    def _run_locked(self) -> int:
+        f = self.flags
+        previous_meta = None  # a resumed run's record, put back if this attempt is refused
+        if self.saved is not None and os.path.exists(os.path.join(self.rundir, "meta.json")):
+            with open(os.path.join(self.rundir, "meta.json"), "rb") as meta:
+                previous_meta = (meta.read(), os.fstat(meta.fileno()))
+        self.run_dir_lock.record_holder()
+        setup_logging(self.rundir)
+        self._announce()
+        for name in checkpoint.remove_partial_writes(self.rundir):  # no save is under way: the lock is held
             log.info("removed %s, the partial write of a checkpoint that a killed run left", name)
+        try:
+            self.run_log = RunLog(self.rundir, f)
+        except UserError as e:  # wandb could not start
+            log.error("error: %s", e)
+            self._restore_meta(previous_meta)
+            return 2
         self._signals()
         reason, status = "finished", 0
         one_line = None  # the error a user reads last, after the shutdown's own log lines
@@ -213,6 +296,9 @@ class Training:
                 log.error("error in thread %s:\n%s", where, text)
         finally:
             self._shutdown(save=status == 0 and getattr(self, "learner", None) is not None)
+        if status == 0 and self.save_error is not None:  # the final checkpoint could not be written
+            reason, status = f"error: {self.save_error}", 1
+            one_line = reason
         if one_line:
             log.error("%s", one_line)
         trained = getattr(self, "learner", None) is not None and hasattr(self, "start_time")
@@ -225,21 +311,32 @@ class Training:
             except Exception as e:  # noqa: BLE001
                 reason, status = f"error in the final test: {type(e).__name__}: {e}", 1
                 log.exception("error in the final test")
-        self.run_log.finish(success=status == 0 and reason == "finished", reason=reason)
+        if status == 2 and previous_meta is not None and not hasattr(self, "start_time"):
+            # a refused resume (the checkpoint does not fit the model): the run's record stays as it was
+            self.run_log.close()
+            self._restore_meta(previous_meta)
+        else:
+            self.run_log.finish(success=status == 0 and reason == "finished", reason=reason)
         if status == 0:
             log.info("%s at step %d; run directory %s", reason, getattr(self, "learner", None) and self.learner.step or 0, self.rundir)
         return status
+
+    def _restore_meta(self, previous: tuple[bytes, os.stat_result] | None) -> None:
+        """meta.json as the run being resumed left it (bytes and times), when this attempt was refused."""
+        if previous is not None:
+            data, stat = previous
+            path = os.path.join(self.rundir, "meta.json")
+            with open(path + ".tmp", "wb") as meta:
+                meta.write(data)
+            os.utime(path + ".tmp", ns=(stat.st_atime_ns, stat.st_mtime_ns))
+            os.replace(path + ".tmp", path)
 
     def _run(self) -> None:
         f = self.flags
         torch.manual_seed(f.seed)
         np.random.seed(f.seed)
         keep_freed_memory()
-        threads = f.torch_threads or auto_torch_threads(f)
-        torch.set_num_threads(threads)
-        log.info("torch intra-op threads: %d", threads)
-        # A checkpoint to resume is read (and refused, in one line) before any server starts.
-        saved = checkpoint.load(self.checkpoint_path) if os.path.exists(self.checkpoint_path) else None
+        saved = self.saved
         if self.supervisor is not None:
             self.supervisor.start_all()
         spec = self._connect_all()
@@ -248,7 +345,6 @@ class Training:
             self._check_can_record()
         self.spec = spec
         self.run_log.write_meta(flags=checkpoint.flags_dict(f), env_spec=spec)
-        self.device = select_device(f)
         from models.pretrained import apply_flags
 
         self.agent = agent = make_agent(f, spec)
@@ -281,6 +377,7 @@ class Training:
             self.data_source, self.device, self.stop, step=step,
         )
         self.learner.learner_steps = learner_steps
+        self.learner.last_saved_step = step if saved is not None else None
         self.learner.on_step = self._after_update
         if step >= f.total_steps:
             log.info("checkpoint is already at step %d >= --total_steps %d", step, f.total_steps)
@@ -350,6 +447,9 @@ class Training:
         path = path or self.checkpoint_path
         learner = self.learner
         with learner.lock:
+            if learner.diverged is not None:  # the weights are not finite: the last good checkpoint stays
+                log.info("not saving %s: training diverged", path)
+                return
             payload = {
                 "model_state_dict": {k: v.detach().cpu() for k, v in learner.model.state_dict().items()},
                 "optimizer_state_dict": learner.optimizer.state_dict(),
@@ -358,10 +458,24 @@ class Training:
                 "step": learner.step,
                 "learner_steps": learner.learner_steps,
             }
-            checkpoint.save(path, payload)
-            if path == self.checkpoint_path and hasattr(self.data_source, "save"):
-                self.data_source.save(self.rundir)
+            writing = path
+            try:
+                checkpoint.save(path, payload)
+                if path == self.checkpoint_path and hasattr(self.data_source, "save"):
+                    writing = os.path.join(self.rundir, "replay.tar")
+                    self.data_source.save(self.rundir)
+            except OSError as e:
+                raise self._write_error(writing, e) from None
+            if path == self.checkpoint_path:
+                learner.last_saved_step = learner.step
         log.info("saved checkpoint %s at step %d", path, learner.step)
+
+    def _write_error(self, path: str, error: OSError) -> CheckpointWriteError:
+        """Stops the run: one line with the path, the OS's reason, the free space, and what is kept."""
+        kept = self.learner.last_saved_step
+        kept = f"model.tar of step {kept:,} is kept" if kept is not None else "no checkpoint had been saved yet"
+        self.stop.set()
+        return CheckpointWriteError(f"{checkpoint.describe_write_error(path, error)}; {kept}")
 
     # ------------------------------------------------------- supervision
     def _supervise(self) -> None:
@@ -476,6 +590,8 @@ class Training:
         if save:
             try:
                 self.save_checkpoint()
+            except CheckpointWriteError as e:
+                self.save_error = e
             except Exception:  # noqa: BLE001
                 log.exception("final checkpoint failed; the previous one is kept")
         for item in self.connections:
@@ -622,10 +738,13 @@ class Validation:
             t.run_log.log_video("video/valid", result["video"], t.learner.step)
         if mean > self.best:
             self.best = mean
-            checkpoint.save(self.best_path, {
-                "model_state_dict": {k: v.detach().cpu() for k, v in result["model"].state_dict().items()},
-                "flags": checkpoint.flags_dict(t.flags), "step": result["step"], "valid_return": mean,
-            })
+            try:
+                checkpoint.save(self.best_path, {
+                    "model_state_dict": {k: v.detach().cpu() for k, v in result["model"].state_dict().items()},
+                    "flags": checkpoint.flags_dict(t.flags), "step": result["step"], "valid_return": mean,
+                })
+            except OSError as e:
+                raise t._write_error(self.best_path, e) from None
             log.info("new best validation return %.2f: saved %s", mean, self.best_path)
 
 
