@@ -384,9 +384,12 @@ def watch_parent(parent_pid: int, on_orphan: Callable[[], None]) -> None:
 
 
 def install_termination_handlers() -> None:
-    """SIGTERM/SIGINT end the server through SystemExit, so ``finally`` cleans up."""
+    """SIGTERM/SIGINT end the server through SystemExit, so ``finally`` cleans up; a repeat while
+    it exits is ignored (it would interrupt the cleanup or the interpreter's own exit)."""
 
     def handler(signum, frame):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         sys.exit(0)
 
     signal.signal(signal.SIGTERM, handler)

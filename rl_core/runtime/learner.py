@@ -114,6 +114,26 @@ class Learner:
         self._stats_n = 0
         self.learn_seconds = 0.0
         self.on_step = None  # called with (step before, step after) after each update, outside the lock
+        # Set at shutdown (Ctrl-C, an error): an update under way gives up at the next module call or
+        # parameter gradient, so that the learner thread ends within a fraction of a second instead of
+        # finishing a batch that can take many seconds on a CPU.  Its optimizer step is not taken:
+        # the weights stay those of the last finished update, which the final checkpoint saves.
+        self.abort = threading.Event()
+        self._updating = False
+        self._add_abort_hooks(model)
+
+    def _add_abort_hooks(self, model: nn.Module) -> None:
+        abort = self.abort
+
+        def check(*_):  # a plain function (not a bound method): a deepcopy of the model shares it
+            if self._updating and abort.is_set():
+                raise Stopped()
+
+        for module in model.modules():
+            module.register_forward_pre_hook(check)
+        for param in model.parameters():
+            if param.requires_grad:
+                param.register_hook(check)  # returns None: the gradient is kept as computed
 
     def take_stats(self) -> dict[str, float]:
         with self.stats_lock:
@@ -134,15 +154,25 @@ class Learner:
             start = time.perf_counter()
             sums: dict[str, float] = {}
             n = 0
-            for loss, stats in self.agent.updates(self.model, batch, state):
-                self.optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                grad_norm = nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
-                self.optimizer.step()
-                stats = dict(stats, grad_norm=float(grad_norm))
-                for k, v in stats.items():
-                    sums[k] = sums.get(k, 0.0) + float(v)
-                n += 1
+            self._updating = True
+            try:
+                for loss, stats in self.agent.updates(self.model, batch, state):
+                    self.optimizer.zero_grad(set_to_none=True)
+                    loss.backward()
+                    if self.abort.is_set():  # between the gradient and its step: no step taken
+                        raise Stopped()
+                    grad_norm = nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
+                    self.optimizer.step()
+                    stats = dict(stats, grad_norm=float(grad_norm))
+                    for k, v in stats.items():
+                        sums[k] = sums.get(k, 0.0) + float(v)
+                    n += 1
+            except Exception:
+                if self.abort.is_set():  # raised by the hooks (or wrapped on its way out of backward)
+                    raise Stopped() from None
+                raise
+            finally:
+                self._updating = False
             if n:  # a batch that only fed statistics (RND's random start) moves no schedule
                 self.scheduler.step()
             self.publish_weights()

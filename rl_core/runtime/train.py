@@ -95,6 +95,7 @@ class Training:
         self.threads: list[threading.Thread] = []
         self.connections: list[tp.Connection] = []
         self.interrupted = False
+        self.signum = 0  # the signal that stopped the run
 
     # -------------------------------------------------------------- setup
     def _signals(self) -> None:
@@ -109,7 +110,7 @@ class Training:
                     self._force_exit(signum)
                 return
             first_signal[0] = now
-            self.interrupted = True
+            self.interrupted, self.signum = True, signum
             log.info("received %s: stopping (final checkpoint, then exit)", signal.Signals(signum).name)
             self.stop.set()
             self.test_stop.set()
@@ -213,6 +214,9 @@ class Training:
                 log.error("error in thread %s:\n%s", where, text)
         finally:
             self._shutdown(save=status == 0 and getattr(self, "learner", None) is not None)
+        if reason == "interrupted" and getattr(self, "learner", None) is None:
+            status = 128 + (self.signum or signal.SIGINT)  # stopped before anything was trained: not a success
+            log.info("interrupted before training began: nothing was trained or saved (exit status %d)", status)
         if one_line:
             log.error("%s", one_line)
         trained = getattr(self, "learner", None) is not None and hasattr(self, "start_time")
@@ -460,8 +464,13 @@ class Training:
     # ---------------------------------------------------------- shutdown
     def _shutdown(self, save: bool) -> None:
         self.stop.set()
+        learner = getattr(self, "learner", None)
+        if learner is not None and (self.interrupted or not save):
+            learner.abort.set()  # an update under way gives up, its step untaken: the thread ends at once
         if self.validation is not None:
             self.validation.abort.set()
+        if self.supervisor is not None:
+            self.supervisor.terminate_all()  # the servers end while the threads are joined
         deadline = time.monotonic() + 5.0
         for thread in self.threads:
             thread.join(max(0.0, deadline - time.monotonic()))
