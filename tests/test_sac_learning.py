@@ -19,7 +19,7 @@ def train(tmp_path, xpid, *args, deadline_s: int = RUN_DEADLINE_S):
     last = rows[-1]
     print(f"\nSAC {xpid}: step {last['step']}, training last-100 mean {last['return_last_100']}, final test "
           f"mean {final['groups']['test']['mean']:.2f}; alpha {last.get('alpha')}, entropy {last.get('entropy')}, "
-          f"replay {last.get('replay_size')} sequences; wall {wall:.0f} s")
+          f"replay {last.get('replay_size')} transitions; wall {wall:.0f} s")
     return rows
 
 

@@ -178,7 +178,9 @@ class FootballEnv(SingleEnvpoolEnv):
         self._build(seed)
 
     def _make_pool(self, seed: int):
-        import envpool
+        from rl_core.envpool_env import import_envpool
+
+        envpool = import_envpool()  # without matplotlib (envpool's Jumanji renderers)
 
         return envpool.make_gymnasium(self.task_id, num_envs=1, batch_size=1, num_threads=1, seed=seed)
 

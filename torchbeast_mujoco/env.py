@@ -119,7 +119,9 @@ def canonical_env_id(name: str) -> str:
 
 def _envpool_gl_libraries() -> list[str]:
     """envpool's bundled GL libraries, dependencies first (empty where the wheel has none)."""
-    import envpool
+    from rl_core.envpool_env import import_envpool
+
+    envpool = import_envpool()  # without matplotlib (envpool's Jumanji renderers)
 
     libs_dir = Path(envpool.__file__).resolve().parent.parent / "envpool.libs"
     found = []
@@ -137,7 +139,9 @@ def _load_gl_globally() -> None:
 
 def _render_probe() -> None:
     """Run in a child process by :func:`enable_rendering`: exit 0 iff a MuJoCo frame renders."""
-    import envpool
+    from rl_core.envpool_env import import_envpool
+
+    envpool = import_envpool()  # without matplotlib (envpool's Jumanji renderers)
 
     _load_gl_globally()
     pool = envpool.make("InvertedPendulum-v5", env_type="gymnasium", num_envs=1, batch_size=1, num_threads=1,
@@ -213,7 +217,9 @@ class MujocoEnv(SingleEnvpoolEnv):
         self.max_episode_steps = int(self._pool.spec.config.max_episode_steps)
 
     def _make_pool(self, seed: int):
-        import envpool
+        from rl_core.envpool_env import import_envpool
+
+        envpool = import_envpool()  # without matplotlib (envpool's Jumanji renderers)
 
         kwargs: dict[str, Any] = {}
         if self.render_mode == "rgb_array":

@@ -201,7 +201,9 @@ class ProcgenEnv(SingleEnvpoolEnv):
         self._build(seed)
 
     def _make_pool(self, seed: int):
-        import envpool
+        from rl_core.envpool_env import import_envpool
+
+        envpool = import_envpool()  # without matplotlib (envpool's Jumanji renderers)
 
         try:
             return envpool.make_gymnasium(

@@ -7,7 +7,7 @@ distributed Q-learning from prioritized sequence replay (Kapturowski et al. 2019
 soft actor-critic from uniform replay, box or discrete actions (Haarnoja et al. 2018,
 Christodoulou 2019).  ``--rnd`` wraps ``impala`` or an on-policy agent in the RND add-on
 (``rl_core/agents/rnd.py``: an intrinsic reward stream and its value head; Burda et al. 2018).
-A new agent is a module here and a line in ``AGENTS``; the runtime never names one.
+A new agent is a module here and a line in ``AGENTS`` and ``ACTION_KINDS``; the runtime never names one.
 """
 
 from __future__ import annotations
@@ -21,6 +21,30 @@ if TYPE_CHECKING:  # flags are parsed in env servers too, which never import tor
 ON_POLICY = ("vpg", "ppo", "awr", "vmpo", "vtrace")
 REPLAY = ("r2d2", "sac")
 AGENTS = ("impala", *ON_POLICY, *REPLAY)
+# The action spaces each agent takes ("box": a Box of shape [D]).
+ACTION_KINDS = {"impala": ("discrete",), **{name: ("discrete", "box") for name in ON_POLICY},
+                "r2d2": ("discrete",), "sac": ("discrete", "box")}
+
+
+def agents_for(action_kind: str, rnd: bool = False) -> list[str]:
+    """The --agent names that take ``action_kind`` actions (with ``--rnd``: those RND wraps)."""
+    return [name for name in AGENTS if action_kind in ACTION_KINDS[name] and not (rnd and name in REPLAY)]
+
+
+def check_action_space(flags, spec: dict) -> None:
+    """One line naming every agent that fits when ``--agent`` does not take the env's action space."""
+    from rl_core.errors import UserError
+
+    name, action = getattr(flags, "agent", "impala"), spec["action"]
+    if action["kind"] in ACTION_KINDS.get(name, (action["kind"],)):
+        return
+    rnd = bool(getattr(flags, "rnd", False))
+    fits = agents_for(action["kind"], rnd)
+    takes = " or ".join(ACTION_KINDS[name])
+    has = "discrete actions" if action["kind"] == "discrete" else f"a Box action space of shape {list(action['shape'])}"
+    choices = ", ".join(fits[:-1]) + f" or {fits[-1]}" if len(fits) > 1 else fits[0]
+    raise UserError(f"--agent {name} takes {takes} actions; this env has {has}: use --agent {choices}"
+                    + (" (with --rnd)" if rnd else ""))
 
 
 # R2D2's published settings (Kapturowski et al. 2019, Table 2; SEED RL's Atari R2D2): Adam 1e-4 with

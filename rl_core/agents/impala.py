@@ -7,7 +7,6 @@ import torch
 from torch.nn import functional as F
 
 from rl_core.agents.base import Agent, extrinsic_stream
-from rl_core.errors import UserError
 from rl_core.losses.advantages import stream_rewards_and_discounts
 from rl_core.losses.impala import ValueHead, multi_head_impala_loss
 
@@ -45,9 +44,9 @@ class ImpalaAgent(Agent):
         self.streams = (extrinsic_stream(flags),) if flags is not None else ()
 
     def build_model(self):
-        if self.spec["action"]["kind"] != "discrete":
-            raise UserError("--agent impala takes discrete actions; for a Box action space use --agent ppo, "
-                            "vpg, awr, vmpo or vtrace")
+        from rl_core.agents import check_action_space
+
+        check_action_space(self.flags, self.spec)  # discrete only: one line naming the agents that fit
         return super().build_model()
 
     def unroll_fields(self):

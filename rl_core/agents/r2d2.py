@@ -26,7 +26,6 @@ import numpy as np
 import torch
 
 from rl_core.agents.base import Agent
-from rl_core.errors import UserError
 from rl_core.losses import r2d2 as r2d2_lib
 from rl_core.losses.advantages import bootstrap_truncations
 from rl_core.replay import sequence_priorities
@@ -41,9 +40,9 @@ class R2D2Agent(Agent):
 
     # ------------------------------------------------------------ model
     def build_model(self):
-        if self.spec["action"]["kind"] != "discrete":
-            raise UserError("--agent r2d2 takes discrete actions; for a Box action space use --agent ppo "
-                            "(or the other on-policy agents)")
+        from rl_core.agents import check_action_space
+
+        check_action_space(self.flags, self.spec)  # discrete only: one line naming the agents that fit
         from models.qnet import build_q_network
 
         model = build_q_network(self.flags, self.spec)

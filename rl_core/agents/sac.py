@@ -132,7 +132,7 @@ class SACAgent(Agent):
         self.source = ReplaySource(
             learner_queue, f, stride=T, seed=f.seed, capacity=math.ceil(f.replay_buffer_size / T),
             min_size=math.ceil(f.replay_buffer_min_size / T), trained_per_batch=f.batch_size,
-            priority_exponent=0.0, importance_sampling_exponent=0.0, window=2)
+            priority_exponent=0.0, importance_sampling_exponent=0.0, window=2, unit=("transitions", T))
         return self.source
 
     def learner_queue_size(self, chunk_envs):

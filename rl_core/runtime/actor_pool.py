@@ -73,8 +73,8 @@ def connect_server(address: tp.Address, flags, secret: bytes | None, stop=None, 
             kind, msg = conn.recv(stop, on_idle=no_answer)
         except tp.AuthenticationFailed as e:
             conn.close()
-            raise UserError(f"env server at {address}: {e}: give the learner and the servers the same secret "
-                            f"($POLYBEAST_SECRET)") from None
+            raise UserError(f"env server at {address}: authentication failed ({e}): give the learner and the "
+                            f"servers the same secret (--server_secret or $POLYBEAST_SECRET)") from None
         except (ConnectionError, tp.ConnectionClosed, tp.ProtocolError, _NoAnswer) as e:
             # A server that is dying (e.g. just killed) can still accept into its backlog, then
             # reset; one busy with another peer answers late: retry until the deadline.

@@ -17,7 +17,8 @@ each ACTION message of K actions it steps the K envs and answers one STEP:
                          the end of an episode (NaN for the other envs)
 
 A malformed, truncated or oversized message drops the connection with a logged
-reason, and the server waits for the next learner.  An exception inside an env
+reason (such lines, and those of peers failing TCP authentication, at most once per
+10 s), and the server waits for the next learner.  An exception inside an env
 is sent to the learner as an ERROR carrying the traceback, and the server exits.
 """
 
@@ -63,6 +64,29 @@ def space_spec(space) -> dict:
             "high": np.asarray(space.high, np.float64).ravel().tolist(),
         }
     raise TypeError(f"action space {space} is not supported (Discrete or Box)")
+
+
+class RateLimitedWarning:
+    """A warning logged at most once per ``interval_s``; the next one says how many were held back.
+
+    A learner with the wrong secret, or a port scanner, would otherwise fill the server's log."""
+
+    def __init__(self, interval_s: float = 10.0):
+        self.interval_s = interval_s
+        self._last = float("-inf")
+        self.held_back = 0
+
+    def warn(self, message: str) -> bool:
+        """Log ``message`` unless one was logged within ``interval_s``; True if it was logged."""
+        now = time.monotonic()
+        if now - self._last < self.interval_s:
+            self.held_back += 1
+            return False
+        if self.held_back:
+            message += f" ({self.held_back} more since the last such line; at most one every {self.interval_s:g} s)"
+        self._last, self.held_back = now, 0
+        log.warning("%s", message)
+        return True
 
 
 class _Superseded(Exception):
@@ -120,6 +144,9 @@ class EnvServer:
         # Deadlines for a whole message once begun, and for the whole TCP handshake.
         self.frame_timeout_s = frame_timeout_s
         self.auth_timeout_s = auth_timeout_s
+        self.auth_failures = 0
+        self._auth_warning = RateLimitedWarning(10.0)
+        self._drop_warning = RateLimitedWarning(10.0)  # malformed handshakes or messages
 
     # ------------------------------------------------------------- spec
     def spec(self) -> dict:
@@ -144,10 +171,10 @@ class EnvServer:
         try:
             while stop is None or not stop.is_set():
                 try:
-                    sock, _ = self._listener.accept()
+                    sock, peer_address = self._listener.accept()
                 except socket.timeout:
                     continue
-                self._serve_one(sock, stop)
+                self._serve_one(sock, stop, peer_address)
         finally:
             self.close()
 
@@ -171,11 +198,20 @@ class EnvServer:
         if ready:
             raise _Superseded(f"its peer sent nothing for {waited:.0f} s while another connection waited")
 
-    def _serve_one(self, sock: socket.socket, stop) -> None:
+    def _serve_one(self, sock: socket.socket, stop, peer_address=None) -> None:
         peer = "learner"
         try:
             if self.address.kind == "tcp":
-                tp.server_authenticate(sock, self.secret, timeout=self.auth_timeout_s)
+                try:
+                    tp.server_authenticate(sock, self.secret, timeout=self.auth_timeout_s)
+                except tp.AuthenticationFailed:
+                    self.auth_failures += 1
+                    who = f"{peer_address[0]}:{peer_address[1]}" if peer_address else "a peer"
+                    self._auth_warning.warn(
+                        f"env server {self.server_index}: authentication failed: the peer at {who} does not know "
+                        f"this server's secret; its connection is dropped (give the learner and the servers the "
+                        f"same --server_secret or $POLYBEAST_SECRET)")
+                    return
             conn = tp.Connection(sock, max_bytes=self.max_bytes, poll_s=min(1.0, self.idle_peer_s / 2),
                                  frame_timeout_s=self.frame_timeout_s)
             self.connections_served += 1
@@ -185,7 +221,7 @@ class EnvServer:
         except _Superseded as e:
             log.warning("env server %d: dropped a connection: %s", self.server_index, e)
         except tp.ProtocolError as e:
-            log.warning("env server %d: dropped connection: %s", self.server_index, e)
+            self._drop_warning.warn(f"env server {self.server_index}: dropped connection: {e}")
         except (ConnectionError, BrokenPipeError) as e:
             log.info("env server %d: connection lost (%s); waiting for the next", self.server_index, e)
         except tp.Stopped:
@@ -348,9 +384,12 @@ def watch_parent(parent_pid: int, on_orphan: Callable[[], None]) -> None:
 
 
 def install_termination_handlers() -> None:
-    """SIGTERM/SIGINT end the server through SystemExit, so ``finally`` cleans up."""
+    """SIGTERM/SIGINT end the server through SystemExit, so ``finally`` cleans up; a repeat while
+    it exits is ignored (it would interrupt the cleanup or the interpreter's own exit)."""
 
     def handler(signum, frame):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         sys.exit(0)
 
     signal.signal(signal.SIGTERM, handler)

@@ -118,6 +118,26 @@ class Learner:
         self.on_step = None  # called with (step before, step after) after each update, outside the lock
         self.diverged: str | None = None  # set (under the lock) when an update was not finite: nothing is saved
         self.last_saved_step: int | None = None  # the step of model.tar as on disk (the run sets it)
+        # Set at shutdown (Ctrl-C, an error): an update under way gives up at the next module call or
+        # parameter gradient, so that the learner thread ends within a fraction of a second instead of
+        # finishing a batch that can take many seconds on a CPU.  Its optimizer step is not taken:
+        # the weights stay those of the last finished update, which the final checkpoint saves.
+        self.abort = threading.Event()
+        self._updating = False
+        self._add_abort_hooks(model)
+
+    def _add_abort_hooks(self, model: nn.Module) -> None:
+        abort = self.abort
+
+        def check(*_):  # a plain function (not a bound method): a deepcopy of the model shares it
+            if self._updating and abort.is_set():
+                raise Stopped()
+
+        for module in model.modules():
+            module.register_forward_pre_hook(check)
+        for param in model.parameters():
+            if param.requires_grad:
+                param.register_hook(check)  # returns None: the gradient is kept as computed
 
     def take_stats(self) -> dict[str, float]:
         with self.stats_lock:
@@ -138,21 +158,31 @@ class Learner:
             start = time.perf_counter()
             sums: dict[str, float] = {}
             n = 0
-            for loss, stats in self.agent.updates(self.model, batch, state):
-                self.optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                grad_norm = nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
-                # One host sync for both (the grad norm's float was one already), before the step: a
-                # non-finite loss or gradient never reaches the weights.
-                loss_value, grad_value = torch.stack([loss.detach().float(), grad_norm.float()]).tolist()
-                if not (math.isfinite(loss_value) and math.isfinite(grad_value)):
-                    where = f", its optimizer step {n + 1}" if n else ""
-                    self._diverged(where, self._nonfinite_loss(loss_value, grad_value, stats))
-                self.optimizer.step()
-                stats = dict(stats, grad_norm=grad_value)
-                for k, v in stats.items():
-                    sums[k] = sums.get(k, 0.0) + float(v)
-                n += 1
+            self._updating = True
+            try:
+                for loss, stats in self.agent.updates(self.model, batch, state):
+                    self.optimizer.zero_grad(set_to_none=True)
+                    loss.backward()
+                    if self.abort.is_set():  # between the gradient and its step: no step taken
+                        raise Stopped()
+                    grad_norm = nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
+                    # One host sync for both (the grad norm's float was one already), before the step: a
+                    # non-finite loss or gradient never reaches the weights.
+                    loss_value, grad_value = torch.stack([loss.detach().float(), grad_norm.float()]).tolist()
+                    if not (math.isfinite(loss_value) and math.isfinite(grad_value)):
+                        where = f", its optimizer step {n + 1}" if n else ""
+                        self._diverged(where, self._nonfinite_loss(loss_value, grad_value, stats))
+                    self.optimizer.step()
+                    stats = dict(stats, grad_norm=grad_value)
+                    for k, v in stats.items():
+                        sums[k] = sums.get(k, 0.0) + float(v)
+                    n += 1
+            except Exception:
+                if self.abort.is_set():  # raised by the hooks (or wrapped on its way out of backward)
+                    raise Stopped() from None
+                raise
+            finally:
+                self._updating = False
             if n:  # a batch that only fed statistics (RND's random start) moves no schedule
                 self.scheduler.step()
                 # Weights whose norm is not finite (a value beyond ~1e19 overflows float32's squares)

@@ -21,7 +21,8 @@ With ``window`` (SAC: 2) a batch holds, of each drawn sequence, only ``window`` 
 steps from a uniformly drawn offset: with equal priorities (exponent 0) every transition of
 the replay is equally likely, and a batch is {field: [window, B, ...]}.  ``capacity`` and
 ``min_size`` count sequences; an agent that counts transitions divides by the steps per
-sequence.
+sequence and passes ``unit=("transitions", steps per sequence)``, so that the log and the
+``replay_size`` column count what its flags count.
 """
 
 from __future__ import annotations
@@ -49,9 +50,10 @@ class ReplaySource:
     def __init__(self, learner_queue: queue.Queue, flags, stride: int, seed: int = 0, *,
                  capacity: int | None = None, min_size: int | None = None, trained_per_batch: int | None = None,
                  priority_exponent: float | None = None, importance_sampling_exponent: float | None = None,
-                 window: int | None = None):
+                 window: int | None = None, unit: tuple[str, int] = ("sequences", 1)):
         """Sizes in sequences and exponents default to R2D2's flags; ``trained_per_batch`` (steps
-        trained per batch, for the replay ratio) to batch_size x unroll_length."""
+        trained per batch, for the replay ratio) to batch_size x unroll_length; ``unit``: what
+        --replay_buffer_size counts and how many of those a sequence holds, for the log."""
         self.queue = learner_queue
         self.flags = flags
         self.batch_size = flags.batch_size
@@ -59,6 +61,7 @@ class ReplaySource:
                                   else trained_per_batch)
         self.stride = stride
         self.window = window
+        self.unit, self.per_sequence = unit
         self.ratio = flags.replay_ratio
         self.min_size = flags.replay_buffer_min_size if min_size is None else min_size
         self.replay = PrioritizedReplay(
@@ -73,6 +76,10 @@ class ReplaySource:
         self._new_steps = 0
         self._sampled = 0
         self._inserted_since = 0
+
+    def amount(self, sequences: int) -> str:
+        """``sequences`` stored sequences in the unit the flags count: "128 sequences", "1024 transitions"."""
+        return f"{sequences * self.per_sequence} {self.unit}"
 
     # ----------------------------------------------------------- counters
     def _learning(self) -> bool:
@@ -125,8 +132,8 @@ class ReplaySource:
             self._inserted_since += K * self.stride
             if not self._learning() and len(self.replay) >= self.min_size:
                 self.steps_at_start = self.inserted_steps
-                log.info("replay holds %d sequences (>= --replay_buffer_min_size): learning starts",
-                         len(self.replay))
+                log.info("replay holds %s (>= --replay_buffer_min_size): learning starts",
+                         self.amount(len(self.replay)))
             self.cond.notify_all()
 
     # ------------------------------------------------------------- learner
@@ -171,7 +178,7 @@ class ReplaySource:
             sampled, inserted = self._sampled, self._inserted_since
             self._sampled = self._inserted_since = 0
         return {
-            "replay_size": len(self.replay),
+            "replay_size": len(self.replay) * self.per_sequence,
             "replay_mb": round(self.replay.nbytes / 2**20, 1),
             "replay_sample_insert_ratio": sampled / inserted if inserted else float("nan"),
             "replay_mean_priority": self.replay.mean_priority() if len(self.replay) else float("nan"),
@@ -187,13 +194,13 @@ class ReplaySource:
                         "steps_at_start": -1 if self.steps_at_start is None else self.steps_at_start}
         with self.replay.lock:  # the state shares the replay's arrays: no insert while they are written
             checkpoint.save(os.path.join(rundir, "replay.tar"), {"replay": self.replay.state_dict(), **counters})
-        log.info("saved the replay (%d sequences, %.1f MB)", len(self.replay), self.replay.nbytes / 2**20)
+        log.info("saved the replay (%s, %.1f MB)", self.amount(len(self.replay)), self.replay.nbytes / 2**20)
 
     def restore(self, rundir: str) -> None:
         """A resumed run restores replay.tar with --checkpoint_replay; else it refills before learning."""
         path = os.path.join(rundir, "replay.tar")
         if not self.flags.checkpoint_replay or not os.path.exists(path):
-            log.info("the replay starts empty: learning resumes once it holds %d sequences", self.min_size)
+            log.info("the replay starts empty: learning resumes once it holds %s", self.amount(self.min_size))
             return
         state = checkpoint.load(path, key="replay", fix="delete it to refill the replay before learning")
         try:
@@ -205,4 +212,4 @@ class ReplaySource:
         self.trained_steps = int(state["trained_steps"])
         start = int(state["steps_at_start"])
         self.steps_at_start = None if start < 0 else start
-        log.info("restored the replay from %s: %d sequences", path, len(self.replay))
+        log.info("restored the replay from %s: %s", path, self.amount(len(self.replay)))

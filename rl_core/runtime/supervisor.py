@@ -38,6 +38,7 @@ class ServerSupervisor:
         self.restarts = 0
         self._recent: list[list[float]] = [[] for _ in range(num_servers)]
         self._env_error_since: float | None = None
+        self._terminated: set[int] = set()  # pids sent SIGTERM
 
     def _start(self, i: int) -> None:
         cmd = [sys.executable, "-m", self.module, *self.argv, "--server_index", str(i)]
@@ -98,14 +99,20 @@ class ServerSupervisor:
         process's server listens on (this run was refused its address) stays."""
         tp.remove_stale_socket(self.addresses[i])
 
-    def stop_all(self, timeout: float = 5.0) -> None:
-        """SIGTERM every server, SIGKILL what is left after ``timeout``, remove socket files."""
+    def terminate_all(self) -> None:
+        """SIGTERM every server still running, once (stop_all then waits for them): a second SIGTERM
+        would interrupt a server's own clean exit."""
         for proc in self.procs:
-            if proc is not None and proc.poll() is None:
+            if proc is not None and proc.poll() is None and proc.pid not in self._terminated:
+                self._terminated.add(proc.pid)
                 try:
                     proc.send_signal(signal.SIGTERM)
                 except ProcessLookupError:
                     pass
+
+    def stop_all(self, timeout: float = 5.0) -> None:
+        """SIGTERM every server, SIGKILL what is left after ``timeout``, remove socket files."""
+        self.terminate_all()
         deadline = time.monotonic() + timeout
         for proc in self.procs:
             if proc is None:

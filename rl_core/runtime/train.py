@@ -93,6 +93,7 @@ class Training:
         self.interrupted = False
         self.saved: dict | None = None  # the checkpoint of this run directory, read at the start
         self.save_error: CheckpointWriteError | None = None  # the final checkpoint's, if it failed
+        self.signum = 0  # the signal that stopped the run
 
     # -------------------------------------------------------------- setup
     def _signals(self) -> None:
@@ -107,7 +108,7 @@ class Training:
                     self._force_exit(signum)
                 return
             first_signal[0] = now
-            self.interrupted = True
+            self.interrupted, self.signum = True, signum
             log.info("received %s: stopping (final checkpoint, then exit)", signal.Signals(signum).name)
             self.stop.set()
             self.test_stop.set()
@@ -299,6 +300,9 @@ class Training:
         if status == 0 and self.save_error is not None:  # the final checkpoint could not be written
             reason, status = f"error: {self.save_error}", 1
             one_line = reason
+        if reason == "interrupted" and getattr(self, "learner", None) is None:
+            status = 128 + (self.signum or signal.SIGINT)  # stopped before anything was trained: not a success
+            log.info("interrupted before training began: nothing was trained or saved (exit status %d)", status)
         if one_line:
             log.error("%s", one_line)
         trained = getattr(self, "learner", None) is not None and hasattr(self, "start_time")
@@ -574,8 +578,13 @@ class Training:
     # ---------------------------------------------------------- shutdown
     def _shutdown(self, save: bool) -> None:
         self.stop.set()
+        learner = getattr(self, "learner", None)
+        if learner is not None and (self.interrupted or not save):
+            learner.abort.set()  # an update under way gives up, its step untaken: the thread ends at once
         if self.validation is not None:
             self.validation.abort.set()
+        if self.supervisor is not None:
+            self.supervisor.terminate_all()  # the servers end while the threads are joined
         deadline = time.monotonic() + 5.0
         for thread in self.threads:
             thread.join(max(0.0, deadline - time.monotonic()))

@@ -1,0 +1,289 @@
+"""Faults a user meets end in one clear line, and nothing saved is lost (issue 29): a TCP secret that
+differs, plotting imports in env servers, Ctrl-C while Procgen starts (servers still starting, or the
+learner inside its first update), an agent that does not fit the action space, and SAC's replay
+counted in transitions.  Each drives the real launcher, servers, sockets and files."""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+import signal
+import socket
+import time
+
+import numpy as np
+import torch
+
+from rl_core import checkpoint
+from rl_core.runtime import transport as tp
+from tests.proc_utils import alive, children, csv_rows, read, run, start, wait_for
+
+
+def saved_run(tmp_path, xpid="run") -> dict:
+    """A run directory as an earlier run left it: its model.tar and logs.csv, to be left untouched."""
+    rundir = tmp_path / "runs" / xpid
+    rundir.mkdir(parents=True)
+    checkpoint.save(str(rundir / "model.tar"), {"model_state_dict": {"w": torch.arange(4.0)}, "step": 1234})
+    (rundir / "logs.csv").write_text("step,mean_episode_return\n1234,5.0\n")
+    return snapshot(rundir)
+
+
+def snapshot(rundir) -> dict:
+    return {name: ((rundir / name).read_bytes(), os.stat(rundir / name).st_mtime_ns)
+            for name in ("model.tar", "logs.csv")}
+
+
+def last_line(text: str) -> str:
+    return text.strip().splitlines()[-1]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def sockets_left(tmp_path) -> list[str]:
+    return [p for p in os.listdir(tmp_path) if p.startswith("pipe")]
+
+
+# ------------------------------------------------------------ TCP authentication
+
+
+def test_a_wrong_secret_is_authentication_failed_on_both_sides_and_the_server_log_is_rate_limited(
+        tmp_path, monkeypatch):
+    port = free_port()
+    flags = ["--env=CartPole-v1", "--num_actors=2", "--num_servers=1", f"--pipes_basename=127.0.0.1:{port}"]
+    monkeypatch.setenv("POLYBEAST_SECRET", "the-servers-secret")
+    server_out = str(tmp_path / "server_out")
+    server = start("torchbeast_gym.polybeast_env", *flags, output=server_out)
+    try:
+        wait_for(lambda: f"2 envs at 127.0.0.1:{port}" in read(server_out), 60, "the server to listen")
+        before = saved_run(tmp_path)
+        started = time.monotonic()
+        result = run("torchbeast_gym.polybeast_learner", *flags, "--server_secret=another-secret",
+                     f"--savedir={tmp_path / 'runs'}", "--xpid=run", "--connect_timeout=60",
+                     output=str(tmp_path / "learner_out"), timeout=60)
+        took = time.monotonic() - started
+        assert result.returncode == 2, result.stdout[-3000:]
+        line = last_line(result.stdout)
+        assert f"env server at 127.0.0.1:{port}: authentication failed" in line, line
+        assert "same secret" in line and "did not answer" not in result.stdout and "Traceback" not in result.stdout
+        assert took < 30  # at once, not at --connect_timeout
+        assert snapshot(tmp_path / "runs" / "run") == before
+
+        # A peer retrying with the wrong secret is told so each time; the server logs one line per 10 s.
+        address = tp.Address("tcp", host="127.0.0.1", port=port)
+        for _ in range(20):
+            sock = tp.connect(address, timeout=5)
+            try:
+                tp.client_authenticate(sock, b"another-secret")
+                raise AssertionError("authenticated with the wrong secret")
+            except tp.AuthenticationFailed as e:
+                assert "refused the learner's secret" in str(e)
+            finally:
+                sock.close()
+        # ... and still serves a learner that knows the secret.
+        sock = tp.connect(address, timeout=5)
+        tp.client_authenticate(sock, b"the-servers-secret")
+        conn = tp.Connection(sock, poll_s=0.2, frame_timeout_s=5)
+        assert conn.recv()[0] == tp.HELLO
+        conn.close()
+        assert server.poll() is None
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.wait(timeout=15)
+    text = read(server_out)
+    failures = [line for line in text.splitlines() if "authentication failed" in line]
+    assert len(failures) == 1, failures  # 21 refusals within 10 s: one line
+    assert "does not know this server's secret" in failures[0] and "127.0.0.1:" in failures[0]
+    assert "dropped connection" not in text
+    assert server.returncode == 0
+
+
+# ------------------------------------------------------------ no plotting in env servers
+
+
+def test_a_procgen_env_server_imports_no_plotting_module(tmp_path, monkeypatch):
+    """matplotlib (envpool's Jumanji renderers import pyplot; its font cache is built on a fresh machine) and
+    the repo's plot and video modules stay out of an env server: with PYTHONPROFILEIMPORTTIME (python -X
+    importtime) the server lists every module it imported while it started, served a learner and stepped."""
+    monkeypatch.setenv("PYTHONPROFILEIMPORTTIME", "1")
+    out = str(tmp_path / "server_out")
+    path = tmp_path / "pipe.0"
+    server = start("torchbeast_procgen.polybeast_env", "--env=chaser", "--num_actors=2", "--num_servers=1",
+                   "--server_index=0", f"--pipes_basename=unix:{tmp_path}/pipe", output=out)
+    try:
+        wait_for(lambda: path.exists(), 60, "the server to listen")
+        conn = tp.Connection(tp.connect(tp.Address("unix", path=str(path)), timeout=10), poll_s=0.2,
+                             frame_timeout_s=10)
+        assert conn.recv()[0] == tp.HELLO and conn.recv()[0] == tp.STEP
+        for _ in range(5):
+            conn.send(tp.ACTION, {"action": np.zeros(2, np.int64)})
+            assert conn.recv()[0] == tp.STEP
+        conn.close()
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.wait(timeout=15)
+    text = read(out)
+    imported = [line.rsplit("|", 1)[-1].strip() for line in text.splitlines() if line.startswith("import time:")]
+    assert "torchbeast_procgen.env" in imported and "envpool" in imported  # the probe sees the server's imports
+    plotting = [m for m in imported if m.split(".")[0] == "matplotlib" or m in ("rl_core.plot", "rl_core.video")]
+    assert plotting == []
+    assert server.returncode == 0
+
+
+# ------------------------------------------------------------ Ctrl-C while Procgen starts
+
+
+def procgen_flags(tmp_path, **overrides) -> list[str]:
+    flags = {"env": "chaser", "num_actors": 2, "num_servers": 2, "batch_size": 2, "unroll_length": 20,
+             "pipes_basename": f"unix:{tmp_path}/pipe", "savedir": str(tmp_path / "runs"), "xpid": "run",
+             "log_interval": 1, "total_steps": 10**9}
+    flags.update(overrides)
+    return [f"--{k}" if v is True else f"--{k}={v}" for k, v in flags.items()]
+
+
+def server_pids(pid: int) -> list[int]:
+    """The launcher's env server processes (not e.g. the git it runs for meta.json)."""
+    found = []
+    for child in children(pid):
+        try:
+            with open(f"/proc/{child}/cmdline", "rb") as f:
+                if b"polybeast_env" in f.read():
+                    found.append(child)
+        except OSError:
+            pass
+    return found
+
+
+def test_ctrl_c_while_procgen_servers_start_exits_at_once_leaving_nothing(tmp_path):
+    """SIGINT while the env servers are still starting: the launcher ends them and exits within 5 s with
+    130 (stopped before training: nothing saved, not a success); the earlier run's files are untouched."""
+    before = saved_run(tmp_path)
+    out = str(tmp_path / "out")
+    proc = start("torchbeast_procgen.polybeast", *procgen_flags(tmp_path), output=out)
+    try:
+        servers = wait_for(lambda: len(server_pids(proc.pid)) == 2 and server_pids(proc.pid), 60,
+                           "the servers to be started", interval=0.02)
+        assert not sockets_left(tmp_path)  # still starting: none listens yet
+        proc.send_signal(signal.SIGINT)
+        sent = time.monotonic()
+        proc.wait(timeout=30)
+        took = time.monotonic() - sent
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    text = read(out)
+    assert took < 5, text[-3000:]
+    assert proc.returncode == 130, text[-3000:]
+    assert "interrupted before training began" in last_line(text)
+    assert "Traceback" not in text and "threads still running" not in text
+    assert not any(alive(pid) for pid in servers)
+    assert not sockets_left(tmp_path)
+    assert snapshot(tmp_path / "runs" / "run") == before
+
+
+def thread_cpu_seconds(pid: int, name: str) -> float:
+    """CPU time of the thread of ``pid`` named ``name`` (the runtime names its OS threads)."""
+    total = 0.0
+    for task in glob.glob(f"/proc/{pid}/task/*"):
+        try:
+            with open(f"{task}/comm") as f:
+                if f.read().strip() != name:
+                    continue
+            with open(f"{task}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+def test_ctrl_c_during_the_first_procgen_update_joins_every_thread_within_5_s(tmp_path):
+    """SIGINT while the learner is inside an update that takes seconds on a CPU (the ResNet on a batch
+    of 4 x 200 Procgen frames): the update is abandoned, every thread is joined, the servers end and
+    the checkpoint is written within 5 s; exit 0."""
+    out = str(tmp_path / "out")
+    flags = procgen_flags(tmp_path, num_actors=4, batch_size=4, unroll_length=200, resnet_channels="32,64,64",
+                          disable_final_test=True)
+    proc = start("torchbeast_procgen.polybeast", *flags, output=out)
+    try:
+        wait_for(lambda: thread_cpu_seconds(proc.pid, "learner-0") > 0.5, 120, "the learner's first update",
+                 interval=0.05)
+        servers = server_pids(proc.pid)
+        assert len(servers) == 2
+        proc.send_signal(signal.SIGINT)
+        sent = time.monotonic()
+        proc.wait(timeout=30)
+        took = time.monotonic() - sent
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    text = read(out)
+    assert took < 5, text[-3000:]
+    assert proc.returncode == 0, text[-3000:]
+    assert "threads still running" not in text and "Traceback" not in text and "terminate called" not in text
+    assert not any(alive(pid) for pid in servers)
+    assert not sockets_left(tmp_path)
+    saved = torch.load(tmp_path / "runs" / "run" / "model.tar", weights_only=True)
+    assert saved["step"] == 0 and saved["learner_steps"] == 0  # the abandoned update took no step
+
+
+# ------------------------------------------------------------ agents and action spaces
+
+
+def test_an_agent_that_does_not_take_box_actions_names_every_agent_that_does(tmp_path):
+    before = saved_run(tmp_path)
+    result = run("torchbeast_gym.polybeast", "--env=Pendulum-v1", "--agent=r2d2", "--num_actors=2",
+                 "--num_servers=1", "--batch_size=2", "--unroll_length=4", "--burn_in=2",
+                 f"--pipes_basename=unix:{tmp_path}/pipe", f"--savedir={tmp_path / 'runs'}", "--xpid=run",
+                 output=str(tmp_path / "out"), timeout=120)
+    assert result.returncode == 2, result.stdout[-3000:]
+    line = last_line(result.stdout)
+    assert line.endswith("error: --agent r2d2 takes discrete actions; this env has a Box action space of shape "
+                         "[1]: use --agent vpg, ppo, awr, vmpo, vtrace or sac"), line
+    assert "Traceback" not in result.stdout
+    assert not sockets_left(tmp_path)
+    assert snapshot(tmp_path / "runs" / "run") == before
+
+
+# ------------------------------------------------------------ SAC's replay in transitions
+
+
+def test_sac_reports_its_replay_in_transitions(tmp_path):
+    """--replay_buffer_min_size counts transitions for SAC: so do the log line that starts learning, the
+    saved replay's line and logs.csv's replay_size."""
+    T = 8
+    result = run("torchbeast_gym.polybeast", "--env=Pendulum-v1", "--agent=sac", "--num_actors=2",
+                 "--num_servers=1", f"--unroll_length={T}", "--batch_size=16", "--replay_buffer_size=1000",
+                 "--replay_buffer_min_size=64", "--random_init_steps=0", "--replay_ratio=16", "--total_steps=400",
+                 "--mlp_sizes=32,32", "--checkpoint_replay", "--disable_final_test", "--log_interval=1",
+                 f"--pipes_basename=unix:{tmp_path}/pipe", f"--savedir={tmp_path / 'runs'}", "--xpid=run",
+                 output=str(tmp_path / "out"), timeout=120)
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert "replay holds 64 transitions (>= --replay_buffer_min_size): learning starts" in result.stdout
+    assert "sequences" not in result.stdout
+    saved = re.search(r"saved the replay \((\d+) transitions", result.stdout)
+    assert saved and int(saved.group(1)) % T == 0 and 64 <= int(saved.group(1)) <= 1000
+    rows = csv_rows(str(tmp_path / "runs" / "run" / "logs.csv"))
+    sizes = [int(float(r["replay_size"])) for r in rows if r.get("replay_size")]
+    assert sizes and all(s % T == 0 and s <= 1000 for s in sizes) and sizes[-1] <= int(saved.group(1))
+
+
+def test_the_refusal_with_rnd_names_the_agents_rnd_wraps():
+    import types
+
+    import pytest
+
+    from rl_core.agents import check_action_space
+    from rl_core.errors import UserError
+
+    box = {"action": {"kind": "box", "shape": [6], "low": [-1.0] * 6, "high": [1.0] * 6}}
+    with pytest.raises(UserError, match=r"^--agent impala takes discrete actions; this env has a Box action space "
+                                        r"of shape \[6\]: use --agent vpg, ppo, awr, vmpo or vtrace \(with --rnd\)$"):
+        check_action_space(types.SimpleNamespace(agent="impala", rnd=True), box)
+    for agent in ("ppo", "sac"):
+        check_action_space(types.SimpleNamespace(agent=agent, rnd=False), box)  # they take it
+    check_action_space(types.SimpleNamespace(agent="r2d2", rnd=False), {"action": {"kind": "discrete", "n": 3}})
