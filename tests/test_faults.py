@@ -63,7 +63,8 @@ def test_first_lines_name_run_directory_device_and_sizing_and_another_agent_cann
     result = first_run(tmp_path)
     messages = log_messages(result.stdout)
     assert messages[0] == f"run directory: {rundir} (new run)", messages[:3]
-    assert messages[1].startswith("device: cpu, "), messages[:3]
+    # the learner's device: cpu here, "cuda (<its name>)" where a GPU is at hand (checked on an H100)
+    assert re.match(r"device: (cpu|cuda \(.+\)), \d+ torch intra-op threads?$", messages[1]), messages[:3]
     assert messages[2] == ("sizing: --agent impala, 4 envs on 1 env server (4 each), learner batches of 4 x 20 = "
                            "80 steps (~10 batches), --total_steps 800"), messages[:3]
     step = int(re.search(r"saved checkpoint \S+ at step (\d+)", result.stdout).group(1))
