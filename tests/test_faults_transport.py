@@ -158,6 +158,13 @@ def server_pids(pid: int) -> list[int]:
     return found
 
 
+def seconds_to_exit_after_sigint(proc) -> float:
+    proc.send_signal(signal.SIGINT)
+    sent = time.monotonic()
+    proc.wait(timeout=30)
+    return time.monotonic() - sent
+
+
 def test_ctrl_c_while_procgen_servers_start_exits_at_once_leaving_nothing(tmp_path):
     """SIGINT while the env servers are still starting: the launcher ends them and exits within 5 s with
     130 (stopped before training: nothing saved, not a success); the earlier run's files are untouched."""
@@ -168,10 +175,7 @@ def test_ctrl_c_while_procgen_servers_start_exits_at_once_leaving_nothing(tmp_pa
         servers = wait_for(lambda: len(server_pids(proc.pid)) == 2 and server_pids(proc.pid), 60,
                            "the servers to be started", interval=0.02)
         assert not sockets_left(tmp_path)  # still starting: none listens yet
-        proc.send_signal(signal.SIGINT)
-        sent = time.monotonic()
-        proc.wait(timeout=30)
-        took = time.monotonic() - sent
+        took = seconds_to_exit_after_sigint(proc)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -214,10 +218,7 @@ def test_ctrl_c_during_the_first_procgen_update_joins_every_thread_within_5_s(tm
                  interval=0.05)
         servers = server_pids(proc.pid)
         assert len(servers) == 2
-        proc.send_signal(signal.SIGINT)
-        sent = time.monotonic()
-        proc.wait(timeout=30)
-        took = time.monotonic() - sent
+        took = seconds_to_exit_after_sigint(proc)
     finally:
         if proc.poll() is None:
             proc.kill()
