@@ -94,3 +94,25 @@ def flag_error_line(capsys, env_pkg, *argv) -> str:
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].count("error:") == 1
     return err[-1]
+
+
+def last_line(output: str) -> str:
+    return output.strip().splitlines()[-1]
+
+
+def snapshot(rundir, names=("model.tar", "meta.json")) -> dict:
+    """Bytes and mtime of each file of a run directory (what a fault must leave as it was)."""
+    return {name: ((rundir / name).read_bytes(), (rundir / name).stat().st_mtime_ns) for name in names}
+
+
+def sockets_left(tmp_path) -> list[str]:
+    """Socket files of a run whose --pipes_basename is unix:<tmp_path>/pipe."""
+    return [p for p in os.listdir(tmp_path) if p.startswith("pipe")]
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

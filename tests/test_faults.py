@@ -16,7 +16,7 @@ import socket
 import pytest
 import torch
 
-from tests.proc_utils import alive, children, read, run, start, wait_for
+from tests.proc_utils import alive, children, last_line, read, run, snapshot, sockets_left, start, wait_for
 
 GYM = "torchbeast_gym.polybeast"
 
@@ -32,22 +32,9 @@ def flags(tmp_path, name="a", xpid="run", **overrides):
     return [f"--{k}" if v is True else f"--{k}={v}" for k, v in values.items() if v is not None]
 
 
-def last_line(output: str) -> str:
-    return output.strip().splitlines()[-1]
-
-
 def log_messages(output: str) -> list[str]:
     """The messages of the run's log lines, in order ("[INFO:pid name time] message")."""
     return [line.split("] ", 1)[1] for line in output.splitlines() if line.startswith("[") and "] " in line]
-
-
-def snapshot(rundir, names=("model.tar", "meta.json")) -> dict:
-    """Bytes and mtime of each file (what a fault must leave as it was)."""
-    return {name: ((rundir / name).read_bytes(), (rundir / name).stat().st_mtime_ns) for name in names}
-
-
-def sockets_left(tmp_path):
-    return [p for p in os.listdir(tmp_path) if p.startswith("pipe")]
 
 
 def first_run(tmp_path, **overrides):

@@ -9,7 +9,6 @@ import glob
 import os
 import re
 import signal
-import socket
 import time
 
 import numpy as np
@@ -17,7 +16,12 @@ import torch
 
 from rl_core import checkpoint
 from rl_core.runtime import transport as tp
-from tests.proc_utils import alive, children, csv_rows, read, run, start, wait_for
+from tests.proc_utils import (
+    alive, children, csv_rows, free_port, last_line, read, run, snapshot, sockets_left, start, wait_for,
+)
+
+
+SAVED = ("model.tar", "logs.csv")  # what an earlier run left, to be left as it was
 
 
 def saved_run(tmp_path, xpid="run") -> dict:
@@ -26,26 +30,8 @@ def saved_run(tmp_path, xpid="run") -> dict:
     rundir.mkdir(parents=True)
     checkpoint.save(str(rundir / "model.tar"), {"model_state_dict": {"w": torch.arange(4.0)}, "step": 1234})
     (rundir / "logs.csv").write_text("step,mean_episode_return\n1234,5.0\n")
-    return snapshot(rundir)
+    return snapshot(rundir, SAVED)
 
-
-def snapshot(rundir) -> dict:
-    return {name: ((rundir / name).read_bytes(), os.stat(rundir / name).st_mtime_ns)
-            for name in ("model.tar", "logs.csv")}
-
-
-def last_line(text: str) -> str:
-    return text.strip().splitlines()[-1]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def sockets_left(tmp_path) -> list[str]:
-    return [p for p in os.listdir(tmp_path) if p.startswith("pipe")]
 
 
 # ------------------------------------------------------------ TCP authentication
@@ -71,7 +57,7 @@ def test_a_wrong_secret_is_authentication_failed_on_both_sides_and_the_server_lo
         assert f"env server at 127.0.0.1:{port}: authentication failed" in line, line
         assert "same secret" in line and "did not answer" not in result.stdout and "Traceback" not in result.stdout
         assert took < 30  # at once, not at --connect_timeout
-        assert snapshot(tmp_path / "runs" / "run") == before
+        assert snapshot(tmp_path / "runs" / "run", SAVED) == before
 
         # A peer retrying with the wrong secret is told so each time; the server logs one line per 10 s.
         address = tp.Address("tcp", host="127.0.0.1", port=port)
@@ -186,7 +172,7 @@ def test_ctrl_c_while_procgen_servers_start_exits_at_once_leaving_nothing(tmp_pa
     assert "Traceback" not in text and "threads still running" not in text
     assert not any(alive(pid) for pid in servers)
     assert not sockets_left(tmp_path)
-    assert snapshot(tmp_path / "runs" / "run") == before
+    assert snapshot(tmp_path / "runs" / "run", SAVED) == before
 
 
 def thread_cpu_seconds(pid: int, name: str) -> float:
@@ -247,7 +233,7 @@ def test_an_agent_that_does_not_take_box_actions_names_every_agent_that_does(tmp
                          "[1]: use --agent vpg, ppo, awr, vmpo, vtrace or sac"), line
     assert "Traceback" not in result.stdout
     assert not sockets_left(tmp_path)
-    assert snapshot(tmp_path / "runs" / "run") == before
+    assert snapshot(tmp_path / "runs" / "run", SAVED) == before
 
 
 # ------------------------------------------------------------ SAC's replay in transitions

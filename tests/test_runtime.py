@@ -4,13 +4,12 @@ import json
 import os
 import re
 import signal
-import socket
 import time
 
 import pytest
 import torch
 
-from tests.proc_utils import alive, children, csv_rows, read, run, start, wait_for
+from tests.proc_utils import alive, children, csv_rows, free_port, read, run, sockets_left, start, wait_for
 
 GYM = "torchbeast_gym.polybeast"
 
@@ -31,10 +30,6 @@ def common(tmp_path, xpid="run", **overrides):
     }
     flags.update(overrides)
     return [f"--{k}={v}" for k, v in flags.items()]
-
-
-def sockets_left(tmp_path):
-    return [p for p in os.listdir(tmp_path) if p.startswith("pipe")]
 
 
 def test_num_actors_must_be_a_multiple_of_num_servers(tmp_path):
@@ -325,12 +320,6 @@ def test_env_servers_and_learner_run_separately(tmp_path):
             servers.kill()
     assert not any(alive(pid) for pid in grandchildren)
     assert not sockets_left(tmp_path)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_tcp_servers_with_generated_secret(tmp_path):
