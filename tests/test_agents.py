@@ -323,11 +323,11 @@ def test_each_package_builds_and_updates_r2d2_with_its_defaults(package, core):
             "torchbeast_procgen": {"obs_shape": [3, 64, 64], "obs_dtype": "|u1",
                                    "action": {"kind": "discrete", "n": 15}},
             "torchbeast_gym": DISCRETE, "torchbeast_mujoco": BOX}[package]
-    agent = make_agent(f, spec)
-    if package == "torchbeast_mujoco":
+    if package == "torchbeast_mujoco":  # refused when the agent is made, before any model is built
         with pytest.raises(UserError, match="discrete actions"):
-            agent.build_model()
+            make_agent(f, spec).build_model()
         return
+    agent = make_agent(f, spec)
     assert (f.optimizer, f.n_steps, f.grad_norm_clipping, f.reward_clipping) == ("adam", 5, 40.0, "none")
     model = agent.build_model()
     optimizer, _ = agent.make_optimizer(model)

@@ -101,6 +101,7 @@ def published_defaults(name: str) -> dict:
 
 
 def make_agent(flags, spec: dict) -> Agent:
+    check_action_space(flags, spec)  # every agent, from ACTION_KINDS: one line naming the agents that fit
     agent = _make_agent(flags, spec)
     if getattr(flags, "rnd", False):
         from rl_core.agents.rnd import RNDAgent

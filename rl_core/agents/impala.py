@@ -43,12 +43,6 @@ class ImpalaAgent(Agent):
         super().__init__(flags, spec)
         self.streams = (extrinsic_stream(flags),) if flags is not None else ()
 
-    def build_model(self):
-        from rl_core.agents import check_action_space
-
-        check_action_space(self.flags, self.spec)  # discrete only: one line naming the agents that fit
-        return super().build_model()
-
     def unroll_fields(self):
         n = self.spec["action"]["n"]
         fields = {"policy_logits": ((n,), np.dtype(np.float32)), "baseline": ((), np.dtype(np.float32))}

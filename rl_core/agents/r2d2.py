@@ -40,9 +40,6 @@ class R2D2Agent(Agent):
 
     # ------------------------------------------------------------ model
     def build_model(self):
-        from rl_core.agents import check_action_space
-
-        check_action_space(self.flags, self.spec)  # discrete only: one line naming the agents that fit
         from models.qnet import build_q_network
 
         model = build_q_network(self.flags, self.spec)
