@@ -5,7 +5,8 @@ Five networks on the observation alone (no reward or last action input, no recur
 * the actor: box actions -> the mean and std of a Gaussian (``models.heads.GaussianHead``,
   state-dependent std), tanh-squashed into the env's bounds by the agent; discrete actions ->
   the logits of pi(.|s);
-* two critics Q_1, Q_2: box actions -> Q(s, a) from [features(s), a]; discrete -> Q(s, .) [A];
+* two critics Q_1, Q_2: box actions -> Q(s, a) from [features(s), a]; discrete -> Q(s, .) [A]
+  (``TwinCritics``: both in one batched forward, one ``baddbmm`` per layer);
 * their target copies Q-bar_1, Q-bar_2 (frozen, Polyak-averaged by the agent);
 * log alpha, the temperature's logarithm.
 
@@ -46,26 +47,74 @@ class Torso(nn.Module):
         return self.mlp(x)
 
 
-class Critic(nn.Module):
-    """Q(s, a) [N] from [features(s), a] (box actions), or Q(s, .) [N, A] (discrete)."""
+class EnsembleLinear(nn.Module):
+    """E independent linear layers applied in one batched matmul: x [E, N, in] -> [E, N, out].
 
-    def __init__(self, torso: Torso, num_outputs: int):
+    Each member is initialised as an ``nn.Linear(in, out)`` of its own."""
+
+    def __init__(self, ensemble: int, in_size: int, out_size: int):
         super().__init__()
-        self.torso = torso
-        self.q = nn.Linear(torso.out_size, num_outputs)
+        layers = [nn.Linear(in_size, out_size) for _ in range(ensemble)]
+        self.weight = nn.Parameter(torch.stack([layer.weight.detach().t() for layer in layers]))  # [E, in, out]
+        self.bias = nn.Parameter(torch.stack([layer.bias.detach() for layer in layers]).unsqueeze(1))  # [E, 1, out]
 
-    def forward(self, obs: torch.Tensor, action: torch.Tensor | None = None) -> torch.Tensor:
-        q = self.q(self.torso(obs, action))
-        return q.squeeze(-1) if action is not None else q
+    def forward(self, x: torch.Tensor, detach_params: bool = False) -> torch.Tensor:
+        w, b = (self.weight.detach(), self.bias.detach()) if detach_params else (self.weight, self.bias)
+        return torch.baddbmm(b, x, w)
 
 
 class TwinCritics(nn.Module):
-    def __init__(self, make_critic):
-        super().__init__()
-        self.q1, self.q2 = make_critic(), make_critic()
+    """Q_1 and Q_2 in one batched forward: Q(s, a) [N] each from [features(s), a] (box actions), or
+    Q(s, .) [N, A] (discrete).
 
-    def forward(self, obs: torch.Tensor, action: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.q1(obs, action), self.q2(obs, action)
+    The two critics share no parameter: each has its own ReLU MLP (the members of ``layers``) and, for
+    images, its own CNN stem (``stems``); the MLPs run as one ``baddbmm`` per layer for both."""
+
+    def __init__(self, stems: list[nn.Module] | None, in_size: int, hidden_sizes: tuple[int, ...], num_outputs: int,
+                 box_actions: bool):
+        super().__init__()
+        self.stems = nn.ModuleList(stems) if stems else None
+        self.box_actions = box_actions
+        sizes = (in_size, *hidden_sizes, num_outputs)
+        self.layers = nn.ModuleList(EnsembleLinear(2, i, o) for i, o in zip(sizes[:-1], sizes[1:]))
+
+    def forward(self, obs: torch.Tensor, action: torch.Tensor | None = None,
+                detach_params: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """(Q_1, Q_2); ``detach_params``: gradients flow to the inputs (the actor's action), not to the
+        critics' parameters (SAC's policy loss, Haarnoja et al. 2018 Eq. 7)."""
+        dtype = self.layers[0].weight.dtype
+        if self.stems is not None:
+            x = torch.stack([stem(obs).to(dtype) for stem in self.stems])  # [2, N, F]
+        else:
+            x = obs.flatten(1).to(dtype).expand(2, *obs.shape[:1], -1)
+        if action is not None:
+            x = torch.cat([x, action.to(dtype).expand(2, *action.shape)], dim=-1)
+        for i, layer in enumerate(self.layers):
+            x = layer(x, detach_params)
+            if i < len(self.layers) - 1:
+                x = torch.relu(x)
+        q = x.squeeze(-1) if self.box_actions else x
+        return q[0], q[1]
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        # A checkpoint from before the batched critics (q1/q2 each a Torso and a Linear q) loads into it.
+        if prefix + "q1.q.weight" in state_dict:
+            convert_twin_critics(state_dict, prefix, len(self.layers))
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+
+def convert_twin_critics(state_dict: dict, prefix: str, num_layers: int) -> None:
+    """Rewrite, in place, the keys of separate critics (``q1.torso.mlp.{0,2,..}``, ``q1.q``,
+    ``q1.torso.stem.*``) as the batched ones (``layers.i.weight`` [2, in, out], ``stems.{0,1}.*``)."""
+    for k in [k for k in state_dict if k.startswith(prefix + "q1.torso.stem.") or k.startswith(prefix + "q2.torso.stem.")]:
+        member = 0 if k.startswith(prefix + "q1.") else 1
+        state_dict[f"{prefix}stems.{member}.{k[len(prefix + 'q1.torso.stem.'):]}"] = state_dict.pop(k)
+    for i in range(num_layers):
+        old = "q.{}" if i == num_layers - 1 else f"torso.mlp.{2 * i}.{{}}"
+        w = [state_dict.pop(f"{prefix}q{m}.{old.format('weight')}") for m in (1, 2)]
+        b = [state_dict.pop(f"{prefix}q{m}.{old.format('bias')}") for m in (1, 2)]
+        state_dict[f"{prefix}layers.{i}.weight"] = torch.stack([x.t() for x in w])
+        state_dict[f"{prefix}layers.{i}.bias"] = torch.stack(b).unsqueeze(1)
 
 
 class SACModel(nn.Module):
@@ -147,7 +196,9 @@ def build_sac_model(flags, spec: dict) -> SACModel:
     else:
         policy = GaussianHead(actor_torso.out_size, n, std_kind=flags.std_kind, min_std=flags.min_std,
                               initial_std=flags.initial_std, state_dependent=True)
-    critics = TwinCritics(lambda: Critic(torso(0 if discrete else n), n if discrete else 1))
+    stems = [build_stem(flags, obs_shape) for _ in range(2)] if image else None
+    critic_in = (stems[0].out_size if image else int(math.prod(obs_shape))) + (0 if discrete else n)
+    critics = TwinCritics(stems, critic_in, hidden, n if discrete else 1, box_actions=not discrete)
     obs_normalizer = None
     if getattr(flags, "obs_normalization", False):
         from rl_core.normalization import RunningMeanStd

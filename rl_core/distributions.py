@@ -130,6 +130,8 @@ class Gaussian:
             for accelerator tensors, where they would synchronise.
         eps: the clamp of the atanh inversion in :meth:`log_prob`
             (``SQUASH_EPS``, see its comment).
+        validate: False skips the bounds' value checks (a caller that checked them once, e.g. a
+            learner building the same distribution at every update).
 
     Computation is in float32, or float64 when ``mean`` is float64.
     """
@@ -142,13 +144,14 @@ class Gaussian:
         low: Optional[Union[torch.Tensor, Sequence[float]]] = None,
         high: Optional[Union[torch.Tensor, Sequence[float]]] = None,
         eps: float = SQUASH_EPS,
+        validate: bool = True,
     ):
         if mean.dim() < 1:
             raise ValueError(f"Gaussian expects mean of shape [..., D]; got {tuple(mean.shape)}")
         self.mean = _at_least_float32(mean)
         self.std = std.to(self.mean.dtype)
         try:
-            broadcast_ok = torch.broadcast_shapes(self.mean.shape, self.std.shape) == self.mean.shape
+            broadcast_ok = not validate or torch.broadcast_shapes(self.mean.shape, self.std.shape) == self.mean.shape
         except RuntimeError:
             broadcast_ok = False
         if not broadcast_ok:
@@ -170,7 +173,7 @@ class Gaussian:
                     f"Gaussian bounds must have shape [{dim}]; got low={tuple(low.shape)}, high={tuple(high.shape)}"
                 )
             # Value checks only where they cost no device synchronisation.
-            if self.squash and low.device.type == "cpu" and high.device.type == "cpu":
+            if validate and self.squash and low.device.type == "cpu" and high.device.type == "cpu":
                 if not (torch.isfinite(low).all() and torch.isfinite(high).all()):
                     raise ValueError(
                         "Gaussian(squash=True) needs finite Box bounds; use squash=False for unbounded actions"

@@ -149,6 +149,11 @@ def make_parser(prog: str | None = None) -> argparse.ArgumentParser:
     g.add_argument("--momentum", type=float, default=0, help="RMSProp momentum.")
     g.add_argument("--epsilon", type=float, default=0.01, help="RMSProp epsilon.")
     g.add_argument("--grad_norm_clipping", type=float, default=40.0, help="Global gradient norm clip (0: off).")
+    g.add_argument("--publish_interval", type=int, default=1, metavar="K",
+                   help="Publish the learner's weights to the inference model after every K-th learner batch: "
+                        "a replay agent's many small updates (SAC, R2D2) then copy the weights less often, and "
+                        "acting lags the learner by at most K batches (safe for off-policy agents; on-policy "
+                        "ones correct the lag by importance weights only with V-trace, so keep 1 there).")
 
     from rl_core import agents
 

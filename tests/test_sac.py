@@ -451,3 +451,41 @@ def test_windows_of_frame_stacks_decode_to_the_stored_stacks():
         for b in range(16):
             assert torch.equal(batch["obs"][0, b], obs[t[b], env[b]])
             assert torch.equal(batch["obs"][1, b], obs[t[b] + 1, env[b]])
+
+
+@pytest.mark.parametrize("spec", [BOX, DISCRETE], ids=["box", "discrete"])
+def test_batched_twin_critics_equal_two_separate_mlps_and_load_the_old_layout(spec):
+    """TwinCritics runs both critics in one baddbmm per layer: each member equals its own ReLU MLP, and
+    a checkpoint of the separate critics (q1/q2, each a torso and a Linear q) loads into it."""
+    agent, model = agent_and_model(spec)
+    critics = model.critics
+    obs = torch.randn(6, 3 if spec is BOX else 4)
+    action = torch.rand(6, 2) if spec is BOX else None
+    x = obs if action is None else torch.cat([obs, action], -1)
+    old = {}
+    for m in range(2):
+        h = x
+        for i, layer in enumerate(critics.layers):
+            w, b = layer.weight[m].t(), layer.bias[m, 0]
+            h = torch.nn.functional.linear(h, w, b)
+            name = "q" if i == len(critics.layers) - 1 else f"torso.mlp.{2 * i}"
+            old[f"critics.q{m + 1}.{name}.weight"], old[f"critics.q{m + 1}.{name}.bias"] = w.clone(), b.clone()
+            if i < len(critics.layers) - 1:
+                h = torch.relu(h)
+        q = critics(obs, action)[m]
+        torch.testing.assert_close(q, h.squeeze(-1) if action is not None else h)
+    state = {k: v for k, v in model.state_dict().items() if not k.startswith("critics.")}
+    state.update(old)
+    _, fresh = agent_and_model(spec, seed=1)
+    fresh.load_state_dict(state)
+    for a, b in zip(fresh.critics(obs, action), critics(obs, action)):
+        torch.testing.assert_close(a, b)
+
+
+def test_the_actor_loss_reaches_the_action_but_not_the_critics_parameters():
+    _, model = agent_and_model(BOX)
+    obs, action = torch.randn(5, 3), torch.rand(5, 2, requires_grad=True)
+    q1, q2 = model.critics(obs, action, detach_params=True)
+    (q1 + q2).sum().backward()
+    assert action.grad is not None and action.grad.abs().sum() > 0
+    assert all(p.grad is None for p in model.critics.parameters())

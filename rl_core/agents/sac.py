@@ -15,8 +15,8 @@ with discrete actions as in Christodoulou 2019 ("Soft Actor-Critic for Discrete 
   2 steps); each inserted transition is sampled ``--replay_ratio`` times on average; learning
   starts once ``--replay_buffer_min_size`` transitions are in.
 * Learning: one loss per batch, critic + actor + temperature, each with gradients only to its
-  own parameters (the actor's Q-values go through critics whose parameters are frozen for that
-  pass), one Adam over all of them (SEED RL's arrangement); then the targets move by tau.
+  own parameters (the actor's Q-values go through the critics with their parameters detached for
+  that pass), one Adam over all of them (SEED RL's arrangement); then the targets move by tau.
   The temperature is learned towards ``--target_entropy`` (default -|A| for box actions,
   ``--target_entropy_ratio`` x log|A| for discrete ones) or fixed at ``--entropy_cost`` with
   ``--no-learn_temperature``.
@@ -29,7 +29,6 @@ transition has no target (masked): every other transition of the episode bootstr
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
 
@@ -37,24 +36,11 @@ import torch
 from torch.nn import functional as F
 
 from rl_core.agents.base import Agent
-from rl_core.distributions import make_distribution
+from rl_core.distributions import Gaussian, make_distribution
 from rl_core.errors import UserError
 from rl_core.losses import sac as sac_lib
 
 log = logging.getLogger("sac")
-
-
-@contextlib.contextmanager
-def frozen(module: torch.nn.Module):
-    """Parameters of ``module`` out of the graph built inside (gradients flow through, not to them)."""
-    params = [p for p in module.parameters() if p.requires_grad]
-    for p in params:
-        p.requires_grad_(False)
-    try:
-        yield
-    finally:
-        for p in params:
-            p.requires_grad_(True)
 
 
 def target_entropy(flags, action: dict) -> float:
@@ -73,6 +59,7 @@ class SACAgent(Agent):
         super().__init__(flags, spec)
         self.source = None
         self.random_steps_left = getattr(flags, "random_init_steps", 0)
+        self._bounds: dict = {}  # the box's (low, high) per device
         if spec is not None:
             self.discrete = spec["action"]["kind"] == "discrete"
             self.target_entropy = target_entropy(flags, spec["action"])
@@ -94,7 +81,16 @@ class SACAgent(Agent):
         return make_optimizer(f, params, steps_per_update=f.batch_size / f.replay_ratio)
 
     def distribution(self, params: dict):
-        return make_distribution(self.spec["action"], params, squash=not self.discrete)
+        if self.discrete:
+            return make_distribution(self.spec["action"], params)
+        mean = params["policy_mean"]
+        bounds = self._bounds.get(mean.device)
+        if bounds is None:  # checked once (make_distribution), then kept on each device
+            make_distribution(self.spec["action"], params, squash=True)
+            action = self.spec["action"]
+            bounds = tuple(torch.as_tensor(action[k], dtype=torch.float32, device=mean.device) for k in ("low", "high"))
+            self._bounds[mean.device] = bounds
+        return Gaussian(mean, params["policy_std"], squash=True, low=bounds[0], high=bounds[1], validate=False)
 
     # ----------------------------------------------------------- acting
     def unroll_fields(self):
@@ -178,18 +174,16 @@ class SACAgent(Agent):
         else:
             q1, q2 = model.critics(obs, action)
             new_action, log_prob = self.distribution(params).sample_with_log_prob()
-            with frozen(model.critics):
-                pq1, pq2 = model.critics(obs, new_action)
+            pq1, pq2 = model.critics(obs, new_action, detach_params=True)
             actor = sac_lib.actor_loss(log_prob, pq1, pq2, alpha)
             temperature = sac_lib.temperature_loss(model.log_alpha, log_prob, self.target_entropy)
             entropy = -log_prob.detach().mean()
         critic = sac_lib.critic_loss(q1, q2, targets, mask)
         total = critic + actor + (temperature if f.learn_temperature else 0.0)
-        stats = {
-            "total_loss": total.item(), "critic_loss": critic.item(), "actor_loss": actor.item(),
-            "temperature_loss": temperature.item(), "alpha": alpha.item(), "entropy": entropy.item(),
-            "target_entropy": self.target_entropy, "mean_q": q1.detach().mean().item(),
-            "mean_target": targets.mean().item(),
+        stats = {  # tensors: the learner reads them with the batch's one host sync
+            "total_loss": total.detach(), "critic_loss": critic.detach(), "actor_loss": actor.detach(),
+            "temperature_loss": temperature.detach(), "alpha": alpha, "entropy": entropy.detach(),
+            "target_entropy": self.target_entropy, "mean_q": q1.detach().mean(), "mean_target": targets.mean(),
         }
         return total, stats
 

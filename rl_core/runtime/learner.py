@@ -38,10 +38,66 @@ def inference_copy(model: nn.Module) -> nn.Module:
 
 def publish(model: nn.Module, inference_model: nn.Module, lock: threading.Lock) -> None:
     """Copy the learner's weights (and buffers: normalizer statistics) into the inference copy, by name."""
-    with lock, torch.no_grad():
-        source = model.state_dict()
-        for name, dst in inference_model.state_dict().items():
-            dst.copy_(source[name])
+    Publisher(model, inference_model, lock)()
+
+
+class Publisher:
+    """``publish`` with the pairs of tensors found once: one foreach copy per call instead of two
+    ``state_dict()`` walks (the tensors are updated in place, so the pairs stay valid)."""
+
+    def __init__(self, model: nn.Module, inference_model: nn.Module, lock: threading.Lock):
+        source = model.state_dict(keep_vars=True)
+        pairs = [(dst, source[name]) for name, dst in inference_model.state_dict(keep_vars=True).items()]
+        self.dst = [d.detach() for d, _ in pairs]
+        self.src = [s.detach() for _, s in pairs]
+        self.lock = lock
+
+    def __call__(self) -> None:
+        with self.lock, torch.no_grad():
+            if self.dst:
+                torch._foreach_copy_(self.dst, self.src)
+
+
+class StepStats:
+    """The stats of a batch's optimizer steps, kept on the device until the batch's one host sync.
+
+    An agent's stats may be tensors (read at the sync) or Python numbers; the result is the mean of
+    each over the steps, with ``grad_norm``."""
+
+    def __init__(self):
+        self.rows: list[torch.Tensor] = []  # per step: [loss, grad norm, *tensor stats]
+        self.keys: list[str] | None = None
+        self.numbers: dict[str, float] = {}  # sums over the steps
+        self.last_numbers: dict[str, float] = {}
+
+    def add(self, loss: torch.Tensor, grad_norm: torch.Tensor, stats: dict) -> torch.Tensor:
+        if self.keys is None:
+            self.keys = [k for k, v in stats.items() if isinstance(v, torch.Tensor)]
+        values = [loss.detach().float().reshape(()), grad_norm.detach().float().reshape(())]
+        for k in self.keys:
+            v = stats[k]
+            values.append(v.detach().float().reshape(()) if isinstance(v, torch.Tensor)
+                          else torch.tensor(float(v), device=values[0].device))
+        self.last_numbers = {k: float(v) for k, v in stats.items() if not isinstance(v, torch.Tensor)}
+        for k, v in self.last_numbers.items():
+            self.numbers[k] = self.numbers.get(k, 0.0) + v
+        row = torch.stack(values)
+        self.rows.append(row)
+        return row
+
+    def named(self, row: list[float]) -> dict[str, float]:
+        return dict(self.last_numbers, **dict(zip(self.keys or [], row[2:])))
+
+    def read(self) -> list[list[float]]:
+        """The host sync: every step's [loss, grad norm, *stats] as Python floats."""
+        return torch.stack(self.rows).tolist() if self.rows else []
+
+    def means(self, rows: list[list[float]]) -> dict[str, float]:
+        n = max(len(rows), 1)
+        out = {k: v / n for k, v in self.numbers.items()}
+        for j, k in enumerate(["grad_norm"] + (self.keys or []), start=1):
+            out[k] = sum(r[j] for r in rows) / n
+        return out
 
 
 class UnrollBatcher:
@@ -95,6 +151,11 @@ class UnrollBatcher:
         return steps
 
 
+# An update faster than this ends well within a Ctrl-C's 5 s on its own: the abort hooks (a Python call
+# per module call and per parameter gradient) are removed once an update has been seen to be this fast.
+FAST_UPDATE_S = 0.1
+
+
 class Learner:
     def __init__(self, flags, model: nn.Module, inference_model: nn.Module, inference_lock: threading.Lock,
                  agent, optimizer, scheduler, batcher: UnrollBatcher, device, stop: threading.Event, step: int = 0):
@@ -111,6 +172,7 @@ class Learner:
         self.lock = threading.Lock()  # one optimizer step at a time
         self.step = step
         self.learner_steps = 0
+        self.optimizer_steps = 0
         self.stats_lock = threading.Lock()
         self._stats_sum: dict[str, float] = {}
         self._stats_n = 0
@@ -118,26 +180,38 @@ class Learner:
         self.on_step = None  # called with (step before, step after) after each update, outside the lock
         self.diverged: str | None = None  # set (under the lock) when an update was not finite: nothing is saved
         self.last_saved_step: int | None = None  # the step of model.tar as on disk (the run sets it)
+        self.params = list(model.parameters())
+        self._publisher = Publisher(model, inference_model, inference_lock)
+        # --publish_interval k: the inference copy gets the weights after every k-th batch (1: every batch).
+        self.publish_interval = max(1, int(getattr(flags, "publish_interval", 1) or 1))
+        # A fused Adam skips a step on the device when its ``found_inf`` is set: the finiteness of each
+        # step's loss and gradient is then read once per batch, not once per step (no host sync inside).
+        # (read per batch: a resumed optimizer's param_groups come from its checkpoint)
         # Set at shutdown (Ctrl-C, an error): an update under way gives up at the next module call or
         # parameter gradient, so that the learner thread ends within a fraction of a second instead of
         # finishing a batch that can take many seconds on a CPU.  Its optimizer step is not taken:
         # the weights stay those of the last finished update, which the final checkpoint saves.
         self.abort = threading.Event()
         self._updating = False
-        self._add_abort_hooks(model)
+        self._abort_hooks = self._add_abort_hooks(model)
 
-    def _add_abort_hooks(self, model: nn.Module) -> None:
+    def _add_abort_hooks(self, model: nn.Module) -> list:
         abort = self.abort
 
         def check(*_):  # a plain function (not a bound method): a deepcopy of the model shares it
             if self._updating and abort.is_set():
                 raise Stopped()
 
-        for module in model.modules():
-            module.register_forward_pre_hook(check)
-        for param in model.parameters():
-            if param.requires_grad:
-                param.register_hook(check)  # returns None: the gradient is kept as computed
+        handles = [module.register_forward_pre_hook(check) for module in model.modules()]
+        # a hook returning None keeps the gradient as computed
+        handles += [p.register_hook(check) for p in model.parameters() if p.requires_grad]
+        return handles
+
+    def _drop_abort_hooks_if_fast(self, seconds: float) -> None:
+        if self._abort_hooks and seconds < FAST_UPDATE_S:
+            for handle in self._abort_hooks:
+                handle.remove()
+            self._abort_hooks = []
 
     def take_stats(self) -> dict[str, float]:
         with self.stats_lock:
@@ -147,56 +221,74 @@ class Learner:
         return stats
 
     def publish_weights(self) -> None:
-        publish(self.model, self.inference_model, self.inference_lock)
+        self._publisher()
 
     def learn(self, batch: dict, state: tuple, new_steps: int | None = None) -> dict[str, float]:
         """The agent's optimizer steps on one batch already on the device; the step count grows by
-        ``new_steps``, the env steps that arrived with it (default: T x B of the batch)."""
+        ``new_steps``, the env steps that arrived with it (default: T x B of the batch).
+
+        Host synchronisation: with a fused Adam, one per batch (every step's loss, gradient norm and
+        stats read together; a non-finite step is skipped on the device by the optimizer's
+        ``found_inf``); otherwise one per optimizer step, before it (the gradient norm's float).
+        Either way a non-finite loss or gradient never reaches the weights."""
         f = self.flags
         max_norm = f.grad_norm_clipping if f.grad_norm_clipping > 0 else float("inf")
         with self.lock:
             start = time.perf_counter()
-            sums: dict[str, float] = {}
-            n = 0
+            steps = StepStats()
+            self.deferred_checks = all(g.get("fused") for g in getattr(self.optimizer, "param_groups", [{}]))
             self._updating = True
             try:
                 for loss, stats in self.agent.updates(self.model, batch, state):
+                    n = len(steps.rows)
                     self.optimizer.zero_grad(set_to_none=True)
                     loss.backward()
                     if self.abort.is_set():  # between the gradient and its step: no step taken
                         raise Stopped()
-                    grad_norm = nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
-                    # One host sync for both (the grad norm's float was one already), before the step: a
-                    # non-finite loss or gradient never reaches the weights.
-                    loss_value, grad_value = torch.stack([loss.detach().float(), grad_norm.float()]).tolist()
-                    if not (math.isfinite(loss_value) and math.isfinite(grad_value)):
-                        where = f", its optimizer step {n + 1}" if n else ""
-                        self._diverged(where, self._nonfinite_loss(loss_value, grad_value, stats))
+                    grad_norm = nn.utils.clip_grad_norm_(self.params, max_norm, foreach=True)
+                    row = steps.add(loss, grad_norm, stats)
+                    if self.deferred_checks:
+                        self.optimizer.found_inf = (~torch.isfinite(row[:2]).all()).float()
+                    else:
+                        row = row.tolist()
+                        if not (math.isfinite(row[0]) and math.isfinite(row[1])):
+                            where = f", its optimizer step {n + 1}" if n else ""
+                            self._diverged(where, self._nonfinite_loss(row[0], row[1], steps.named(row)))
                     self.optimizer.step()
-                    stats = dict(stats, grad_norm=grad_value)
-                    for k, v in stats.items():
-                        sums[k] = sums.get(k, 0.0) + float(v)
-                    n += 1
             except Exception:
                 if self.abort.is_set():  # raised by the hooks (or wrapped on its way out of backward)
                     raise Stopped() from None
                 raise
             finally:
                 self._updating = False
+                if self.deferred_checks:
+                    self.optimizer.found_inf = None
+            n = len(steps.rows)
+            param_norm = nn.utils.get_total_norm(self.params, foreach=True) if n else None
+            rows = steps.read()  # the batch's one host sync (with the weights' norm below)
+            if self.deferred_checks:
+                for i, row in enumerate(rows):
+                    if not (math.isfinite(row[0]) and math.isfinite(row[1])):
+                        self._diverged(f", its optimizer step {i + 1}" if n > 1 else "",
+                                       self._nonfinite_loss(row[0], row[1], steps.named(row)))
             if n:  # a batch that only fed statistics (RND's random start) moves no schedule
                 self.scheduler.step()
                 # Weights whose norm is not finite (a value beyond ~1e19 overflows float32's squares)
                 # are not published: the inference copy would sample from inf / nan logits.
-                if not math.isfinite(float(nn.utils.get_total_norm(list(self.model.parameters())))):
+                if not math.isfinite(float(param_norm)):
                     self._diverged(f", after its {n} optimizer steps" if n > 1 else "", self._nonfinite_parameter())
-            self.publish_weights()
+            self.learner_steps += 1
+            self.optimizer_steps += n
+            if self.learner_steps % self.publish_interval == 0:
+                self.publish_weights()
             previous_step = self.step
             self.step += f.unroll_length * batch["reward"].shape[1] if new_steps is None else new_steps
-            self.learner_steps += 1
-            self.learn_seconds += time.perf_counter() - start
-            stats = {k: v / max(n, 1) for k, v in sums.items()}
+            seconds = time.perf_counter() - start
+            self.learn_seconds += seconds
+            stats = steps.means(rows)
             stats.update(learning_rate=self.scheduler.get_last_lr()[0], optimizer_steps=n)
             crossed = (previous_step, self.step)
+        self._drop_abort_hooks_if_fast(seconds)
         with self.stats_lock:
             for k, v in stats.items():
                 self._stats_sum[k] = self._stats_sum.get(k, 0.0) + float(v)

@@ -43,6 +43,7 @@ from rl_core.runtime.transport import Stopped
 log = logging.getLogger("replay")
 
 STATE = "state/"
+PREFETCH = 2  # batches sampled ahead of the learner
 FRAMES, INDEX = "obs/frames", "obs/index"  # --replay_frame_stack: each frame once (rl_core.frame_stacks)
 
 
@@ -76,6 +77,11 @@ class ReplaySource:
         self._new_steps = 0
         self._sampled = 0
         self._inserted_since = 0
+        # Batches sampled ahead by the prefetch thread (sampling and batch assembly are off the learner
+        # thread's critical path); pinned when the learner is on CUDA (``pin``), for an async copy.
+        self.prefetched: queue.Queue = queue.Queue(maxsize=PREFETCH)
+        self.pin = False
+        self._prefetching = False  # without the thread (a test driving the source), next_batch samples
 
     def amount(self, sequences: int) -> str:
         """``sequences`` stored sequences in the unit the flags count: "128 sequences", "1024 transitions"."""
@@ -98,7 +104,7 @@ class ReplaySource:
     # -------------------------------------------------------------- feeder
     def threads(self):
         """(name, target(stop)) of the threads this source runs beside the learner."""
-        return [("replay-feeder", self.feed)]
+        return [("replay-feeder", self.feed), ("replay-prefetch", self.prefetch)]
 
     def feed(self, stop: threading.Event) -> None:
         while not stop.is_set():
@@ -137,7 +143,32 @@ class ReplaySource:
             self.cond.notify_all()
 
     # ------------------------------------------------------------- learner
+    def prefetch(self, stop: threading.Event) -> None:
+        """The prefetch thread: samples batches (as the replay ratio allows) into ``prefetched``."""
+        self._prefetching = True
+        while not stop.is_set():
+            batch = self.sample_batch(stop)
+            while True:
+                try:
+                    self.prefetched.put(batch, timeout=0.5)
+                    break
+                except queue.Full:
+                    if stop.is_set():
+                        raise Stopped()
+
     def next_batch(self, stop: threading.Event) -> tuple[dict, tuple]:
+        """The next batch the prefetch thread sampled."""
+        if not self._prefetching:
+            return self.sample_batch(stop)
+        while True:
+            try:
+                return self.prefetched.get(timeout=0.5)
+            except queue.Empty:
+                if stop.is_set():
+                    raise Stopped()
+
+    def sample_batch(self, stop: threading.Event) -> tuple[dict, tuple]:
+        """One batch from the replay, once the replay ratio allows it (the caller waits until then)."""
         with self.cond:
             while not self._may_sample():
                 if stop.is_set():
@@ -162,6 +193,9 @@ class ReplaySource:
         batch = {k: v.transpose(0, 1) for k, v in items.items()}
         batch["replay/index"] = torch.from_numpy(indices)
         batch["replay/weight"] = weights
+        if self.pin:
+            batch = {k: v.pin_memory() for k, v in batch.items()}
+            state = tuple(s.pin_memory() for s in state)
         return batch, state
 
     def take_new_steps(self) -> int:

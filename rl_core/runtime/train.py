@@ -374,6 +374,8 @@ class Training:
         self.batcher = InferenceBatcher(max_batch, f.inference_batch_timeout_ms / 1000.0)
         inference_lock = threading.Lock()
         self.data_source = agent.make_data_source(self.learner_queue)
+        if self.device.type == "cuda" and hasattr(self.data_source, "pin"):
+            self.data_source.pin = True  # sampled batches in pinned memory: the copy to the GPU is async
         if saved is not None and hasattr(self.data_source, "restore"):
             self.data_source.restore(self.rundir)
         self.learner = Learner(

@@ -1,0 +1,86 @@
+"""The learner's update loop (rl_core/runtime/learner.py): one host sync per batch with a fused Adam,
+a non-finite step skipped on the device and named, weights published every --publish_interval
+batches, and the abort hooks dropped once updates are fast."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+from torch import nn
+
+from rl_core.errors import TrainingDiverged
+from rl_core.flags import make_parser
+from rl_core.optim import make_optimizer
+from rl_core.runtime.learner import Learner, inference_copy
+
+
+class ScriptedAgent:
+    """Yields one loss per entry of ``scales``: the model's output times the scale (nan: a non-finite loss)."""
+
+    def __init__(self, scales):
+        self.scales = scales
+
+    def updates(self, model, batch, state):
+        for scale in self.scales:
+            out = model(batch["x"]).mean()
+            yield out * scale, {"out": out.detach(), "scale": float(scale) if scale == scale else 0.0}
+
+
+def learner(scales, *args):
+    flags = make_parser().parse_args(["--optimizer=adam", "--learning_rate=0.1", "--grad_norm_clipping=0",
+                                      "--lr_decay=none", *args])
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 1))
+    optimizer, scheduler = make_optimizer(flags, list(model.parameters()))
+    return Learner(flags, model, inference_copy(model), threading.Lock(), ScriptedAgent(scales), optimizer,
+                   scheduler, None, torch.device("cpu"), threading.Event())
+
+
+def batch():
+    return {"x": torch.randn(8, 3), "reward": torch.zeros(2, 8)}
+
+
+def params(model):
+    return [p.detach().clone() for p in model.parameters()]
+
+
+def test_adam_is_fused_and_the_stats_are_the_means_over_the_steps():
+    L = learner([1.0, 2.0, 3.0])
+    assert L.optimizer.param_groups[0]["fused"]
+    stats = L.learn(batch(), (), new_steps=5)
+    assert stats["optimizer_steps"] == 3 and stats["scale"] == pytest.approx(2.0)
+    assert set(stats) >= {"out", "grad_norm", "learning_rate"} and L.step == 5
+
+
+def test_a_non_finite_step_is_skipped_on_the_device_and_named():
+    L = learner([1.0, float("nan"), 1.0])
+    reference = learner([1.0])
+    reference.learn(batch(), ())
+    with pytest.raises(TrainingDiverged, match=r"its optimizer step 2\): the loss is nan"):
+        L.learn(batch(), ())
+    # the first and third steps were taken, the second (nan) was not: no weight is nan
+    assert all(torch.isfinite(p).all() for p in L.model.parameters())
+    assert L.optimizer.state[L.params[0]]["step"].item() == 2
+
+
+def test_weights_reach_inference_every_publish_interval_batches():
+    L = learner([1.0], "--publish_interval=3")
+    published = params(L.inference_model)
+    for i in range(1, 7):
+        L.learn(batch(), ())
+        now = params(L.inference_model)
+        changed = any(not torch.equal(a, b) for a, b in zip(now, published))
+        assert changed == (i % 3 == 0), i
+        if changed:
+            assert all(torch.equal(a, b) for a, b in zip(now, params(L.model)))
+        published = now
+
+
+def test_abort_hooks_are_dropped_once_an_update_is_fast():
+    L = learner([1.0])
+    assert L._abort_hooks
+    L.learn(batch(), ())
+    assert not L._abort_hooks
+    assert not L.model[0]._forward_pre_hooks
