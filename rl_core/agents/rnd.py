@@ -35,6 +35,7 @@ from torch import nn
 
 from rl_core.agents.base import Agent, ValueStream, extrinsic_stream
 from rl_core.losses import rnd as rnd_lib
+from rl_core.losses.scan import discounted_scan
 
 log = logging.getLogger("rnd")
 
@@ -189,18 +190,20 @@ class RNDAgent(Agent):
         return reward.to(batch["reward"].dtype), stats
 
     def _track_episodes(self, rnd, reward: torch.Tensor, done: torch.Tensor, env_ids: torch.Tensor) -> None:
-        """Each env's intrinsic return of its current episode; finished ones go to the logs."""
+        """Each env's intrinsic return of its current episode; finished ones go to the logs.
+
+        The return so far is a forward scan over time, ``G_t = r_t + (1 - done_{t-1}) G_{t-1}`` from
+        the env's ``episode_return`` (``rl_core.losses.scan``): one host sync per group of columns
+        (the finished returns), none per step."""
         finished = []
+        done = done.bool()
         for columns in occurrence_groups(env_ids):
             envs = env_ids[columns]
-            acc = rnd.episode_return[envs].clone()
-            for t in range(reward.shape[0]):
-                acc += reward[t, columns]
-                ends = done[t, columns]
-                if bool(ends.any()):
-                    finished.extend(acc[ends].tolist())
-                    acc[ends] = 0.0
-            rnd.episode_return[envs] = acc
+            rewards, ends = reward[:, columns].to(rnd.episode_return.dtype), done[:, columns]
+            goes_on = torch.cat([torch.ones_like(rewards[:1]), (~ends[:-1]).to(rewards.dtype)])
+            returns = discounted_scan(rewards, goes_on, rnd.episode_return[envs], reverse=False)
+            finished.extend(returns[ends].tolist())  # in the order a loop over t meets them
+            rnd.episode_return[envs] = torch.where(ends[-1], torch.zeros_like(returns[-1]), returns[-1])
         if finished:
             with self._stats_lock:
                 self._episode_returns.extend(finished)

@@ -25,6 +25,7 @@ from typing import NamedTuple, Optional, Tuple
 import torch
 
 from rl_core.losses import vtrace as vtrace_lib
+from rl_core.losses.scan import discounted_scan, discounted_window_sums
 
 
 class AdvantagesAndReturns(NamedTuple):
@@ -84,11 +85,7 @@ def gae(
     _check_shapes(values, rewards, discounts, bootstrap_value)
     values_tp1 = torch.cat([values[1:], bootstrap_value.unsqueeze(0)], dim=0)
     deltas = rewards + discounts * values_tp1 - values
-    acc = torch.zeros_like(bootstrap_value)
-    advantages = torch.empty_like(values)
-    for t in reversed(range(values.shape[0])):
-        acc = deltas[t] + discounts[t] * lambda_ * acc
-        advantages[t] = acc
+    advantages = discounted_scan(deltas, discounts * lambda_)  # A_t = delta_t + gamma_t lambda A_{t+1}
     return AdvantagesAndReturns(advantages=advantages, returns=advantages + values)
 
 
@@ -118,22 +115,15 @@ def nstep(
     """
     _check_shapes(values, rewards, discounts, bootstrap_value)
     T = values.shape[0]
-    n_eff = T if n <= 0 else min(int(n), T)
-    # Pad n_eff steps past the end with r = 0 and gamma = 1, so a window that
-    # runs past T adds nothing and keeps its discount product; its bootstrap
-    # index is then clamped to T.
-    pad_shape = (n_eff,) + tuple(values.shape[1:])
-    rewards_pad = torch.cat([rewards, rewards.new_zeros(pad_shape)], dim=0)
-    discounts_pad = torch.cat([discounts, discounts.new_ones(pad_shape)], dim=0)
+    if n <= 0 or n >= T:  # m = T - t: the discounted return G_t = r_t + gamma_t G_{t+1}, G_T = V(x_T)
+        returns = discounted_scan(rewards, discounts, bootstrap_value)
+        return AdvantagesAndReturns(advantages=returns - values, returns=returns)
+    # Windows of n steps cut at T (r = 0 and gamma = 1 past the end): the sum and the
+    # discount product of the first m terms; the bootstrap index t + m = min(t + n, T).
+    sums, products = discounted_window_sums(rewards, discounts, int(n))
     values_ext = torch.cat([values, bootstrap_value.unsqueeze(0)], dim=0)  # [T+1, B]
-
-    returns = torch.zeros_like(values)
-    discount_prod = torch.ones_like(values)
-    for k in range(n_eff):
-        returns = returns + discount_prod * rewards_pad[k : k + T]
-        discount_prod = discount_prod * discounts_pad[k : k + T]
-    bootstrap_index = torch.clamp(torch.arange(T, device=values.device) + n_eff, max=T)
-    returns = returns + discount_prod * values_ext[bootstrap_index]
+    bootstrap_index = torch.clamp(torch.arange(T, device=values.device) + int(n), max=T)
+    returns = sums + products * values_ext[bootstrap_index]
     return AdvantagesAndReturns(advantages=returns - values, returns=returns)
 
 

@@ -17,6 +17,8 @@ from typing import NamedTuple
 
 import torch
 
+from rl_core.losses.scan import discounted_window_sums
+
 
 def value_rescale(x: torch.Tensor, eps: float = 1e-3) -> torch.Tensor:
     """h(x) = sign(x) (sqrt(|x| + 1) - 1) + eps x."""
@@ -40,15 +42,16 @@ def n_step_targets(rewards: torch.Tensor, discounts: torch.Tensor, bootstrap: to
 
         y_t = sum_{i<m} (prod_{k<i} gamma_{t+k}) r_{t+i} + (prod_{k<m} gamma_{t+k}) bootstrap_{t+m-1}
 
-    A zero discount stops the sum and the bootstrap at the episode's end.
+    A zero discount stops the sum and the bootstrap at the episode's end.  The windows' sums and
+    discount products are formed at once (``rl_core.losses.scan.discounted_window_sums``): the
+    number of torch ops depends on neither n nor T.
     """
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
-    one_step = rewards + discounts * bootstrap
-    y = one_step
-    for _ in range(n - 1):  # y^(k)_t = r_t + gamma_t y^(k-1)_{t+1}; the last step keeps its 1-step target
-        y = torch.cat([rewards[:-1] + discounts[:-1] * y[1:], one_step[-1:]], dim=0)
-    return y
+    T = rewards.shape[0]
+    sums, products = discounted_window_sums(rewards, discounts, n)
+    last = torch.clamp(torch.arange(T, device=rewards.device) + (n - 1), max=T - 1)  # t + m - 1
+    return sums + products * bootstrap[last]
 
 
 def double_q_values(online_q: torch.Tensor, target_q: torch.Tensor, eps: float = 1e-3) -> torch.Tensor:

@@ -24,6 +24,8 @@ from typing import Optional, Tuple
 
 import torch
 
+from rl_core.losses.scan import discounted_scan
+
 
 def intrinsic_reward(predicted: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     """i = mean_k (f-hat_k(x) - f_k(x))^2 over the last dim, without gradient (Section 2.2)."""
@@ -49,18 +51,17 @@ def reward_forward_filter(rewards: torch.Tensor, initial: torch.Tensor, gamma: f
 
         R_t = gamma R_{t-1} + i_t,     R_{-1} = initial
 
-    It does not stop at episode ends (the intrinsic stream is non-episodic).  Returns
+    It does not stop at episode ends (the intrinsic stream is non-episodic).  One forward scan
+    over time (``rl_core.losses.scan.discounted_scan``), no per-step Python loop.  Returns
     ``(R [T, B], R_{T-1} [B])``: the second carries the filter into the env's next unroll.
     """
     if rewards.dim() != 2 or initial.shape != rewards.shape[1:]:
         raise ValueError(f"reward_forward_filter expects rewards [T, B] and initial [B]; got "
                          f"{tuple(rewards.shape)} and {tuple(initial.shape)}")
-    acc = initial.to(rewards.dtype)
-    out = torch.empty_like(rewards)
-    for t in range(rewards.shape[0]):
-        acc = gamma * acc + rewards[t]
-        out[t] = acc
-    return out, acc
+    if rewards.shape[0] == 0:
+        return rewards.clone(), initial.to(rewards.dtype)
+    out = discounted_scan(rewards, torch.full_like(rewards, gamma), initial, reverse=False)
+    return out, out[-1].clone()
 
 
 @torch.no_grad()

@@ -17,6 +17,8 @@ computed with the equivalent backward recursion (Remark 1)::
 
     v_s - V(x_s) = delta_s V + gamma_s c_s (v_{s+1} - V(x_{s+1})),
 
+run as one scan over time (``rl_core.losses.scan.discounted_scan``: no per-step Python loop),
+
 and the policy-gradient advantage (Section 4.2)::
 
     A_s = rho^pg_s (r_s + gamma_s v_{s+1} - V(x_s)),  v_T = V(x_T).
@@ -28,6 +30,8 @@ from typing import NamedTuple, Optional
 
 import torch
 import torch.nn.functional as F
+
+from rl_core.losses.scan import discounted_scan
 
 
 class VTraceReturns(NamedTuple):
@@ -114,13 +118,9 @@ def from_importance_weights(
     values_t_plus_1 = torch.cat([values[1:], bootstrap_value.unsqueeze(0)], dim=0)
     deltas = clipped_rhos * (rewards + discounts * values_t_plus_1 - values)
 
-    # Backward recursion: (v_s - V(x_s)) = delta_s + gamma_s c_s (v_{s+1} - V(x_{s+1})).
-    acc = torch.zeros_like(bootstrap_value)
-    vs_minus_v_xs = []
-    for t in reversed(range(log_rhos.shape[0])):
-        acc = deltas[t] + discounts[t] * cs[t] * acc
-        vs_minus_v_xs.append(acc)
-    vs = torch.stack(vs_minus_v_xs[::-1], dim=0) + values
+    # Backward recursion: (v_s - V(x_s)) = delta_s + gamma_s c_s (v_{s+1} - V(x_{s+1})),
+    # v_T - V(x_T) = 0, as one scan over time (rl_core/losses/scan.py).
+    vs = discounted_scan(deltas, discounts * cs) + values
 
     vs_t_plus_1 = torch.cat([vs[1:], bootstrap_value.unsqueeze(0)], dim=0)
     clipped_pg_rhos = _clip(rhos, clip_pg_rho_threshold)
