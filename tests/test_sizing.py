@@ -214,3 +214,21 @@ def test_the_launcher_logs_its_sizing_records_it_and_its_servers_follow(tmp_path
     assert (meta["flags"]["num_servers"], meta["flags"]["num_actors"], meta["flags"]["batch_size"]) == (2, 32, 32)
     assert meta["success"] is True
     assert not sockets_left(tmp_path)
+
+
+def test_env_ceiling_prints_steps_and_frames_per_process_count():
+    """benchmarks/env_ceiling.py: one row per process count, steps/s and frames/s (CartPole: 1 frame a step)."""
+    import subprocess
+    import sys
+
+    from tests.proc_utils import REPO
+
+    out = subprocess.run([sys.executable, "benchmarks/env_ceiling.py", "--package", "torchbeast_gym", "--seconds",
+                          "0.3", "--procs", "1", "2"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0].startswith("env ceiling: torchbeast_gym CartPole-v1 on ") and lines[0].endswith("1 step = 1 frame")
+    rows = [line.split() for line in lines[2:4]]
+    assert [row[0] for row in rows] == ["1", "2"]
+    for row in rows:
+        assert int(row[1].replace(",", "")) > 0 and row[1] == row[2]  # frames = steps
