@@ -71,8 +71,12 @@ def make_parser(prog: str | None = None) -> argparse.ArgumentParser:
     g.add_argument("--test_num_envs", type=int, default=8, help="Envs played in parallel in validation and test.")
 
     g = p.add_argument_group("actors and env servers")
-    g.add_argument("--num_actors", type=int, default=8, metavar="N", help="Total number of environments.")
-    g.add_argument("--num_servers", type=int, default=2, metavar="S", help="Env server processes; each hosts num_actors/num_servers envs.")
+    g.add_argument("--num_actors", type=int, default=8, metavar="N",
+                   help="Total number of environments. Not given, polybeast sizes it (and --num_servers, and "
+                        "IMPALA's --batch_size) to the machine's cores, its GPU and the agent (rl_core/sizing.py; "
+                        "the package's defaults on 2 cores); the run's first lines say what and why.")
+    g.add_argument("--num_servers", type=int, default=2, metavar="S",
+                   help="Env server processes; each hosts num_actors/num_servers envs (not given: see --num_actors).")
     g.add_argument("--pipes_basename", default=None,
                    help="unix:/path (server i at /path.i) or host:port (server i at port+i). Default: "
                         "polybeast: unix:/tmp/polybeast-<its pid>, its own per run; polybeast_env and "

@@ -447,6 +447,12 @@ def _games(flags) -> tuple[str, ...]:
     return (canonical_game(flags.env),)
 
 
+def num_actors_multiple(flags) -> int:
+    """--num_actors must be a multiple of this (``check_flags``): the games of a --multi_env run, so that
+    every game gets as many envs; what the launcher's sizing (``rl_core.sizing``) keeps to."""
+    return max(1, flags.multi_env)
+
+
 def check_flags(parser, flags) -> None:
     if flags.start_level + flags.num_levels > _INT32_MAX:
         parser.error("--start_level + --num_levels must stay below 2**31")

@@ -15,6 +15,8 @@ import os
 # an OMP_WAIT_POLICY of the user's wins.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
+import argparse  # noqa: E402
+import json  # noqa: E402
 import logging  # noqa: E402
 import secrets  # noqa: E402
 import signal  # noqa: E402
@@ -65,11 +67,77 @@ def apply_agent_defaults(env_pkg, parser, argv) -> None:
     parser.set_defaults(**defaults)
 
 
+def given_flags(parser, argv) -> dict:
+    """The flags written on the command line (abbreviated ones too), with their values as parsed."""
+    unset = object()
+    namespace = argparse.Namespace(**{a.dest: unset for a in parser._actions if a.dest != argparse.SUPPRESS})
+    parser.parse_known_args([a for a in argv if a not in ("-h", "--help")], namespace=namespace)
+    return {k: v for k, v in vars(namespace).items() if v is not unset}
+
+
+def apply_sizing(env_pkg, parser, argv):
+    """The launcher's sizing (``rl_core.sizing``): --num_servers, --num_actors and --batch_size for this
+    machine, the agent and the package, set as defaults under the flags given (which always win).
+    A resumed run (--xpid of a run directory with a model.tar) keeps what its meta.json says was sized
+    when it started.  Returns the ``Sizing``, or None for --mode test (the checkpoint's flags)."""
+    from rl_core import sizing as sizing_lib
+
+    known, _ = parser.parse_known_args([a for a in argv if a not in ("-h", "--help")])
+    if known.mode != "train":
+        return None
+    keys = (*sizing_lib.SIZED_FLAGS, "unroll_length", "total_steps")
+    given = {k: v for k, v in given_flags(parser, argv).items() if k in keys}
+    defaults = {k: parser.get_default(k) for k in keys}
+    sizing = _resumed_sizing(known, given, defaults)
+    if sizing is None:
+        from rl_core.runtime.train import select_device
+
+        games = env_pkg.num_actors_multiple(known) if hasattr(env_pkg, "num_actors_multiple") else 1
+        sizing = sizing_lib.size_run(sizing_lib.usable_cores(), select_device(known).type == "cuda", known.agent,
+                                     env_pkg.__package__, defaults, given, games)
+    parser.set_defaults(**{k: v for k, v in sizing.values().items() if k in sizing.auto})
+    return sizing
+
+
+def _resumed_sizing(known, given: dict, defaults: dict):
+    """The sizing a resumed run started with (its meta.json's ``sizing``), for the flags it sized itself
+    and this command line does not give; None for a new run or one that recorded none."""
+    from rl_core import sizing as sizing_lib
+
+    if not known.xpid:
+        return None
+    rundir = os.path.join(os.path.expanduser(known.savedir), known.xpid)
+    if not os.path.exists(os.path.join(rundir, "model.tar")):
+        return None
+    try:
+        with open(os.path.join(rundir, "meta.json")) as f:
+            record = json.load(f).get("sizing")
+        taken = {k: int(record[k]) for k in record.get("auto", ()) if k in sizing_lib.SIZED_FLAGS and k not in given}
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return None
+    if not taken:
+        return None
+    values = {k: given.get(k, taken.get(k, defaults[k])) for k in sizing_lib.SIZED_FLAGS}
+    auto = tuple(k for k in sizing_lib.SIZED_FLAGS if k not in given)
+    device = "cuda" if record.get("gpu") else "cpu"
+    reason = (f"resuming run {known.xpid}: {', '.join(f'--{k} {v}' for k, v in taken.items())} as it was sized when "
+              f"it started ({record.get('cores')} usable cores, learner on {device}); {sizing_lib.OVERRIDE}")
+    return sizing_lib.Sizing(**values, reason=reason, auto=auto, cores=record.get("cores") or 0,
+                             gpu=bool(record.get("gpu")))
+
+
 def parse_flags(env_pkg, argv=None, prog=None, parser=None):
     """Parse and check; ``--dry_run`` prints the configuration and exits 0."""
+    return _parse(env_pkg, argv, prog, parser)[0]
+
+
+def _parse(env_pkg, argv=None, prog=None, parser=None, auto_size=False):
+    """``parse_flags``; with ``auto_size`` (the launcher) the flags not given are sized to the machine first:
+    ``(flags, Sizing or None)``."""
     parser = parser or make_parser(env_pkg, prog)
     argv = sys.argv[1:] if argv is None else argv
     apply_agent_defaults(env_pkg, parser, argv)
+    sizing = apply_sizing(env_pkg, parser, argv) if auto_size else None
     flags = parser.parse_args(argv)
     from rl_core.flag_ranges import check_ranges
 
@@ -82,8 +150,10 @@ def parse_flags(env_pkg, argv=None, prog=None, parser=None):
         for key, value in sorted(vars(flags).items()):
             if key != "server_secret":
                 print(f"  --{key}={value}")
+        if sizing is not None and sizing.reason:
+            print(f"sizing: {sizing.reason}")
         sys.exit(0)
-    return flags
+    return flags, sizing
 
 
 def _maybe_test_mode(env_pkg, flags, parser, argv) -> None:
@@ -192,7 +262,7 @@ def launcher_main(env_pkg, argv=None) -> None:
 
     argv = sys.argv[1:] if argv is None else argv
     parser = make_parser(env_pkg, prog=f"python -m {env_pkg.__package__}.polybeast")
-    flags = parse_flags(env_pkg, argv, parser=parser)
+    flags, sizing = _parse(env_pkg, argv, parser=parser, auto_size=True)
     _hide_secrets_from_own_argv()
     _maybe_test_mode(env_pkg, flags, parser, argv)
     if flags.pipes_basename is None:  # this run's own: two runs started with defaults never meet
@@ -208,10 +278,12 @@ def launcher_main(env_pkg, argv=None) -> None:
     if first.kind == "tcp" and not (flags.server_secret or os.environ.get("POLYBEAST_SECRET")):
         flags.server_secret = secrets.token_hex(32)
     module = f"{env_pkg.__package__}.polybeast_env"
-    # The secret reaches the servers through the environment, not their command line.
+    # The secret reaches the servers through the environment, not their command line; what the
+    # launcher sized (not on its command line) is added to theirs.
     server_argv = _without_flag(argv, "--server_secret")
+    server_argv += [f"--{k}={getattr(flags, k)}" for k in (sizing.auto if sizing else ())]
     supervisor = ServerSupervisor(module, server_argv, flags.num_servers, flags.pipes_basename, flags.server_secret)
-    sys.exit(train(flags, env_pkg, supervisor))
+    sys.exit(train(flags, env_pkg, supervisor, sizing))
 
 
 SHARED_BASENAME = "unix:/tmp/polybeast"  # where polybeast_env and polybeast_learner started apart meet

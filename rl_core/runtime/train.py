@@ -64,7 +64,9 @@ def auto_torch_threads(flags) -> int:
     competing with them for cores spin and stall (on 2 cores with one busy process, an
     AtariNet update took 0.43 s on 1 thread and 1.06 s on 2).  TCP servers run elsewhere.
     """
-    cores = len(os.sched_getaffinity(0))
+    from rl_core.sizing import usable_cores
+
+    cores = usable_cores()
     if tp.parse_address(flags.pipes_basename).kind == "unix":
         return max(1, cores - flags.num_servers)
     return cores
@@ -80,10 +82,11 @@ def format_duration(seconds: float) -> str:
 class Training:
     """Everything one training run holds; ``run()`` returns the exit status."""
 
-    def __init__(self, flags, env_pkg, supervisor=None):
+    def __init__(self, flags, env_pkg, supervisor=None, sizing=None):
         self.flags = flags
         self.env_pkg = env_pkg
         self.supervisor = supervisor
+        self.sizing = sizing  # rl_core.sizing.Sizing: what the launcher chose and why; None: the flags as given
         self.stop = threading.Event()
         self.test_stop = threading.Event()
         self.errors = ErrorBox(self.stop)
@@ -253,8 +256,15 @@ class Training:
             batch = (f"learner batches of {f.batch_size} x {f.unroll_length} = {per:,} steps "
                      f"(~{math.ceil(f.total_steps / per):,} batches)")
         servers = f"{f.num_servers} env server" + ("s" if f.num_servers != 1 else "")
-        log.info("sizing: --agent %s, %d envs on %s (%d each), %s, --total_steps %s",
-                 f.agent, f.num_actors, servers, K, batch, f"{f.total_steps:,}")
+        why = f"; {self.sizing.reason}" if self.sizing is not None and self.sizing.reason else ""
+        log.info("sizing: --agent %s, %d envs on %s (%d each), %s, --total_steps %s%s",
+                 f.agent, f.num_actors, servers, K, batch, f"{f.total_steps:,}", why)
+
+    def _sizing_record(self) -> dict:
+        """meta.json's ``sizing``: the values used, which of them the launcher chose (``auto``) and why."""
+        f = self.flags
+        record = self.sizing.record() if self.sizing is not None else {"auto": [], "reason": ""}
+        return {**record, "num_servers": f.num_servers, "num_actors": f.num_actors, "batch_size": f.batch_size}
 
     def _run_locked(self) -> int:
         f = self.flags
@@ -273,6 +283,7 @@ class Training:
             log.error("error: %s", e)
             self._restore_meta(previous_meta)
             return 2
+        self.run_log.write_meta(sizing=self._sizing_record())
         self._signals()
         reason, status = "finished", 0
         one_line = None  # the error a user reads last, after the shutdown's own log lines
@@ -759,8 +770,8 @@ class Validation:
             log.info("new best validation return %.2f: saved %s", mean, self.best_path)
 
 
-def train(flags, env_pkg, supervisor=None) -> int:
-    training = Training(flags, env_pkg, supervisor)
+def train(flags, env_pkg, supervisor=None, sizing=None) -> int:
+    training = Training(flags, env_pkg, supervisor, sizing)
     status = training.run()
     if any(thread.is_alive() for thread in training.threads):
         # A thread still inside a torch op would abort interpreter finalization

@@ -1,0 +1,200 @@
+"""How big a run is when its command line does not say: env servers, envs and IMPALA's batch.
+
+``size_run`` is a pure function of the machine (usable cores, a GPU learner or not), the agent, the
+package's defaults for that agent and the flags given on the command line; the launcher
+(``rl_core.runtime.entry.launcher_main``) calls it with this machine's figures and sets what it
+chose as parser defaults, so that explicit flags always win.  The rule:
+
+* Up to ``BASE_CORES`` (2) usable cores, the machine every package's defaults were sized and
+  measured on, nothing changes: each flag not given takes the package's default for the agent.
+* On more cores, one env server per core the learner leaves: it keeps ``GPU_RESERVE`` (2) cores with
+  a GPU learner (learner, inference and actor threads), half the cores without one (the learner and
+  central inference then compute on them).  Each server steps ``ENVS_PER_SERVER[package]``
+  envs with a GPU learner, half as many without: enough per round trip for central inference to run
+  large batches while the servers step.  Atari's 32 is the anchor, IMPALA on Pong on 16 cores with an
+  H100: 14 servers x 32 envs = 448 reached 57k frames/s, found by hand.  Never fewer servers or envs
+  than the package's defaults.
+* Per agent: ``impala`` and ``r2d2`` take that layout (IMPALA's batch grows to ``num_actors /
+  IMPALA_MAX_LAG``, so that an unroll waits at most about that many learner steps; V-trace corrects
+  for the lag; R2D2 learns from its replay at --replay_ratio, its batch is the paper's).  The on-policy
+  agents' batch (envs x unroll steps per update) is their published hyperparameter and an env beyond
+  it only waits with an unroll of a stale policy, so their envs stay at most ``max(defaults,
+  batch_size)`` (a --batch_size given raises them) and the gain is more servers for them.  ``sac``
+  keeps its defaults: each env step feeds learner updates at --replay_ratio, so its speed is the
+  learner's.  Packages of small envs
+  (``torchbeast_gym``, or any package not in ``ENVS_PER_SERVER``) keep their defaults: an env step of
+  microseconds gains nothing from more servers, only round trips.
+* Constraints: ``num_actors`` a multiple of ``num_servers`` and of ``games`` (Procgen's --multi_env);
+  IMPALA's batch never exceeds what --total_steps can fill (``flags.check_budget``).
+
+``usable_cores()`` is ``len(os.sched_getaffinity(0))``, or ``$POLYBEAST_CORES`` where set: for tests,
+and for containers whose CPU quota is below the cores their affinity shows.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+
+BASE_CORES = 2
+GPU_RESERVE = 2
+CORES_ENV = "POLYBEAST_CORES"
+# Envs per server with a GPU learner (half without one, at least 1), for packages whose envs cost
+# enough for more cores to pay.  Football steps ~350 times a second, so its default 16 already
+# keeps a core busy; DMLab's R2AC layout is one env per server process.
+ENVS_PER_SERVER = {
+    "torchbeast_atari": 32,
+    "torchbeast_procgen": 32,
+    "torchbeast_mujoco": 32,
+    "torchbeast_football": 16,
+    "torchbeast_dmlab": 1,
+}
+IMPALA_MAX_LAG = 8
+SCALED_AGENTS = ("impala", "r2d2")
+SIZED_FLAGS = ("num_servers", "num_actors", "batch_size")
+OVERRIDE = "set --num_servers/--num_actors/--batch_size to override"
+
+
+@dataclass(frozen=True)
+class Sizing:
+    num_servers: int
+    num_actors: int
+    batch_size: int
+    reason: str  # why, for the run's sizing line ("" when every value was given)
+    auto: tuple[str, ...] = ()  # the flags of SIZED_FLAGS not given on the command line
+    cores: int = 0
+    gpu: bool = False
+
+    def values(self) -> dict:
+        return {"num_servers": self.num_servers, "num_actors": self.num_actors, "batch_size": self.batch_size}
+
+    def record(self) -> dict:
+        """What meta.json keeps (``sizing``)."""
+        return {**self.values(), "auto": list(self.auto), "cores": self.cores, "gpu": self.gpu,
+                "reason": self.reason}
+
+
+def usable_cores() -> int:
+    """The cores this process may run on; ``$POLYBEAST_CORES`` overrides (tests, CPU-quota containers)."""
+    value = os.environ.get(CORES_ENV)
+    if value:
+        try:
+            cores = int(value)
+        except ValueError:
+            cores = 0
+        if cores < 1:
+            from rl_core.errors import UserError
+
+            raise UserError(f"${CORES_ENV}={value!r}: give the number of usable cores, a positive integer")
+        return cores
+    return len(os.sched_getaffinity(0))
+
+
+def free_cores(cores: int, gpu: bool) -> int:
+    """Cores left to env servers once the learner process has its own."""
+    reserve = GPU_RESERVE if gpu else max(GPU_RESERVE, cores // 2)
+    return max(1, cores - reserve)
+
+
+def envs_per_server(package: str, gpu: bool) -> int | None:
+    k = ENVS_PER_SERVER.get(package)
+    if k is None:
+        return None
+    return k if gpu else max(1, k // 2)
+
+
+def _layout(servers: int, actors: int) -> str:
+    per = actors // servers
+    return (f"{servers} env server{'s' if servers != 1 else ''} x {per} env{'s' if per != 1 else ''} "
+            f"= {actors}")
+
+
+def _largest_divisor(n: int, at_most: int) -> int:
+    return max(d for d in range(1, min(n, max(1, at_most)) + 1) if n % d == 0)
+
+
+def _round_up(k: int, step: int) -> int:
+    return -(-k // step) * step
+
+
+def size_run(cores: int, gpu: bool, agent: str, package: str, defaults: dict, given: dict, games: int = 1) -> Sizing:
+    """(num_servers, num_actors, batch_size, reason) for a run.
+
+    ``defaults``: the package's values for ``agent`` of num_servers, num_actors, batch_size,
+    unroll_length and total_steps; ``given``: the flags written on the command line (any subset,
+    their values); ``games``: num_actors must be a multiple of it (Procgen's --multi_env)."""
+    value = {k: given.get(k, defaults[k]) for k in (*SIZED_FLAGS, "unroll_length", "total_steps")}
+    auto = tuple(k for k in SIZED_FLAGS if k not in given)
+    device = "cuda" if gpu else "cpu"
+    machine = f"{cores} usable core{'s' if cores != 1 else ''}, learner on {device}, --agent {agent}"
+
+    def result(servers, actors, batch, why) -> Sizing:
+        return Sizing(servers, actors, batch, why if auto else "", auto, cores, gpu)
+
+    def keep(why) -> Sizing:
+        return result(value["num_servers"], value["num_actors"], value["batch_size"],
+                      f"the package's defaults ({machine}: {why}); {OVERRIDE}")
+
+    k = envs_per_server(package, gpu)
+    if cores <= BASE_CORES:
+        return keep("what they were sized for")
+    if k is None:
+        return keep("its envs take microseconds a step: more servers would add round trips, not speed")
+    from rl_core.agents import ON_POLICY
+
+    if agent not in SCALED_AGENTS and agent not in ON_POLICY:
+        return keep("its env steps are bound by learner updates at --replay_ratio")
+    why = []
+    servers, actors = value["num_servers"], value["num_actors"]
+    if {"num_servers", "num_actors"} & set(auto):
+        free = free_cores(cores, gpu)
+        room = max(defaults["num_servers"], free)  # servers the machine has a core for, never fewer than the defaults
+        if agent in SCALED_AGENTS:
+            servers, actors = _scaled_layout(value, given, defaults, room, free * k, k, games)
+            why.append(f"{_layout(servers, actors)}"
+                       + (f" (a core each, {cores - free} left to the learner)" if servers == free else ""))
+        else:
+            servers, actors = _on_policy_layout(value, given, defaults, room, free * k, games)
+            why.append(f"{_layout(servers, actors)}, within one --batch_size of {value['batch_size']} unrolls "
+                       f"(more envs would act on a stale policy)")
+    batch = value["batch_size"]
+    if agent == "impala" and "batch_size" in auto:
+        fits = max(defaults["batch_size"], value["total_steps"] // max(1, value["unroll_length"]))
+        batch = min(max(defaults["batch_size"], math.ceil(actors / IMPALA_MAX_LAG)), fits)
+        if batch != value["batch_size"]:
+            why.append(f"--batch_size {batch} = num_actors / {IMPALA_MAX_LAG}: an unroll waits at most "
+                       f"~{IMPALA_MAX_LAG} learner steps")
+    if (servers, actors, batch) == (value["num_servers"], value["num_actors"], value["batch_size"]):
+        return keep("no more to gain on this machine")
+    return result(servers, actors, batch, f"chosen for {machine}: {'; '.join(why)}; {OVERRIDE}")
+
+
+def _scaled_layout(value, given, defaults, room, target, k, games) -> tuple[int, int]:
+    """IMPALA, R2D2: ``room`` servers of ``k`` envs (at least the defaults' envs)."""
+    if "num_actors" in given:
+        actors = value["num_actors"]
+        return _largest_divisor(actors, room), actors
+    if "num_servers" in given:
+        servers = value["num_servers"]
+        per = max(k, math.ceil(defaults["num_actors"] / servers))
+    else:
+        servers = room
+        per = math.ceil(max(defaults["num_actors"], target) / servers)
+    per = _round_up(per, games // math.gcd(servers, games))
+    return servers, servers * per
+
+
+def _on_policy_layout(value, given, defaults, room, target, games) -> tuple[int, int]:
+    """The on-policy agents: at most a batch of envs (or the defaults' envs), on as many servers as fit."""
+    cap = max(defaults["num_actors"], value["batch_size"])
+    if "num_actors" in given:
+        actors = value["num_actors"]
+        return _largest_divisor(actors, room), actors
+    wanted = max(defaults["num_actors"], min(target, cap))
+    if "num_servers" in given:
+        servers = value["num_servers"]
+        step = servers * games // math.gcd(servers, games)
+        return servers, max(step, wanted // step * step)
+    actors = max(games, wanted // games * games)
+    return _largest_divisor(actors, room), actors
