@@ -1,0 +1,239 @@
+"""Every agent's speed in one table, measured in one run (issue 30).
+
+For impala, ppo, vmpo, r2d2, sac (discrete: CartPole; box: Pendulum) and ppo+rnd with the
+package's defaults on its default env:
+
+* end to end (the real launcher: env servers, sockets, batched inference, learner), once learning
+  has started: agent steps/s, frames/s, optimizer updates/s, and the mean learner batch time
+  (``update_ms`` of logs.csv);
+* standalone (the same ``Learner.learn`` on batches the agent's own data source made from synthetic
+  unrolls, no other thread): the batch time, learner core-us per agent step, torch ops per optimizer
+  update at two unroll lengths (torch.profiler), and the in-runtime / standalone batch-time ratio:
+  what the runtime's other threads (inference, actors, the replay's feeder) cost the learner.
+
+``--old TREE`` also runs the end-to-end part on another checkout (e.g. a ``git worktree`` of an
+older commit), interleaved with this one, and prints new / old steps/s.
+
+    python benchmarks/agents.py [--seconds 40] [--agents impala,ppo,...] [--old /path/to/old/tree]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import os
+import queue
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import numpy as np
+import torch
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+
+# name -> (package, argv): each with the package's defaults for that agent on its default env
+CONFIGS = {
+    "impala": ("torchbeast_gym", ["--agent", "impala"]),
+    "ppo": ("torchbeast_gym", ["--agent", "ppo"]),
+    "vmpo": ("torchbeast_gym", ["--agent", "vmpo"]),
+    "r2d2": ("torchbeast_gym", ["--agent", "r2d2"]),
+    "sac_discrete": ("torchbeast_gym", ["--agent", "sac"]),
+    "sac_box": ("torchbeast_gym", ["--agent", "sac", "--env", "Pendulum-v1"]),
+    "ppo_rnd": ("torchbeast_gym", ["--agent", "ppo", "--rnd"]),
+}
+FRAMES_PER_STEP = {"torchbeast_atari": 4}
+
+
+# ------------------------------------------------------------------ end to end
+def end_to_end(tree: str, package: str, argv: list[str], seconds: float) -> dict:
+    """Runs the launcher for ``seconds`` (then Ctrl-C) and reads logs.csv from learning's start on."""
+    with tempfile.TemporaryDirectory() as tmp:
+        env = dict(os.environ, PYTHONPATH=tree)
+        cmd = [sys.executable, "-m", f"{package}.polybeast", *argv, "--total_steps", "100000000",
+               "--savedir", tmp, "--xpid", "run", "--disable_checkpoint", "--disable_final_test"]
+        proc = subprocess.Popen(cmd, cwd=tmp, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+        time.sleep(seconds)
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        path = os.path.join(tmp, "run", "logs.csv")
+        rows = list(csv.DictReader(open(path))) if os.path.exists(path) else []
+    learning = [r for r in rows if _num(r.get("update_ms")) == _num(r.get("update_ms"))
+                and _num(r.get("optimizer_steps", "1")) > 0]
+    if len(learning) < 2:
+        return {}
+    first, last = learning[0], learning[-1]
+    span = float(last["time"]) - float(first["time"])
+    rest = learning[1:]
+    busy = statistics.mean(_num(r["learner_busy"]) for r in rest)
+    update_ms = statistics.mean(_num(r["update_ms"]) for r in rest)
+    opt_steps = statistics.mean(_num(r.get("optimizer_steps", "1")) for r in rest)
+    return {"steps_per_s": (int(last["step"]) - int(first["step"])) / span, "update_ms": update_ms,
+            "updates_per_s": busy * 1000.0 / update_ms * opt_steps}
+
+
+def _num(x) -> float:
+    try:
+        return float(x)
+    except (TypeError, ValueError):
+        return float("nan")
+
+
+# ------------------------------------------------------------------ standalone
+def synthetic_unroll(agent, spec: dict, K: int, g: torch.Generator) -> dict:
+    from rl_core.agents.base import action_field
+
+    length, _ = agent.sequence()
+    L1 = length + 1
+    obs_dtype = np.dtype(spec["obs_dtype"])
+    if obs_dtype.kind == "f":
+        obs = torch.randn(L1, K, *spec["obs_shape"], generator=g)
+    else:
+        obs = torch.randint(0, 255, (L1, K, *spec["obs_shape"]), generator=g).to(torch.from_numpy(np.zeros(0, obs_dtype)).dtype)
+    unroll = {"obs": obs, "reward": torch.randn(L1, K, generator=g), "done": torch.rand(L1, K, generator=g) < 0.02,
+              "truncated": torch.zeros(L1, K, dtype=torch.bool)}
+    fields = {"action": action_field(spec), **agent.unroll_fields()}
+    for name, (shape, dtype) in fields.items():
+        t = torch.zeros(L1, K, *shape, dtype=torch.from_numpy(np.zeros(0, dtype)).dtype)
+        if name == "action" and spec["action"]["kind"] == "discrete":
+            t = torch.randint(0, int(spec["action"]["n"]), (L1, K), generator=g)
+        elif name == "action":
+            t = torch.rand(L1, K, *shape, generator=g) * 2 - 1
+        elif "std" in name:
+            t = torch.ones_like(t)
+        unroll[name] = t
+    return unroll
+
+
+def standalone(package: str, argv: list[str], unroll_length: int | None, repeats: int, device: torch.device) -> dict:
+    """Learner.learn alone on batches of the agent's data source: batch seconds (median), core-us per agent
+    step, torch ops per optimizer step."""
+    import importlib
+
+    from rl_core.agents import make_agent
+    from rl_core.runtime.entry import parse_flags
+    from rl_core.runtime.learner import Learner, inference_copy
+
+    pkg = importlib.import_module(f"{package}.env")
+    extra = ["--unroll_length", str(unroll_length)] if unroll_length else []
+    f = parse_flags(pkg, [*argv, *extra])
+    env = pkg.make_env(f, 0)
+    from rl_core.runtime.test_mode import local_spec
+
+    spec = local_spec(env)
+    env.close()
+    torch.manual_seed(0)
+    agent = make_agent(f, spec)
+    model = agent.build_model().to(device)
+    if getattr(model, "rnd_ready", None) is not None:
+        model.rnd_ready.fill_(True)
+    optimizer, scheduler = agent.make_optimizer(model)
+    q: queue.Queue = queue.Queue()
+    source = agent.make_data_source(q)
+    stop = threading.Event()
+    learner = Learner(f, model, inference_copy(model), threading.Lock(), agent, optimizer, scheduler, source, device, stop)
+    g = torch.Generator().manual_seed(0)
+    K = f.num_actors // f.num_servers
+    replay = hasattr(source, "replay")
+
+    def state(k):
+        return tuple(s.cpu() for s in model.initial_state(k))
+
+    if replay:
+        source.ratio = 1e12  # never gated: sample as fast as asked
+        while len(source.replay) < max(source.min_size, 1):
+            source.insert(synthetic_unroll(agent, spec, K, g), state(K))
+        source.steps_at_start = source.inserted_steps - 1  # rho I - S stays ~1e12: never waits
+
+    def next_batch():
+        if not replay:
+            while q.qsize() * K < f.batch_size:
+                q.put((synthetic_unroll(agent, spec, K, g), state(K)))
+        batch, st = source.next_batch(stop)
+        steps = source.take_new_steps()
+        return ({k: v.to(device) for k, v in batch.items()}, tuple(s.to(device) for s in st), steps)
+
+    if replay:  # env steps a batch stands for: what it trains over the replay ratio
+        per_batch = source.trained_per_batch / f.replay_ratio
+    else:
+        per_batch = f.unroll_length * f.batch_size
+    for _ in range(2):  # warm-up (and the abort hooks dropped, as in a run)
+        learner.learn(*next_batch())
+    walls, cpus = [], []
+    for _ in range(repeats):
+        batch = next_batch()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        w, c = time.perf_counter(), time.process_time()
+        learner.learn(*batch)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        walls.append(time.perf_counter() - w)
+        cpus.append(time.process_time() - c)
+    batch = next_batch()
+    before = learner.optimizer_steps
+    from torch.profiler import ProfilerActivity, profile
+
+    saved = os.dup(2)  # the profiler's native start / stop lines go to stderr
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), 2)
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            learner.learn(*batch)
+    finally:
+        os.dup2(saved, 2)
+    ops = sum(e.count for e in prof.key_averages() if e.key.startswith("aten::"))
+    return {"batch_ms": 1e3 * statistics.median(walls), "core_us_per_step": 1e6 * statistics.median(cpus) / per_batch,
+            "ops_per_update": ops / max(learner.optimizer_steps - before, 1), "T": f.unroll_length}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--agents", default=",".join(CONFIGS))
+    p.add_argument("--seconds", type=float, default=40.0, help="end-to-end seconds per run")
+    p.add_argument("--repeats", type=int, default=20, help="standalone batches timed per agent")
+    p.add_argument("--old", default=None, help="another checkout to compare end to end with (e.g. ed6d25c)")
+    p.add_argument("--skip_e2e", action="store_true")
+    args = p.parse_args()
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    torch.set_num_threads(1 if device.type == "cpu" else torch.get_num_threads())
+    cores = len(os.sched_getaffinity(0))
+    print(f"# benchmarks/agents.py  {time.strftime('%Y-%m-%d %H:%M')}  {cores} cores, learner on {device}"
+          + (f" ({torch.cuda.get_device_name()})" if device.type == "cuda" else "") + f", torch {torch.__version__}")
+    head = (f"{'agent':<13} {'steps/s':>8} {'frames/s':>9} {'upd/s':>7} {'run ms':>8} {'alone ms':>9} {'ratio':>6} "
+            f"{'core-us/st':>10} {'ops/upd T':>10} {'ops/upd 4T':>10}")
+    if args.old:
+        head += f" {'old st/s':>9} {'new/old':>8}"
+    print(head)
+    print("-" * len(head))
+    for name in args.agents.split(","):
+        package, argv = CONFIGS[name]
+        alone = standalone(package, argv, None, args.repeats, device)
+        alone4 = standalone(package, argv, 4 * alone["T"], 3, device)
+        e2e = {} if args.skip_e2e else end_to_end(REPO, package, argv, args.seconds)
+        old = end_to_end(args.old, package, argv, args.seconds) if args.old and not args.skip_e2e else {}
+        fps = FRAMES_PER_STEP.get(package, 1)
+        sps = e2e.get("steps_per_s", math.nan)
+        run_ms = e2e.get("update_ms", math.nan)
+        line = (f"{name:<13} {sps:>8.0f} {sps * fps:>9.0f} {e2e.get('updates_per_s', math.nan):>7.0f} {run_ms:>8.2f} "
+                f"{alone['batch_ms']:>9.2f} {run_ms / alone['batch_ms']:>6.2f} {alone['core_us_per_step']:>10.1f} "
+                f"{alone['ops_per_update']:>10.0f} {alone4['ops_per_update']:>10.0f}")
+        if args.old:
+            old_sps = old.get("steps_per_s", math.nan)
+            line += f" {old_sps:>9.0f} {sps / old_sps:>8.2f}"
+        print(line, flush=True)
+    print("steps/s, frames/s, upd/s (optimizer updates), run ms (learner batch in the run): end to end once learning "
+          "started; alone ms: the same batch with no other thread; ratio = run / alone; core-us/st: learner CPU per "
+          "agent step; ops/upd: aten ops per optimizer update at the default unroll length T and at 4T")
+
+
+if __name__ == "__main__":
+    main()
