@@ -121,15 +121,13 @@ def test_bfloat16_stem_inference_copy(model_flags):
 
     # Publishing the learner's float32 weights (the learner's own publish_weights) rounds the stem to bf16.
     import threading
-    import types
 
-    from rl_core.runtime.learner import Learner
+    from rl_core.runtime.learner import Publisher
 
     with torch.no_grad():
         for p in model.parameters():
             p.add_(0.01)
-    learner = types.SimpleNamespace(inference_lock=threading.Lock(), model=model, inference_model=inference)
-    Learner.publish_weights(learner)
+    Publisher(model, inference, threading.Lock())()  # what Learner.publish_weights calls
     torch.testing.assert_close(inference.stem.state_dict(), {k: v.bfloat16() for k, v in model.stem.state_dict().items()},
                                rtol=0, atol=0)
     assert torch.equal(inference.policy.weight, model.policy.weight)

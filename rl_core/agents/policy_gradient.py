@@ -237,14 +237,14 @@ class PolicyGradientAgent(Agent):
         if self.kind == "ppo":
             policy = reduce(pg_lib.ppo_clip(log_probs, step["log_prob"], advantages, f.ppo_clip))
             stats["clip_fraction"] = pg_lib.masked_mean(
-                pg_lib.ppo_clip_fraction(log_probs.detach(), step["log_prob"], f.ppo_clip), mask).item()
+                pg_lib.ppo_clip_fraction(log_probs.detach(), step["log_prob"], f.ppo_clip), mask)
         elif self.kind == "awr":
             policy = reduce(pg_lib.awr(log_probs, advantages, f.awr_beta, f.awr_max_weight))
         elif self.kind == "vmpo":
             terms = pg_lib.vmpo(log_probs, advantages, lagrange.value("temperature"), f.vmpo_eps_eta, mask=mask)
             policy = terms.policy.sum()  # psi sums to 1 over the selected steps: L_pi is a sum
             extra = extra + terms.temperature
-            stats["temperature"] = lagrange.value("temperature").item()
+            stats["temperature"] = lagrange.value("temperature").detach()
         else:  # vpg; vtrace (with --advantage vtrace the advantages hold V-trace's rho_pg clipping)
             policy = reduce(pg_lib.vpg(log_probs, advantages))
 
@@ -265,7 +265,7 @@ class PolicyGradientAgent(Agent):
             term, multiplier_loss = pg_lib.lagrange_penalty(entropy, lagrange.value("entropy"), f.target_entropy,
                                                             None, kind="lower")
             entropy_loss = reduce(term, None) + multiplier_loss
-            stats["entropy_multiplier"] = lagrange.value("entropy").item()
+            stats["entropy_multiplier"] = lagrange.value("entropy").detach()
         else:
             entropy_loss = -f.entropy_cost * reduce(entropy, None)
 
@@ -278,13 +278,14 @@ class PolicyGradientAgent(Agent):
                 target = f.vmpo_eps_alpha if self.kind == "vmpo" else f.target_kl
                 term, multiplier_loss = pg_lib.lagrange_penalty(kl, lagrange.value("kl"), target, None, kind="upper")
                 kl_loss = reduce(term, None) + multiplier_loss
-                stats["kl_multiplier"] = lagrange.value("kl").item()
+                stats["kl_multiplier"] = lagrange.value("kl").detach()
             else:
                 kl_loss = f.kl_cost * reduce(kl, None)
-            stats["kl"] = kl.detach().mean().item()
+            stats["kl"] = kl.detach().mean()
 
         total = policy + value + entropy_loss + kl_loss + extra
-        stats.update(pg_loss=policy.item(), baseline_loss=value.item(), entropy_loss=entropy_loss.item(),
-                     entropy=entropy.detach().mean().item(), total_loss=total.item(),
-                     mean_advantage=pg_lib.masked_mean(advantages.detach(), mask).item())
+        # tensors: the learner reads them with the batch's one host sync
+        stats.update(pg_loss=policy.detach(), baseline_loss=torch.as_tensor(value).detach(),
+                     entropy_loss=entropy_loss.detach(), entropy=entropy.detach().mean(), total_loss=total.detach(),
+                     mean_advantage=pg_lib.masked_mean(advantages.detach(), mask))
         return total, stats

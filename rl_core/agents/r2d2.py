@@ -118,11 +118,11 @@ class R2D2Agent(Agent):
         out = r2d2_lib.r2d2_loss(q_taken, targets, batch["replay/weight"].to(q.dtype), mask, eps)
         abs_td = out.td_errors.abs()
         stats = {
-            "total_loss": out.loss.item(),
-            "mean_abs_td": (abs_td.sum() / mask.sum().clamp(min=1)).item(),
-            "mean_q": q_taken.detach().mean().item(),
-            "max_abs_q": q.detach().abs().max().item(),
-            "mean_is_weight": batch["replay/weight"].mean().item(),
+            "total_loss": out.loss.detach(),
+            "mean_abs_td": (abs_td.sum() / mask.sum().clamp(min=1)).detach(),
+            "mean_q": q_taken.detach().mean(),
+            "max_abs_q": q.detach().abs().max(),
+            "mean_is_weight": batch["replay/weight"].mean(),
         }
         return out.loss, abs_td, mask, stats
 

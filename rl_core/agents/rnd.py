@@ -165,7 +165,7 @@ class RNDAgent(Agent):
             idx = torch.randperm(n, device=x.device)[:size]
             predicted, target = rnd.features(x[idx])
             distill = rnd_lib.predictor_loss(predicted, target)
-            yield loss + distill, dict(inner_stats, rnd_loss=distill.item(), **stats)
+            yield loss + distill, dict(inner_stats, rnd_loss=distill.detach(), **stats)
 
     @torch.no_grad()
     def intrinsic_rewards(self, model, x: torch.Tensor, batch: dict) -> tuple[torch.Tensor, dict]:

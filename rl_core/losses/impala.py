@@ -107,12 +107,12 @@ def multi_head_impala_loss(
     entropy = entropy_cost * entropy_loss(target_policy_logits)
     total_loss = pg + baseline + entropy
     stats = {
-        "pg_loss": pg.item(),
-        "baseline_loss": baseline.item(),
-        "entropy_loss": entropy.item(),
-        "total_loss": total_loss.item(),
-        "mean_rho": torch.exp(log_rhos).mean().item(),
-        "mean_vs": vs_first.mean().item(),
+        "pg_loss": pg.detach(),
+        "baseline_loss": baseline.detach(),
+        "entropy_loss": entropy.detach(),
+        "total_loss": total_loss.detach(),
+        "mean_rho": torch.exp(log_rhos).mean().detach(),
+        "mean_vs": vs_first.mean().detach(),
         **explained,
     }
     return total_loss, stats

@@ -42,15 +42,16 @@ def masked_mean(x: torch.Tensor, mask: Optional[torch.Tensor] = None) -> torch.T
 
 
 @torch.no_grad()
-def explained_variance(values: torch.Tensor, returns: torch.Tensor, mask: Optional[torch.Tensor] = None) -> float:
+def explained_variance(values: torch.Tensor, returns: torch.Tensor, mask: Optional[torch.Tensor] = None) -> torch.Tensor:
     """1 - Var[G - V] / Var[G] over the masked-in steps (1: V explains the targets, 0: no better than
-    their mean, < 0: worse); NaN where the targets do not vary."""
+    their mean, < 0: worse); NaN where the targets do not vary.  A 0-dim float64 tensor (no host sync)."""
     values, returns = values.detach().double(), returns.detach().double()
     mean = masked_mean(returns, mask)
     var_returns = masked_mean((returns - mean) ** 2, mask)
     error = returns - values
     var_error = masked_mean((error - masked_mean(error, mask)) ** 2, mask)
-    return float("nan") if var_returns <= 0 else float(1.0 - var_error / var_returns)
+    ratio = 1.0 - var_error / var_returns.clamp(min=torch.finfo(torch.float64).tiny)
+    return torch.where(var_returns > 0, ratio, torch.full_like(ratio, float("nan")))
 
 
 def reduce(
