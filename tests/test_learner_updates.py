@@ -84,3 +84,15 @@ def test_abort_hooks_are_dropped_once_an_update_is_fast():
     L.learn(batch(), ())
     assert not L._abort_hooks
     assert not L.model[0]._forward_pre_hooks
+
+
+def test_publishing_follows_parameters_whose_storage_was_replaced():
+    """A model converted after the learner was made (``.to()`` swaps a parameter's ``.data``) still
+    publishes its current weights."""
+    L = learner([1.0])
+    L.model.double().float()  # each parameter gets new storage, as a move to another device does
+    with torch.no_grad():
+        for p in L.model.parameters():
+            p.add_(1.0)
+    L.publish_weights()
+    assert all(torch.equal(a, b) for a, b in zip(params(L.inference_model), params(L.model)))

@@ -43,13 +43,14 @@ def publish(model: nn.Module, inference_model: nn.Module, lock: threading.Lock) 
 
 class Publisher:
     """``publish`` with the pairs of tensors found once: one foreach copy per call instead of two
-    ``state_dict()`` walks (the tensors are updated in place, so the pairs stay valid)."""
+    ``state_dict()`` walks.  The pairs hold the parameters and buffers themselves (not aliases of their
+    storage), so a later ``.to(device)`` or in-place load is seen."""
 
     def __init__(self, model: nn.Module, inference_model: nn.Module, lock: threading.Lock):
         source = model.state_dict(keep_vars=True)
         pairs = [(dst, source[name]) for name, dst in inference_model.state_dict(keep_vars=True).items()]
-        self.dst = [d.detach() for d, _ in pairs]
-        self.src = [s.detach() for _, s in pairs]
+        self.dst = [d for d, _ in pairs]
+        self.src = [s for _, s in pairs]
         self.lock = lock
 
     def __call__(self) -> None:
