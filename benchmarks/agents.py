@@ -89,29 +89,25 @@ def _num(x) -> float:
 
 
 # ------------------------------------------------------------------ standalone
-def synthetic_unroll(agent, spec: dict, K: int, g: torch.Generator) -> dict:
+def synthetic_unroll(agent, spec: dict, K: int, rng: np.random.Generator) -> dict:
+    """An actor's handover as the actor thread stores it (``rl_core.runtime.actor_pool``), filled at random."""
     from rl_core.agents.base import action_field
 
-    length, _ = agent.sequence()
-    L1 = length + 1
+    L1 = agent.sequence()[0] + 1
     obs_dtype = np.dtype(spec["obs_dtype"])
-    if obs_dtype.kind == "f":
-        obs = torch.randn(L1, K, *spec["obs_shape"], generator=g)
-    else:
-        obs = torch.randint(0, 255, (L1, K, *spec["obs_shape"]), generator=g).to(torch.from_numpy(np.zeros(0, obs_dtype)).dtype)
-    unroll = {"obs": obs, "reward": torch.randn(L1, K, generator=g), "done": torch.rand(L1, K, generator=g) < 0.02,
-              "truncated": torch.zeros(L1, K, dtype=torch.bool)}
-    fields = {"action": action_field(spec), **agent.unroll_fields()}
-    for name, (shape, dtype) in fields.items():
-        t = torch.zeros(L1, K, *shape, dtype=torch.from_numpy(np.zeros(0, dtype)).dtype)
+    obs = rng.standard_normal((L1, K, *spec["obs_shape"])) if obs_dtype.kind == "f" else \
+        rng.integers(0, 255, (L1, K, *spec["obs_shape"]))
+    unroll = {"obs": obs.astype(obs_dtype), "reward": rng.standard_normal((L1, K)).astype(np.float32),
+              "done": rng.random((L1, K)) < 0.02, "truncated": np.zeros((L1, K), np.bool_)}
+    for name, (shape, dtype) in {"action": action_field(spec), **agent.unroll_fields()}.items():
         if name == "action" and spec["action"]["kind"] == "discrete":
-            t = torch.randint(0, int(spec["action"]["n"]), (L1, K), generator=g)
+            value = rng.integers(0, int(spec["action"]["n"]), (L1, K))
         elif name == "action":
-            t = torch.rand(L1, K, *shape, generator=g) * 2 - 1
-        elif "std" in name:
-            t = torch.ones_like(t)
-        unroll[name] = t
-    return unroll
+            value = rng.uniform(-1, 1, (L1, K, *shape))
+        else:  # behaviour fields: zeros (a std: ones)
+            value = np.full((L1, K, *shape), 1 if "std" in name else 0)
+        unroll[name] = value.astype(dtype)
+    return {k: torch.from_numpy(v) for k, v in unroll.items()}
 
 
 def standalone(package: str, argv: list[str], unroll_length: int | None, repeats: int, device: torch.device) -> dict:
@@ -141,7 +137,7 @@ def standalone(package: str, argv: list[str], unroll_length: int | None, repeats
     source = agent.make_data_source(q)
     stop = threading.Event()
     learner = Learner(f, model, inference_copy(model), threading.Lock(), agent, optimizer, scheduler, source, device, stop)
-    g = torch.Generator().manual_seed(0)
+    g = np.random.default_rng(0)
     K = f.num_actors // f.num_servers
     replay = hasattr(source, "replay")
 

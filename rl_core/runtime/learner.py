@@ -89,9 +89,17 @@ class StepStats:
     def named(self, row: list[float]) -> dict[str, float]:
         return dict(self.last_numbers, **dict(zip(self.keys or [], row[2:])))
 
-    def read(self) -> list[list[float]]:
-        """The host sync: every step's [loss, grad norm, *stats] as Python floats."""
-        return torch.stack(self.rows).tolist() if self.rows else []
+    def read(self, extra: torch.Tensor | None = None) -> tuple[list[list[float]], float | None]:
+        """The host sync: every step's [loss, grad norm, *stats] and ``extra`` (a 0-dim tensor: the
+        weights' norm) as Python floats, in one transfer."""
+        if not self.rows:
+            return [], None
+        rows = torch.stack(self.rows)
+        flat = rows.flatten() if extra is None else torch.cat([rows.flatten(), extra.detach().float().reshape(1)])
+        values = flat.tolist()
+        width = rows.shape[1]
+        table = [values[i:i + width] for i in range(0, rows.numel(), width)]
+        return table, (values[-1] if extra is not None else None)
 
     def means(self, rows: list[list[float]]) -> dict[str, float]:
         n = max(len(rows), 1)
@@ -185,9 +193,6 @@ class Learner:
         self._publisher = Publisher(model, inference_model, inference_lock)
         # --publish_interval k: the inference copy gets the weights after every k-th batch (1: every batch).
         self.publish_interval = max(1, int(getattr(flags, "publish_interval", 1) or 1))
-        # A fused Adam skips a step on the device when its ``found_inf`` is set: the finiteness of each
-        # step's loss and gradient is then read once per batch, not once per step (no host sync inside).
-        # (read per batch: a resumed optimizer's param_groups come from its checkpoint)
         # Set at shutdown (Ctrl-C, an error): an update under way gives up at the next module call or
         # parameter gradient, so that the learner thread ends within a fraction of a second instead of
         # finishing a batch that can take many seconds on a CPU.  Its optimizer step is not taken:
@@ -237,6 +242,9 @@ class Learner:
         with self.lock:
             start = time.perf_counter()
             steps = StepStats()
+            # A fused Adam skips a step on the device when its ``found_inf`` is set: each step's finiteness
+            # is then read with the batch's one sync.  (Per batch: a resumed optimizer's param_groups come
+            # from its checkpoint.)
             self.deferred_checks = all(g.get("fused") for g in getattr(self.optimizer, "param_groups", [{}]))
             self._updating = True
             try:
@@ -266,7 +274,7 @@ class Learner:
                     self.optimizer.found_inf = None
             n = len(steps.rows)
             param_norm = nn.utils.get_total_norm(self.params, foreach=True) if n else None
-            rows = steps.read()  # the batch's one host sync (with the weights' norm below)
+            rows, param_norm = steps.read(param_norm)  # the batch's one host sync
             if self.deferred_checks:
                 for i, row in enumerate(rows):
                     if not (math.isfinite(row[0]) and math.isfinite(row[1])):
@@ -276,7 +284,7 @@ class Learner:
                 self.scheduler.step()
                 # Weights whose norm is not finite (a value beyond ~1e19 overflows float32's squares)
                 # are not published: the inference copy would sample from inf / nan logits.
-                if not math.isfinite(float(param_norm)):
+                if not math.isfinite(param_norm):
                     self._diverged(f", after its {n} optimizer steps" if n > 1 else "", self._nonfinite_parameter())
             self.learner_steps += 1
             self.optimizer_steps += n
