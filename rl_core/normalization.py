@@ -20,6 +20,8 @@ from typing import Optional, Sequence, Union
 import torch
 from torch import nn
 
+from rl_core.runtime import distributed
+
 
 def _compute_dtype(x: torch.Tensor) -> torch.dtype:
     """float64 for float64 inputs, float32 for everything else (ints, halves)."""
@@ -65,10 +67,20 @@ class RunningMeanStd(nn.Module):
             )
         x = x.detach().to(device=self.mean.device, dtype=torch.float64).reshape(-1, *self.shape)
         n = x.shape[0]
-        if n == 0:
+        group = distributed.active()
+        if group is not None:  # every rank merges the moments of all ranks' samples: the same statistics
+            count = torch.full(self.shape, float(n), dtype=torch.float64, device=x.device)
+            moments = group.all_reduce_sum(torch.stack([count, x.sum(0), x.pow(2).sum(0)]))
+            n = float(moments[0].reshape(-1)[0]) if moments[0].numel() else float(n)
+            if n == 0:
+                return
+            batch_mean = moments[1] / n
+            batch_var = (moments[2] / n - batch_mean.pow(2)).clamp(min=0.0)
+        elif n == 0:
             return
-        batch_mean = x.mean(0)
-        batch_var = x.var(0, unbiased=False)
+        else:
+            batch_mean = x.mean(0)
+            batch_var = x.var(0, unbiased=False)
         delta = batch_mean - self.mean
         total = self.count + n
         new_mean = self.mean + delta * (n / total)
@@ -187,18 +199,27 @@ class ValueNormalizer(nn.Module):
         if head is not None and head.bias is None and self.kind == "popart":
             raise ValueError("PopArt needs a value head with a bias to absorb the shift of mu")
         g = targets.detach().to(device=self.mu.device, dtype=torch.float64)
-        if g.numel() == 0:
+        group = distributed.active()
+        if group is not None:  # the moments of every rank's targets: each rank moves the same way
+            n, total, squares = group.all_reduce_sum(torch.stack([
+                torch.tensor(float(g.numel()), dtype=torch.float64, device=g.device), g.sum(), g.pow(2).sum()]))
+            n = float(n)
+            g_mean, g_sq_mean = (total / n, squares / n) if n else (None, None)
+        else:
+            n = g.numel()
+            g_mean, g_sq_mean = (g.mean(), g.pow(2).mean()) if n else (None, None)
+        if n == 0:
             return
         beta = self.beta
         if beta == 0.0:  # running average over all targets so far
-            beta = g.numel() / (float(self.count) + g.numel())
-        self.count.add_(g.numel())
+            beta = n / (float(self.count) + n)
+        self.count.add_(n)
         old_mu, old_std = self.mu.clone(), self.std
         if self.kind == "popart":
-            new_mu = (1.0 - beta) * self.mu + beta * g.mean()
+            new_mu = (1.0 - beta) * self.mu + beta * g_mean
         else:  # return_std: mu stays 0.
             new_mu = self.mu
-        new_nu = (1.0 - beta) * self.nu + beta * g.pow(2).mean()
+        new_nu = (1.0 - beta) * self.nu + beta * g_sq_mean
         new_std = self._std(new_mu, new_nu)
         if head is not None:
             w, b = head.weight, head.bias

@@ -22,6 +22,8 @@ def make_optimizer(flags, params, steps_per_update: float | None = None):
                                         eps=flags.epsilon, alpha=flags.alpha, foreach=True)
     if steps_per_update is None:
         steps_per_update = flags.unroll_length * flags.batch_size
+    # under torchrun a batch is every rank's (each with its share of --batch_size): the schedule counts global steps
+    steps_per_update *= getattr(flags, "world_size", 1)
     linear = getattr(flags, "lr_decay", "linear") == "linear"
     total = flags.total_steps
 

@@ -90,13 +90,36 @@ def apply_sizing(env_pkg, parser, argv):
     defaults = {k: parser.get_default(k) for k in keys}
     sizing = _resumed_sizing(known, given, defaults)
     if sizing is None:
+        from rl_core.runtime.distributed import world_from_environ
         from rl_core.runtime.train import select_device
 
         games = env_pkg.num_actors_multiple(known) if hasattr(env_pkg, "num_actors_multiple") else 1
-        sizing = sizing_lib.size_run(sizing_lib.usable_cores(), select_device(known).type == "cuda", known.agent,
-                                     env_pkg.__package__, defaults, given, games)
+        gpu = select_device(known).type == "cuda"
+        world = world_from_environ()
+        if world is None:
+            sizing = sizing_lib.size_run(sizing_lib.usable_cores(), gpu, known.agent, env_pkg.__package__,
+                                         defaults, given, games)
+        else:
+            sizing = _sized_per_rank(sizing_lib, world, gpu, known.agent, env_pkg.__package__, defaults, given, games)
     parser.set_defaults(**{k: v for k, v in sizing.values().items() if k in sizing.auto})
     return sizing
+
+
+def _sized_per_rank(sizing_lib, world, gpu, agent, package, defaults, given, games):
+    """Sizing under torchrun: one rank's share of the machine (its cores / LOCAL_WORLD_SIZE) sized from the
+    package's values divided among the ranks (rounded up), times the world size: the run's totals, each a
+    multiple of the world size (on 2 cores a rank, the package's defaults, rounded up to such a multiple)."""
+    import dataclasses
+
+    W = world.world_size
+    share = {k: (-(-v // W) if k in sizing_lib.SIZED_FLAGS else v) for k, v in defaults.items()}
+    given_share = {k: (-(-v // W) if k in sizing_lib.SIZED_FLAGS else v) for k, v in given.items()}
+    cores = max(1, sizing_lib.usable_cores() // max(1, world.local_world_size))
+    per_rank = sizing_lib.size_run(cores, gpu, agent, package, share, given_share, games)
+    totals = {k: (v * W if k in per_rank.auto else given[k]) for k, v in per_rank.values().items()}
+    reason = (f"{per_rank.reason}; " if per_rank.reason else "") + (
+        f"per rank of the {W} of this torchrun job (each takes 1/{W} of the run's totals)")
+    return dataclasses.replace(per_rank, **totals, reason=reason)
 
 
 def _resumed_sizing(known, given: dict, defaults: dict):
@@ -158,7 +181,12 @@ def _parse(env_pkg, argv=None, prog=None, parser=None, auto_size=False):
 
 def _maybe_test_mode(env_pkg, flags, parser, argv) -> None:
     if flags.mode == "test":
+        from rl_core.runtime.distributed import world_from_environ
         from rl_core.runtime.test_mode import evaluate_checkpoint
+
+        world = world_from_environ()
+        if world is not None and world.rank != 0:  # one evaluation, not one per rank
+            sys.exit(0)
 
         sys.exit(evaluate_checkpoint(flags, env_pkg, parser, argv))
 
@@ -282,7 +310,15 @@ def launcher_main(env_pkg, argv=None) -> None:
     # launcher sized (not on its command line) is added to theirs.
     server_argv = _without_flag(argv, "--server_secret")
     server_argv += [f"--{k}={getattr(flags, k)}" for k in (sizing.auto if sizing else ())]
-    supervisor = ServerSupervisor(module, server_argv, flags.num_servers, flags.pipes_basename, flags.server_secret)
+    # under torchrun each rank starts its share of the run's servers (rl_core/runtime/distributed.py)
+    from rl_core.runtime.distributed import world_from_environ
+
+    world = world_from_environ()
+    share, first = flags.num_servers, 0
+    if world is not None and flags.num_servers % world.world_size == 0:
+        share = flags.num_servers // world.world_size
+        first = world.rank * share
+    supervisor = ServerSupervisor(module, server_argv, share, flags.pipes_basename, flags.server_secret, first)
     sys.exit(train(flags, env_pkg, supervisor, sizing))
 
 

@@ -167,7 +167,8 @@ FAST_UPDATE_S = 0.1
 
 class Learner:
     def __init__(self, flags, model: nn.Module, inference_model: nn.Module, inference_lock: threading.Lock,
-                 agent, optimizer, scheduler, batcher: UnrollBatcher, device, stop: threading.Event, step: int = 0):
+                 agent, optimizer, scheduler, batcher: UnrollBatcher, device, stop: threading.Event, step: int = 0,
+                 group=None):
         self.flags = flags
         self.model = model
         self.inference_model = inference_model
@@ -190,6 +191,7 @@ class Learner:
         self.diverged: str | None = None  # set (under the lock) when an update was not finite: nothing is saved
         self.last_saved_step: int | None = None  # the step of model.tar as on disk (the run sets it)
         self.params = list(model.parameters())
+        self._trained = [p for p in self.params if p.requires_grad]  # (targets, frozen layers: no gradient to average)
         self._publisher = Publisher(model, inference_model, inference_lock)
         # --publish_interval k: the inference copy gets the weights after every k-th batch (1: every batch).
         self.publish_interval = max(1, int(getattr(flags, "publish_interval", 1) or 1))
@@ -199,7 +201,15 @@ class Learner:
         # the weights stay those of the last finished update, which the final checkpoint saves.
         self.abort = threading.Event()
         self._updating = False
-        self._abort_hooks = self._add_abort_hooks(model)
+        # Under torchrun (``group``, rl_core/runtime/distributed.py) an update is never given up half way:
+        # its peers wait in its all-reduces.  The ranks stop together, after a batch (``loop``).
+        self.group = group
+        self.peers_stopping: list[int] = []  # the ranks whose wish to stop ended the loop
+        self.parameter_difference: float | None = None  # across the ranks, once the loop has ended
+        # the episodes this rank sends to rank 0 with each batch, and where rank 0 puts the others' (the run sets)
+        self.take_episodes = lambda: []
+        self.add_episodes = None
+        self._abort_hooks = self._add_abort_hooks(model) if group is None else []
 
     def _add_abort_hooks(self, model: nn.Module) -> list:
         abort = self.abort
@@ -252,7 +262,9 @@ class Learner:
                     n = len(steps.rows)
                     self.optimizer.zero_grad(set_to_none=True)
                     loss.backward()
-                    if self.abort.is_set():  # between the gradient and its step: no step taken
+                    if self.group is not None:  # every rank takes the step of the ranks' mean gradient
+                        loss = self.group.average_gradients(self._trained, loss)
+                    elif self.abort.is_set():  # between the gradient and its step: no step taken
                         raise Stopped()
                     grad_norm = nn.utils.clip_grad_norm_(self.params, max_norm, foreach=True)
                     row = steps.add(loss, grad_norm, stats)
@@ -338,6 +350,8 @@ class Learner:
         raise TrainingDiverged(self.diverged)
 
     def loop(self) -> None:
+        if self.group is not None:
+            return self._loop_with_peers()
         f = self.flags
         while not self.stop.is_set():
             batch, state = self.batcher.next_batch(self.stop)
@@ -346,3 +360,33 @@ class Learner:
             self.learn(batch, state, self.batcher.take_new_steps())
             if self.step >= f.total_steps:
                 self.stop.set()
+
+    def _loop_with_peers(self) -> None:
+        """``loop`` under torchrun: before each batch the ranks agree (one all-reduce) on the env steps
+        they took and on whether any wants to stop, so that all leave after the same batch and none is left
+        waiting in a collective.  Then the replicas' parameters are compared."""
+        f, group = self.flags, self.group
+        while True:
+            batch = None
+            if not self.stop.is_set():
+                try:
+                    batch, state = self.batcher.next_batch(self.stop)
+                except Stopped:
+                    batch = None
+            episodes = self.take_episodes()
+            stopping, new_steps, counts = group.agree(batch is None, self.batcher.take_new_steps() if batch else 0,
+                                                      len(episodes))
+            if any(counts):
+                others = group.gather_episodes(episodes, counts)
+                if others and self.add_episodes is not None:
+                    self.add_episodes(others)
+            if stopping:
+                self.peers_stopping = [r for r in stopping if r != group.rank]
+                break
+            batch = {k: v.to(self.device, non_blocking=True) for k, v in batch.items()}
+            state = tuple(s.to(self.device, non_blocking=True) for s in state)
+            self.learn(batch, state, new_steps)
+            if self.step >= f.total_steps:
+                break
+        self.parameter_difference = group.parameter_difference(self.model)
+        self.stop.set()

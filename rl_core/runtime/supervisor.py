@@ -23,13 +23,16 @@ MAX_RESTARTS_PER_MINUTE = 5
 
 
 class ServerSupervisor:
-    """Runs ``python -m <module> <argv> --server_index i`` for i in range(num_servers)."""
+    """Runs ``python -m <module> <argv> --server_index first_index + i`` for i in range(num_servers)
+    (``first_index``: a torchrun rank's share of the run's servers starts there)."""
 
-    def __init__(self, module: str, argv: list[str], num_servers: int, basename: str, secret: str | None):
+    def __init__(self, module: str, argv: list[str], num_servers: int, basename: str, secret: str | None,
+                 first_index: int = 0):
         self.module = module
         self.argv = list(argv)
         self.num_servers = num_servers
-        self.addresses = [tp.server_address(basename, i) for i in range(num_servers)]
+        self.first_index = first_index
+        self.addresses = [tp.server_address(basename, first_index + i) for i in range(num_servers)]
         self.env = dict(os.environ, POLYBEAST_PARENT_PID=str(os.getpid()))
         if secret:
             self.env["POLYBEAST_SECRET"] = secret
@@ -41,7 +44,7 @@ class ServerSupervisor:
         self._terminated: set[int] = set()  # pids sent SIGTERM
 
     def _start(self, i: int) -> None:
-        cmd = [sys.executable, "-m", self.module, *self.argv, "--server_index", str(i)]
+        cmd = [sys.executable, "-m", self.module, *self.argv, "--server_index", str(self.first_index + i)]
         env = dict(self.env, **{FAILURE_FILE_ENV: self._failure_path(i)})
         # Its own process group: a terminal's Ctrl-C (SIGINT to the foreground group) reaches
         # only the launcher, which stops the servers in order.  Not a new session: with the

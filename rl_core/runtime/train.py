@@ -20,6 +20,7 @@ from rl_core.agents import make_agent
 from rl_core.errors import CheckpointWriteError, RunFailure, UserError
 from rl_core.run_dir import RunDirLock, new_run_dir
 from rl_core.run_log import RunLog, setup_logging
+from rl_core.runtime import distributed
 from rl_core.runtime import transport as tp
 from rl_core.runtime.actor_pool import ActorThread, RunStats, connect_server, inference_loop, spec_key
 from rl_core.runtime.allocator import keep_freed_memory
@@ -35,8 +36,12 @@ def secret_bytes(flags) -> bytes | None:
     return secret.encode() if secret else None
 
 
-def select_device(flags) -> torch.device:
+def select_device(flags, world: distributed.WorldEnv | None = None) -> torch.device:
+    """The learner's device: the GPU of this rank's LOCAL_RANK under torchrun, the (current) GPU, or the CPU."""
     if not flags.disable_cuda and torch.cuda.is_available():
+        if world is not None:
+            torch.cuda.set_device(world.local_rank % torch.cuda.device_count())
+            return torch.device("cuda", world.local_rank % torch.cuda.device_count())
         return torch.device("cuda")
     return torch.device("cpu")
 
@@ -67,6 +72,9 @@ def auto_torch_threads(flags) -> int:
     from rl_core.sizing import usable_cores
 
     cores = usable_cores()
+    world = distributed.world_from_environ()
+    if world is not None:  # the ranks on this host share its cores
+        cores = max(1, cores // max(1, world.local_world_size))
     if tp.parse_address(flags.pipes_basename).kind == "unix":
         return max(1, cores - flags.num_servers)
     return cores
@@ -84,6 +92,11 @@ class Training:
 
     def __init__(self, flags, env_pkg, supervisor=None, sizing=None):
         self.flags = flags
+        # Under torchrun each rank trains with its share of the run's totals (``self.flags``, set in ``run``);
+        # meta.json and checkpoints record the run's own flags, whatever the world size.
+        self.global_flags = flags
+        self.world = distributed.world_from_environ()
+        self.group: distributed.Group | None = None
         self.env_pkg = env_pkg
         self.supervisor = supervisor
         self.sizing = sizing  # rl_core.sizing.Sizing: what the launcher chose and why; None: the flags as given
@@ -133,7 +146,8 @@ class Training:
     def _connect_all(self) -> dict:
         f = self.flags
         secret = secret_bytes(f)
-        addresses = [tp.server_address(f.pipes_basename, i) for i in range(f.num_servers)]
+        offset = getattr(f, "server_offset", 0)  # under torchrun: this rank's share of the servers
+        addresses = [tp.server_address(f.pipes_basename, offset + i) for i in range(f.num_servers)]
         if addresses[0].kind == "tcp" and not secret:
             raise UserError("TCP env servers need a shared secret: pass --server_secret or set POLYBEAST_SECRET")
         specs = []
@@ -146,11 +160,12 @@ class Training:
         for i, spec in enumerate(specs):
             if spec["num_envs"] != K:
                 raise UserError(
-                    f"env server {i} hosts {spec['num_envs']} envs but --num_actors/--num_servers = {K}: "
+                    f"env server {offset + i} hosts {spec['num_envs']} envs but --num_actors/--num_servers = {K}: "
                     f"start the servers with the learner's flags"
                 )
             if spec_key(spec) != spec_key(specs[0]):
-                raise UserError(f"env servers 0 and {i} host different environments: {specs[0]} vs {spec}")
+                raise UserError(f"env servers {offset} and {offset + i} host different environments: "
+                                f"{specs[0]} vs {spec}")
         self.addresses, self.secret = addresses, secret
         return specs[0]
 
@@ -179,6 +194,16 @@ class Training:
     # ---------------------------------------------------------------- run
     def run(self) -> int:
         setup_logging(None)  # the console only: a refused run writes nothing into the run directory
+        if self.world is not None:
+            try:
+                self.flags = distributed.rank_flags(self.global_flags, self.world)
+            except UserError as e:
+                log.error("error: %s", e)
+                return 2
+            self.device = select_device(self.flags, self.world)
+            self.group = distributed.start(self.world, self.device)
+            if not self.group.is_writer:
+                return self._run_follower()
         self.run_dir_lock = None
         try:
             self._open_run_dir()
@@ -186,11 +211,36 @@ class Training:
             log.error("error: %s", e)
             if self.run_dir_lock is not None:
                 self.run_dir_lock.release()
+            if self.group is not None:
+                self.group.share_checkpoint(None, refused=True)
             return 2
+        if self.group is not None:
+            self.group.share_checkpoint(self.saved)
         try:
             return self._run_locked()
         finally:
             self.run_dir_lock.release()
+
+    def _run_follower(self) -> int:
+        """A rank other than 0: it trains as rank 0 does, from rank 0's checkpoint, and writes no file; rank 0
+        writes the run directory."""
+        self.rundir = None
+        f = self.global_flags
+        self.checkpoint_path = f"rank 0's {os.path.join(os.path.expanduser(f.savedir), f.xpid or '<new run>', 'model.tar')}"
+        try:
+            self.saved = self.group.share_checkpoint(None)
+        except RunFailure as e:
+            log.error("error: %s", e)
+            return 1
+        self._announce()
+        self._signals()
+        reason, status, one_line = self._train()
+        if one_line:
+            log.error("%s", one_line)
+        if status == 0:
+            log.info("rank %d: %s at step %d", self.group.rank, reason,
+                     getattr(self, "learner", None) and self.learner.step or 0)
+        return status
 
     def _open_run_dir(self) -> None:
         """The run directory, made or taken (locked), and its checkpoint read and checked against the
@@ -240,14 +290,22 @@ class Training:
             state = f"resuming {self.checkpoint_path} at step {int(self.saved.get('step', 0)):,}"
         else:
             state = "new run"
-        log.info("run directory: %s (%s)", self.rundir, state)
-        self.device = select_device(f)
+        if self.rundir is not None:
+            log.info("run directory: %s (%s)", self.rundir, state)
+        if self.group is None:
+            self.device = select_device(f)
+        else:
+            g = self.global_flags
+            log.info("torchrun: %s on %s; this rank: %d of the run's %d envs on %d of its %d env servers "
+                     "(from server %d), batches of %d of its %d", self.group.describe(), self.device, f.num_actors,
+                     g.num_actors, f.num_servers, g.num_servers, f.server_offset, f.batch_size, g.batch_size)
         name = f" ({torch.cuda.get_device_name(self.device)})" if self.device.type == "cuda" else ""
         threads = f.torch_threads or auto_torch_threads(f)
         torch.set_num_threads(threads)
         log.info("device: %s%s, %d torch intra-op thread%s", self.device, name, threads, "s" if threads != 1 else "")
         from rl_core.agents import REPLAY
 
+        f = self.global_flags  # the run's totals (under torchrun each rank takes its share, said above)
         K = f.num_actors // f.num_servers
         if f.agent in REPLAY:
             batch = f"learner batches of {f.batch_size} from the replay (unrolls of {f.unroll_length} steps)"
@@ -262,7 +320,7 @@ class Training:
 
     def _sizing_record(self) -> dict:
         """meta.json's ``sizing``: the values used, which of them the launcher chose (``auto``) and why."""
-        f = self.flags
+        f = self.global_flags
         record = self.sizing.record() if self.sizing is not None else {"auto": [], "reason": ""}
         return {**record, "num_servers": f.num_servers, "num_actors": f.num_actors, "batch_size": f.batch_size}
 
@@ -278,13 +336,41 @@ class Training:
         for name in checkpoint.remove_partial_writes(self.rundir):  # no save is under way: the lock is held
             log.info("removed %s, the partial write of a checkpoint that a killed run left", name)
         try:
-            self.run_log = RunLog(self.rundir, f)
+            self.run_log = RunLog(self.rundir, self.global_flags)
         except UserError as e:  # wandb could not start
             log.error("error: %s", e)
             self._restore_meta(previous_meta)
             return 2
         self.run_log.write_meta(sizing=self._sizing_record())
+        if self.group is not None:
+            self.run_log.write_meta(distributed={"world_size": self.group.size, "backend": self.group.backend})
         self._signals()
+        reason, status, one_line = self._train()
+        trained = getattr(self, "learner", None) is not None and hasattr(self, "start_time")
+        if one_line:
+            log.error("%s", one_line)
+        if status == 0 and reason == "finished" and trained and not f.disable_final_test:
+            try:
+                self.run_final_test()
+            except UserError as e:
+                reason, status = f"error: {e}", 2
+                log.error("error: %s", e)
+            except Exception as e:  # noqa: BLE001
+                reason, status = f"error in the final test: {type(e).__name__}: {e}", 1
+                log.exception("error in the final test")
+        if status == 2 and previous_meta is not None and not hasattr(self, "start_time"):
+            # a refused resume (the checkpoint does not fit the model): the run's record stays as it was
+            self.run_log.close()
+            self._restore_meta(previous_meta)
+        else:
+            self.run_log.finish(success=status == 0 and reason == "finished", reason=reason)
+        if status == 0:
+            log.info("%s at step %d; run directory %s", reason, getattr(self, "learner", None) and self.learner.step or 0, self.rundir)
+        return status
+
+    def _train(self) -> tuple[str, int, str | None]:
+        """Train until done, stopped or failed, then shut down (the final checkpoint on rank 0):
+        ``(reason, exit status, the error line a user reads last)``."""
         reason, status = "finished", 0
         one_line = None  # the error a user reads last, after the shutdown's own log lines
         try:
@@ -311,30 +397,24 @@ class Training:
         if status == 0 and self.save_error is not None:  # the final checkpoint could not be written
             reason, status = f"error: {self.save_error}", 1
             one_line = reason
+        if status == 0 and self.group is not None and isinstance(self.errors.error, RunFailure):
+            # a peer lost while this rank was stopping (torchrun signals the others when one dies)
+            reason, status = f"error: {self.errors.error}", 1
+            one_line = reason
+        learner = getattr(self, "learner", None)
+        if self.group is not None and learner is not None:
+            if status == 0 and reason == "finished" and learner.peers_stopping:
+                ranks = ", ".join(map(str, learner.peers_stopping))
+                reason = f"stopped with rank {ranks} (a signal or an error there: its log says which)"
+            if learner.parameter_difference is not None and self.rundir is not None:
+                difference = learner.parameter_difference
+                (log.info if difference == 0 else log.warning)(
+                    "replicas: the %d ranks' parameters %s", self.group.size,
+                    "are identical" if difference == 0 else f"differ by up to {difference:.3g}")
         if reason == "interrupted" and getattr(self, "learner", None) is None:
             status = 128 + (self.signum or signal.SIGINT)  # stopped before anything was trained: not a success
             log.info("interrupted before training began: nothing was trained or saved (exit status %d)", status)
-        if one_line:
-            log.error("%s", one_line)
-        trained = getattr(self, "learner", None) is not None and hasattr(self, "start_time")
-        if status == 0 and reason == "finished" and trained and not f.disable_final_test:
-            try:
-                self.run_final_test()
-            except UserError as e:
-                reason, status = f"error: {e}", 2
-                log.error("error: %s", e)
-            except Exception as e:  # noqa: BLE001
-                reason, status = f"error in the final test: {type(e).__name__}: {e}", 1
-                log.exception("error in the final test")
-        if status == 2 and previous_meta is not None and not hasattr(self, "start_time"):
-            # a refused resume (the checkpoint does not fit the model): the run's record stays as it was
-            self.run_log.close()
-            self._restore_meta(previous_meta)
-        else:
-            self.run_log.finish(success=status == 0 and reason == "finished", reason=reason)
-        if status == 0:
-            log.info("%s at step %d; run directory %s", reason, getattr(self, "learner", None) and self.learner.step or 0, self.rundir)
-        return status
+        return reason, status, one_line
 
     def _restore_meta(self, previous: tuple[bytes, os.stat_result] | None) -> None:
         """meta.json as the run being resumed left it (bytes and times), when this attempt was refused."""
@@ -359,7 +439,8 @@ class Training:
         if f.record_video:
             self._check_can_record()
         self.spec = spec
-        self.run_log.write_meta(flags=checkpoint.flags_dict(f), env_spec=spec)
+        if self.rundir is not None:
+            self.run_log.write_meta(flags=checkpoint.flags_dict(self.global_flags), env_spec=spec)
         from models.pretrained import apply_flags
 
         self.agent = agent = make_agent(f, spec)
@@ -374,8 +455,12 @@ class Training:
             log.info("central inference runs the stem in %s", f.inference_precision)
         optimizer, scheduler = agent.make_optimizer(model)
         step, learner_steps = self._maybe_resume(saved, model, optimizer, scheduler)
+        if self.group is not None:
+            self.group.broadcast_module(model)  # every replica starts from rank 0's weights
+            torch.manual_seed(f.seed + self.group.rank)  # and acts and samples minibatches with its own draws
         publish(model, inference_model, threading.Lock())
-        log.info("model on %s: %s", self.device, model)
+        if self.rundir is not None:  # (rank 0 alone under torchrun: the ranks' models are the same)
+            log.info("model on %s: %s", self.device, model)
 
         K = spec["num_envs"]
         queue_size = f.max_learner_queue_size or agent.learner_queue_size(K)
@@ -387,15 +472,20 @@ class Training:
         self.data_source = agent.make_data_source(self.learner_queue)
         if self.device.type == "cuda" and hasattr(self.data_source, "pin"):
             self.data_source.pin = True  # sampled batches in pinned memory: the copy to the GPU is async
-        if saved is not None and hasattr(self.data_source, "restore"):
+        if saved is not None and hasattr(self.data_source, "restore") and self.rundir is not None:
             self.data_source.restore(self.rundir)
         self.learner = Learner(
             f, model, inference_model, inference_lock, agent, optimizer, scheduler,
-            self.data_source, self.device, self.stop, step=step,
+            self.data_source, self.device, self.stop, step=step, group=self.group,
         )
         self.learner.learner_steps = learner_steps
         self.learner.last_saved_step = step if saved is not None else None
         self.learner.on_step = self._after_update
+        if self.group is not None:  # every rank's episodes reach rank 0's logs
+            if self.rundir is None:
+                self.learner.take_episodes = self.stats.take_episodes
+            else:
+                self.learner.add_episodes = self.stats.add_episodes
         if step >= f.total_steps:
             log.info("checkpoint is already at step %d >= --total_steps %d", step, f.total_steps)
             return
@@ -459,7 +549,7 @@ class Training:
             self.save_checkpoint(os.path.join(self.rundir, "model_extra.tar"))
 
     def save_checkpoint(self, path: str | None = None) -> None:
-        if self.flags.disable_checkpoint:
+        if self.flags.disable_checkpoint or self.rundir is None:  # (under torchrun rank 0 saves)
             return
         path = path or self.checkpoint_path
         learner = self.learner
@@ -471,7 +561,7 @@ class Training:
                 "model_state_dict": {k: v.detach().cpu() for k, v in learner.model.state_dict().items()},
                 "optimizer_state_dict": learner.optimizer.state_dict(),
                 "scheduler_state_dict": learner.scheduler.state_dict(),
-                "flags": checkpoint.flags_dict(self.flags),
+                "flags": checkpoint.flags_dict(self.global_flags),
                 "step": learner.step,
                 "learner_steps": learner.learner_steps,
             }
@@ -497,6 +587,17 @@ class Training:
     # ------------------------------------------------------- supervision
     def _supervise(self) -> None:
         f = self.flags
+        if self.rundir is None:  # a torchrun rank other than 0: its servers only; rank 0 logs and saves
+            self.start_time = time.monotonic()
+            while not self.stop.is_set():
+                self.stop.wait(0.25)
+                self.group.beat()
+                if self.supervisor is not None:
+                    try:
+                        self.supervisor.poll(env_error_reported=self.errors.error is not None)
+                    except BaseException as e:  # noqa: BLE001
+                        self.errors.put("supervisor", e)
+            return
         start = last_log = last_ckpt = time.monotonic()
         self.start_time = start
         self._last = (start, self.learner.step)
@@ -507,6 +608,8 @@ class Training:
         self.validation = Validation(self)
         while not self.stop.is_set():
             self.stop.wait(0.25)
+            if self.group is not None:
+                self.group.beat()
             if self.supervisor is not None:
                 try:
                     self.supervisor.poll(env_error_reported=self.errors.error is not None)
@@ -579,10 +682,11 @@ class Training:
         eta = (f.total_steps - step) / sps if sps > 0 else float("inf")
         ret = f"{row['return_last_100']:.2f}" if self._returns else "n/a"
         loss = row.get("total_loss")
+        world = f" over {self.group.size} ranks" if self.group is not None else ""  # steps and SPS: global
         log.info(
-            "Step %d/%d (%.1f%%) @ %.0f SPS, ETA %s. Return %s (last %d ep). Loss %s. "
+            "Step %d/%d (%.1f%%) @ %.0f SPS%s, ETA %s. Return %s (last %d ep). Loss %s. "
             "Inference batch %.1f envs, learner queue %d/%d, dropped unrolls %d.",
-            step, f.total_steps, pct, sps, format_duration(eta) if math.isfinite(eta) else "?",
+            step, f.total_steps, pct, sps, world, format_duration(eta) if math.isfinite(eta) else "?",
             ret, len(self._returns), f"{loss:.3f}" if loss is not None else "n/a",
             row["inference_batch"] if batches else 0.0, row["learner_queue"], self.learner_queue.maxsize,
             row["dropped_unrolls"],
@@ -592,7 +696,7 @@ class Training:
     def _shutdown(self, save: bool) -> None:
         self.stop.set()
         learner = getattr(self, "learner", None)
-        if learner is not None and (self.interrupted or not save):
+        if learner is not None and (self.interrupted or not save) and self.group is None:
             learner.abort.set()  # an update under way gives up, its step untaken: the thread ends at once
         if self.validation is not None:
             self.validation.abort.set()
@@ -600,16 +704,18 @@ class Training:
             self.supervisor.terminate_all()  # the servers end while the threads are joined
         deadline = time.monotonic() + 5.0
         for thread in self.threads:
-            thread.join(max(0.0, deadline - time.monotonic()))
+            # under torchrun the learner thread finishes its batch and meets its peers before it ends
+            wait = 60.0 if self.group is not None and thread.name.startswith("learner") else 0.0
+            thread.join(max(0.0, deadline - time.monotonic(), wait))
         alive = [t.name for t in self.threads if t.is_alive()]
         if alive:
             log.warning("threads still running at shutdown: %s", ", ".join(alive))
-        if getattr(self, "learner", None) is not None and hasattr(self, "start_time"):
+        if getattr(self, "learner", None) is not None and hasattr(self, "start_time") and self.rundir is not None:
             try:
                 self.log_tick()
             except Exception:  # noqa: BLE001 - the run is ending anyway
                 log.exception("final log tick failed")
-        if save:
+        if save and self.rundir is not None:
             try:
                 self.save_checkpoint()
             except CheckpointWriteError as e:
@@ -763,7 +869,7 @@ class Validation:
             try:
                 checkpoint.save(self.best_path, {
                     "model_state_dict": {k: v.detach().cpu() for k, v in result["model"].state_dict().items()},
-                    "flags": checkpoint.flags_dict(t.flags), "step": result["step"], "valid_return": mean,
+                    "flags": checkpoint.flags_dict(t.global_flags), "step": result["step"], "valid_return": mean,
                 })
             except OSError as e:
                 raise t._write_error(self.best_path, e) from None
@@ -773,6 +879,8 @@ class Validation:
 def train(flags, env_pkg, supervisor=None, sizing=None) -> int:
     training = Training(flags, env_pkg, supervisor, sizing)
     status = training.run()
+    if not any(thread.is_alive() for thread in training.threads):
+        distributed.stop(training.group)
     if any(thread.is_alive() for thread in training.threads):
         # A thread still inside a torch op would abort interpreter finalization
         # ("terminate called without an active exception"): everything is saved, leave now.
