@@ -585,18 +585,23 @@ class Training:
         return CheckpointWriteError(f"{checkpoint.describe_write_error(path, error)}; {kept}")
 
     # ------------------------------------------------------- supervision
+    def _wait_and_poll(self) -> None:
+        """A quarter of a second of the main thread's loop: the heartbeat under torchrun, the servers polled."""
+        self.stop.wait(0.25)
+        if self.group is not None:
+            self.group.beat()
+        if self.supervisor is not None:
+            try:
+                self.supervisor.poll(env_error_reported=self.errors.error is not None)
+            except BaseException as e:  # noqa: BLE001
+                self.errors.put("supervisor", e)
+
     def _supervise(self) -> None:
         f = self.flags
         if self.rundir is None:  # a torchrun rank other than 0: its servers only; rank 0 logs and saves
             self.start_time = time.monotonic()
             while not self.stop.is_set():
-                self.stop.wait(0.25)
-                self.group.beat()
-                if self.supervisor is not None:
-                    try:
-                        self.supervisor.poll(env_error_reported=self.errors.error is not None)
-                    except BaseException as e:  # noqa: BLE001
-                        self.errors.put("supervisor", e)
+                self._wait_and_poll()
             return
         start = last_log = last_ckpt = time.monotonic()
         self.start_time = start
@@ -607,14 +612,7 @@ class Training:
         self.seen_sets = seen_sets.SeenSets(self.rundir)
         self.validation = Validation(self)
         while not self.stop.is_set():
-            self.stop.wait(0.25)
-            if self.group is not None:
-                self.group.beat()
-            if self.supervisor is not None:
-                try:
-                    self.supervisor.poll(env_error_reported=self.errors.error is not None)
-                except BaseException as e:  # noqa: BLE001
-                    self.errors.put("supervisor", e)
+            self._wait_and_poll()
             now = time.monotonic()
             self.validation.poll(now)
             if now - last_log >= f.log_interval:
