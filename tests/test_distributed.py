@@ -1,6 +1,7 @@
 """Training under torchrun (rl_core/runtime/distributed.py): 2 ranks with gloo on this CPU, through the
 real launcher, env servers and sockets; the collectives against their one-process meaning."""
 
+import dataclasses
 import json
 import os
 import signal
@@ -109,7 +110,7 @@ def _collectives_worker(rank: int, port: int, results):
         mean_loss = group.average_gradients([w, v], loss)
         results.put((rank, rms.mean.clone(), rms.var.clone(), float(rms.count), float(popart.mu), float(popart.nu),
                      head.weight.detach().clone(), w.grad.clone(), v.grad.clone(), float(mean_loss),
-                     group.any_rank(rank == 1), group.agree(rank == 0, 10 + rank, 2 * rank),
+                     group.any_rank(rank == 1), dataclasses.astuple(group.agree(rank == 0, 10 + rank, 2 * rank, 100 * rank)),
                      group.gather_episodes([{"return": 5.0, "length": 7}, {"return": -1.5, "length": 3}][:2 * rank],
                                            [0, 2])))
     finally:
@@ -153,7 +154,8 @@ def test_statistics_and_gradients_are_those_of_all_ranks_data():
         torch.testing.assert_close(v_grad, torch.full((2,), 2.0))  # mean of 0 (unreached) and 4
         assert mean_loss == pytest.approx((3.0 + 6.0 + 8.0) / 2)
         assert anyone is True
-        assert agreed == ([0], 21, [0, 2])  # rank 0 stops; the steps of both; rank 1 has 2 episodes
+        # rank 0 stops; the steps of both; rank 1 has 2 episodes and sends its 100 env steps
+        assert agreed == ([0], 21, [0, 2], 100)
         # rank 1's episodes reach rank 0's logs
         assert episodes == ([{"return": 5.0, "length": 7}, {"return": -1.5, "length": 3}] if rank == 0 else [])
 
@@ -180,6 +182,7 @@ def test_two_ranks_train_one_run_and_one_rank_resumes_it(tmp_path, agent):
     total = int(next(a for a in args if a.startswith("--total_steps")).split("=")[1])
     rows = csv_rows(str(tmp_path / "run" / "logs.csv"))
     assert int(rows[-1]["step"]) >= total
+    assert int(rows[-1]["env_steps"]) >= int(rows[-1]["step"])  # both ranks' envs' steps, as the step count
     saved = checkpoint.load(str(tmp_path / "run" / "model.tar"))
     assert saved["step"] == int(rows[-1]["step"]) and saved["flags"]["num_actors"] % 2 == 0
     out = read(str(tmp_path / "run" / "out.log"))

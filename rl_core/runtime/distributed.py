@@ -113,6 +113,16 @@ def timeout_s() -> float:
         return DEFAULT_TIMEOUT_S
 
 
+@dataclasses.dataclass(frozen=True)
+class Agreement:
+    """What the ranks agreed on before a batch (``Group.agree``)."""
+
+    stopping: list[int]  # the ranks that want to stop: all stop after this agreement
+    new_steps: int  # the agent steps all ranks' learners took in: the global step count grows by it
+    episodes: list[int]  # per rank, the finished episodes it sends to rank 0 (``gather_episodes``)
+    env_steps: int  # the env steps the ranks other than 0 received (rank 0's logs add them)
+
+
 class Group:
     """The process group of a torchrun job, and the few collectives a run needs."""
 
@@ -256,16 +266,19 @@ class Group:
         self._collective(self.dist.all_reduce, value, group=self.cpu)
         return bool(value.item())
 
-    def agree(self, stopping: bool, new_steps: int, episodes: int = 0) -> tuple[list[int], int, list[int]]:
-        """Once per learner batch, on every rank: (the ranks that want to stop, the env steps all ranks
-        took since the last call, each rank's count of ``episodes`` to send to rank 0)."""
+    def agree(self, stopping: bool, new_steps: int, episodes: int = 0, env_steps: int = 0) -> Agreement:
+        """Once per learner batch, on every rank, one all-reduce: the ranks that want to stop, the steps all
+        ranks' learners took in since the last call, each rank's count of finished ``episodes`` to send to
+        rank 0, and the env steps the other ranks' actors received (``env_steps``: 0 from rank 0)."""
         W = self.size
-        value = torch.zeros(2 * W + 1, dtype=torch.int64)
+        value = torch.zeros(2 * W + 2, dtype=torch.int64)
         value[self.rank] = int(bool(stopping))
         value[W + self.rank] = int(episodes)
+        value[-2] = int(env_steps)
         value[-1] = int(new_steps)
         self._collective(self.dist.all_reduce, value, group=self.cpu)
-        return [r for r in range(W) if value[r]], int(value[-1]), value[W:2 * W].tolist()
+        return Agreement(stopping=[r for r in range(W) if value[r]], new_steps=int(value[-1]),
+                         episodes=value[W:2 * W].tolist(), env_steps=int(value[-2]))
 
     def gather_episodes(self, episodes: list[dict], counts: list[int]) -> list[dict]:
         """The finished episodes of every rank (``counts``: how many each has, from ``agree``) on rank 0, as

@@ -209,6 +209,8 @@ class Learner:
         # the episodes this rank sends to rank 0 with each batch, and where rank 0 puts the others' (the run sets)
         self.take_episodes = lambda: []
         self.add_episodes = None
+        self.take_env_steps = lambda: 0  # (a rank other than 0: the env steps its actors received since)
+        self.peer_env_steps = 0  # (rank 0: those of the other ranks, for the logs)
         self._abort_hooks = self._add_abort_hooks(model) if group is None else []
 
     def _add_abort_hooks(self, model: nn.Module) -> list:
@@ -374,15 +376,17 @@ class Learner:
                 except Stopped:
                     batch = None
             episodes = self.take_episodes()
-            stopping, new_steps, counts = group.agree(batch is None, self.batcher.take_new_steps() if batch else 0,
-                                                      len(episodes))
-            if any(counts):
-                others = group.gather_episodes(episodes, counts)
+            agreed = group.agree(batch is None, self.batcher.take_new_steps() if batch else 0, len(episodes),
+                                 self.take_env_steps())
+            self.peer_env_steps += agreed.env_steps
+            if any(agreed.episodes):
+                others = group.gather_episodes(episodes, agreed.episodes)
                 if others and self.add_episodes is not None:
                     self.add_episodes(others)
-            if stopping:
-                self.peers_stopping = [r for r in stopping if r != group.rank]
+            if agreed.stopping:
+                self.peers_stopping = [r for r in agreed.stopping if r != group.rank]
                 break
+            new_steps = agreed.new_steps
             batch = {k: v.to(self.device, non_blocking=True) for k, v in batch.items()}
             state = tuple(s.to(self.device, non_blocking=True) for s in state)
             self.learn(batch, state, new_steps)

@@ -481,9 +481,10 @@ class Training:
         self.learner.learner_steps = learner_steps
         self.learner.last_saved_step = step if saved is not None else None
         self.learner.on_step = self._after_update
-        if self.group is not None:  # every rank's episodes reach rank 0's logs
+        if self.group is not None:  # every rank's episodes and env steps reach rank 0's logs
             if self.rundir is None:
                 self.learner.take_episodes = self.stats.take_episodes
+                self.learner.take_env_steps = self._env_steps_since
             else:
                 self.learner.add_episodes = self.stats.add_episodes
         if step >= f.total_steps:
@@ -509,6 +510,12 @@ class Training:
         for i in range(f.num_learner_threads):
             self.threads.append(start_thread(f"learner-{i}", self.learner.loop, self.errors))
         self._supervise()
+
+    def _env_steps_since(self) -> int:
+        """The env steps this rank's actors received since the last call (sent to rank 0 with each batch)."""
+        total = self.stats.env_steps
+        since, self._env_steps_sent = total - getattr(self, "_env_steps_sent", 0), total
+        return since
 
     def _maybe_resume(self, state: dict | None, model, optimizer, scheduler) -> tuple[int, int]:
         """Restore model.tar of this xpid (already read) if there is one: (step, learner_steps)."""
@@ -656,7 +663,7 @@ class Training:
             "learner_queue": self.learner_queue.qsize(),
             "dropped_unrolls": self.stats.dropped_unrolls,
             "server_restarts": self.supervisor.restarts if self.supervisor else 0,
-            "env_steps": self.stats.env_steps,
+            "env_steps": self.stats.env_steps + learner.peer_env_steps,  # every rank's, under torchrun
         }
         learn_seconds, learner_steps = learner.learn_seconds, learner.learner_steps
         last_learn, last_updates = self._last_learn
