@@ -108,9 +108,11 @@ def _collectives_worker(rank: int, port: int, results):
         loss = (w * (rank + 1.0)).sum() + (v.sum() * 4.0 if rank == 1 else 0.0)
         loss.backward()
         mean_loss = group.average_gradients([w, v], loss)
-        results.put((rank, rms.mean.clone(), rms.var.clone(), float(rms.count), float(popart.mu), float(popart.nu),
-                     head.weight.detach().clone(), w.grad.clone(), v.grad.clone(), float(mean_loss),
-                     group.any_rank(rank == 1), dataclasses.astuple(group.agree(rank == 0, 10 + rank, 2 * rank, 100 * rank)),
+        # plain lists through the queue: a tensor would be shared by a file descriptor that dies with this process
+        results.put((rank, rms.mean.tolist(), rms.var.tolist(), float(rms.count), float(popart.mu), float(popart.nu),
+                     head.weight.detach().tolist(), w.grad.tolist(), v.grad.tolist(), float(mean_loss),
+                     group.any_rank(rank == 1),
+                     dataclasses.astuple(group.agree(rank == 0, 10 + rank, 2 * rank, 100 * rank)),
                      group.gather_episodes([{"return": 5.0, "length": 7}, {"return": -1.5, "length": 3}][:2 * rank],
                                            [0, 2])))
     finally:
@@ -120,7 +122,7 @@ def _collectives_worker(rank: int, port: int, results):
 def test_statistics_and_gradients_are_those_of_all_ranks_data():
     """RunningMeanStd and PopArt merge every rank's samples (as one process given all of them would); the
     gradient is the ranks' mean; any_rank and agree see every rank; episodes reach rank 0."""
-    import torch.multiprocessing as mp
+    import multiprocessing as mp
 
     from rl_core.normalization import RunningMeanStd, ValueNormalizer
 
@@ -145,6 +147,8 @@ def test_statistics_and_gradients_are_those_of_all_ranks_data():
     head.reset_parameters()
     popart.update(targets.reshape(-1), head=head)
     for rank, mean, var, count, mu, nu, weight, w_grad, v_grad, mean_loss, anyone, agreed, episodes in got:
+        mean, var = torch.tensor(mean, dtype=torch.float64), torch.tensor(var, dtype=torch.float64)
+        weight, w_grad, v_grad = torch.tensor(weight), torch.tensor(w_grad), torch.tensor(v_grad)
         torch.testing.assert_close(mean, reference.mean, rtol=1e-12, atol=1e-12)
         torch.testing.assert_close(var, reference.var, rtol=1e-9, atol=1e-12)
         assert count == pytest.approx(float(reference.count))

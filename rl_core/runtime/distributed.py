@@ -92,9 +92,9 @@ def rank_flags(flags, world: WorldEnv):
             setattr(mine, name, max(1, math.ceil(getattr(flags, name) / W)))
     minibatches = getattr(flags, "num_minibatches", None)
     if minibatches and not str(getattr(flags, "batch_mode", "")).startswith("split") and minibatches > mine.batch_size:
-        raise UserError(f"--num_minibatches {minibatches} > each rank's batch of {mine.batch_size} unrolls (--batch_size "
-                        f"{flags.batch_size} over {W} ranks), and --batch_mode {flags.batch_mode} keeps unrolls whole: "
-                        f"raise --batch_size to {minibatches * W} or more, or lower --num_minibatches")
+        raise UserError(f"--num_minibatches {minibatches} > each rank's batch of {mine.batch_size} unrolls "
+                        f"(--batch_size {flags.batch_size} over {W} ranks), and --batch_mode {flags.batch_mode} keeps "
+                        f"unrolls whole: raise --batch_size to {minibatches * W} or more, or lower --num_minibatches")
     if getattr(flags, "num_learner_threads", 1) != 1:
         raise UserError("--num_learner_threads must be 1 under torchrun: each rank's learner thread runs the "
                         "job's collectives in order (drop the flag)")

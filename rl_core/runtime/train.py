@@ -226,7 +226,8 @@ class Training:
         writes the run directory."""
         self.rundir = None
         f = self.global_flags
-        self.checkpoint_path = f"rank 0's {os.path.join(os.path.expanduser(f.savedir), f.xpid or '<new run>', 'model.tar')}"
+        path = os.path.join(os.path.expanduser(f.savedir), f.xpid or "<new run>", "model.tar")
+        self.checkpoint_path = f"rank 0's {path}"
         try:
             self.saved = self.group.share_checkpoint(None)
         except RunFailure as e:
