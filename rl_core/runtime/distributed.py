@@ -17,7 +17,7 @@ rank; the main thread only joins those of the start):
   because an agent's update may call parts of the model that a DDP wrapper's forward does not see
   (SAC's critics, RND's predictor) and skip parameters in some losses), so each rank's optimizer takes
   the same step;
-* statistics: ``all_reduce_sum`` merges the moments of RunningMeanStd and ValueNormalizer (PopArt)
+* statistics: ``Group.all_reduce_sum`` (through ``active()``) merges the moments of RunningMeanStd and ValueNormalizer (PopArt)
   updates, and ``any_rank`` the decisions an agent takes from its batch (RND's random start);
 * every learner batch: ``agree`` sums the ranks' new env steps and ORs their wish to stop, so every
   rank leaves its loop after the same batch (a signal, an error, ``--total_steps``).
@@ -31,7 +31,6 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import io
-import logging
 import math
 import os
 import re
@@ -41,8 +40,6 @@ import torch
 from torch import nn
 
 from rl_core.errors import RunFailure, UserError
-
-log = logging.getLogger("distributed")
 
 # The run's totals that each rank takes 1/W of.  The first three must divide by W.
 EXACT_SHARES = ("num_actors", "num_servers", "batch_size")
@@ -130,17 +127,13 @@ class Group:
         import torch.distributed as dist
 
         self.dist = dist
-        self.world = world
         self.rank, self.size = world.rank, world.world_size
-        self.device = device
         self.backend = "nccl" if device.type == "cuda" else "gloo"
         timeout = datetime.timedelta(seconds=timeout_s())
         kwargs = {"device_id": device} if device.type == "cuda" else {}
         dist.init_process_group(self.backend, timeout=timeout, **kwargs)
         # small control messages (steps, stop, the checkpoint's bytes) on the CPU, whatever the backend
         self.cpu = dist.new_group(backend="gloo", timeout=timeout) if self.backend != "gloo" else None
-        self.reduce_seconds = 0.0  # time spent in gradient all-reduces (the benchmarks read it)
-        self.reduces = 0
         # torchrun's key-value store (hosted by its agent, not by a rank): each rank's heartbeat, so that a
         # rank whose peer vanished can name it
         try:
@@ -159,10 +152,11 @@ class Group:
                 pass
 
     def _silent_ranks(self, wait: float = 2.5) -> list[int]:
-        """The peers whose heartbeat did not move for ``wait`` seconds (None when it cannot be told)."""
+        """The peers whose heartbeat did not move for ``wait`` seconds ([] when it cannot be told)."""
         if self.store is None:
             return []
         others = [r for r in range(self.size) if r != self.rank]
+
         def read(r):  # (a missing key would make get() wait for it)
             key = f"polybeast/alive/{r}"
             return self.store.get(key) if self.store.check([key]) else None
@@ -239,7 +233,6 @@ class Group:
     def average_gradients(self, params: list[torch.Tensor], loss: torch.Tensor) -> torch.Tensor:
         """Every parameter's gradient replaced by its mean over the ranks (a missing gradient counts as
         zeros), in one all-reduce with the loss; returns the ranks' mean loss."""
-        start = time.perf_counter()
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
         flat = torch.cat([g.reshape(-1) for g in grads] + [loss.detach().float().reshape(1)])
         self._collective(self.dist.all_reduce, flat)
@@ -248,8 +241,6 @@ class Group:
             if p.grad is None:
                 p.grad = g
             p.grad.copy_(part.view_as(p))
-        self.reduce_seconds += time.perf_counter() - start
-        self.reduces += 1
         return flat[-1]
 
     def all_reduce_sum(self, tensor: torch.Tensor) -> torch.Tensor:
@@ -322,11 +313,6 @@ def active() -> Group | None:
 def set_active(group: Group | None) -> None:
     global _ACTIVE
     _ACTIVE = group
-
-
-def all_reduce_sum(tensor: torch.Tensor) -> torch.Tensor:
-    """``tensor`` summed over the ranks of the active group; ``tensor`` itself without one."""
-    return tensor if _ACTIVE is None else _ACTIVE.all_reduce_sum(tensor)
 
 
 def any_rank(flag: bool) -> bool:

@@ -311,14 +311,15 @@ def launcher_main(env_pkg, argv=None) -> None:
     server_argv = _without_flag(argv, "--server_secret")
     server_argv += [f"--{k}={getattr(flags, k)}" for k in (sizing.auto if sizing else ())]
     # under torchrun each rank starts its share of the run's servers (rl_core/runtime/distributed.py)
-    from rl_core.runtime.distributed import world_from_environ
+    from rl_core.runtime.distributed import rank_flags, world_from_environ
 
     world = world_from_environ()
-    share, first = flags.num_servers, 0
-    if world is not None and flags.num_servers % world.world_size == 0:
-        share = flags.num_servers // world.world_size
-        first = world.rank * share
-    supervisor = ServerSupervisor(module, server_argv, share, flags.pipes_basename, flags.server_secret, first)
+    try:
+        mine = rank_flags(flags, world) if world is not None else flags
+    except UserError as e:  # a total that does not divide among the ranks: before any server starts
+        _fail(str(e))
+    supervisor = ServerSupervisor(module, server_argv, mine.num_servers, flags.pipes_basename, flags.server_secret,
+                                  getattr(mine, "server_offset", 0))
     sys.exit(train(flags, env_pkg, supervisor, sizing))
 
 
