@@ -59,6 +59,7 @@ class PolicyGradientAgent(Agent):
         super().__init__(flags, spec)
         self.kind = flags.agent
         self.streams = (extrinsic_stream(flags),)
+        self.batch_explained_variance: dict | None = None  # by value key, from ``transitions``
         if spec is not None:
             self.discrete = spec["action"]["kind"] == "discrete"
             self.param_keys = ("policy_logits",) if self.discrete else ("policy_mean", "policy_std")
@@ -201,6 +202,10 @@ class PolicyGradientAgent(Agent):
         advantages, returns, mask = self.advantages({k: outputs[k][:-1] for k in keys},
                                                     {k: outputs[k][-1] for k in keys},
                                                     dist.log_prob(step["action"]), step)
+        # explained variance of the values the batch's advantages came from (SB3's and cleanrl's statistic):
+        # once per batch, not per optimizer step
+        self.batch_explained_variance = {
+            k: pg_lib.explained_variance(outputs[k][:-1], returns[k], mask) for k in keys}
         flat = {"in/" + k: v[:-1] for k, v in inputs.items()}
         flat.update(step)
         flat.update({"returns/" + k: v for k, v in returns.items()})
@@ -215,11 +220,13 @@ class PolicyGradientAgent(Agent):
         log_probs = dist.log_prob(step["action"])
         keys = [s.value_key for s in self.streams]
         return self.loss_terms(model, dist, log_probs, {k: outputs[k] for k in keys}, step["advantages"],
-                               {k: step["returns/" + k] for k in keys}, step["mask"], step)
+                               {k: step["returns/" + k] for k in keys}, step["mask"], step,
+                               explained_variance=self.batch_explained_variance)
 
-    def loss_terms(self, model, dist, log_probs, values, advantages, returns, mask, step):
+    def loss_terms(self, model, dist, log_probs, values, advantages, returns, mask, step, explained_variance=None):
         """Policy + value + entropy + KL terms of one minibatch, each [T, b] reduced over the mask;
-        ``values`` and ``returns`` map each stream's value key to [T, b]."""
+        ``values`` and ``returns`` map each stream's value key to [T, b].  ``explained_variance`` (by value
+        key): the batch's, computed once by ``transitions``; else this minibatch's from ``values``."""
         f = self.flags
 
         def reduce(x, mask=mask):
@@ -251,7 +258,8 @@ class PolicyGradientAgent(Agent):
         value = 0.0
         for s in self.streams:
             v, target, old = values[s.value_key], returns[s.value_key], step[s.value_key]
-            stats[f"{s.name}_explained_variance"] = pg_lib.explained_variance(v, target, mask)
+            stats[f"{s.name}_explained_variance"] = (explained_variance[s.value_key] if explained_variance is not None
+                                                     else pg_lib.explained_variance(v, target, mask))
             normalizer = model.value_normalizer if s.value_key == "baseline" else None
             if normalizer is not None:
                 v, target, old = (normalizer.normalize(x) for x in (v, target, old))

@@ -37,8 +37,7 @@ def masked_mean(x: torch.Tensor, mask: Optional[torch.Tensor] = None) -> torch.T
     if mask is None:
         return x.mean()
     mask = mask.to(x.dtype)
-    masked = torch.where(mask != 0, x * mask, torch.zeros_like(x))
-    return masked.sum() / torch.clamp(mask.sum(), min=1.0)
+    return torch.where(mask != 0, x * mask, 0.0).sum() / mask.sum().clamp(min=1.0)
 
 
 @torch.no_grad()

@@ -59,6 +59,37 @@ class Publisher:
                 torch._foreach_copy_(self.dst, self.src)
 
 
+class GradientNorms:
+    """``clip_grad_norm_`` and ``get_total_norm`` (norm 2) as a handful of ops: where every tensor shares one
+    device and dtype, the per-tensor norms of one ``_foreach_norm``, their norm, one ``_foreach_mul_`` (the
+    same arithmetic as torch's, without its per-call grouping, which costs a small model's update about 50
+    Python-level calls).  Mixed tensors go to torch's functions."""
+
+    def __init__(self, params: list[torch.Tensor]):
+        self.params = params
+        self.uniform = len({(p.device, p.dtype) for p in params}) == 1
+
+    @staticmethod
+    def _total(tensors: list[torch.Tensor]) -> torch.Tensor:
+        return torch.linalg.vector_norm(torch.stack(torch._foreach_norm(tensors)))
+
+    def clip(self, max_norm: float) -> torch.Tensor:
+        """Scales the gradients to a total norm of at most ``max_norm``; returns their norm before (0-dim)."""
+        grads = [p.grad for p in self.params if p.grad is not None]
+        if not self.uniform or not grads:
+            return nn.utils.clip_grad_norm_(self.params, max_norm, foreach=True)
+        total = self._total(grads)
+        if math.isfinite(max_norm):
+            torch._foreach_mul_(grads, torch.clamp(max_norm / (total + 1e-6), max=1.0))
+        return total
+
+    def weights(self) -> torch.Tensor:
+        """The parameters' total norm (0-dim)."""
+        if not self.uniform:
+            return nn.utils.get_total_norm(self.params, foreach=True)
+        return self._total(self.params)
+
+
 class StepStats:
     """The stats of a batch's optimizer steps, kept on the device until the batch's one host sync.
 
@@ -74,15 +105,17 @@ class StepStats:
     def add(self, loss: torch.Tensor, grad_norm: torch.Tensor, stats: dict) -> torch.Tensor:
         if self.keys is None:
             self.keys = [k for k, v in stats.items() if isinstance(v, torch.Tensor)]
-        values = [loss.detach().float().reshape(()), grad_norm.detach().float().reshape(())]
-        for k in self.keys:
-            v = stats[k]
-            values.append(v.detach().float().reshape(()) if isinstance(v, torch.Tensor)
-                          else torch.tensor(float(v), device=values[0].device))
+        with torch.no_grad():  # (no detach needed: nothing here is part of a graph)
+            values = [loss, grad_norm]
+            for k in self.keys:
+                v = stats[k]
+                values.append(v if isinstance(v, torch.Tensor) else torch.tensor(float(v), device=loss.device))
+            if any(v.dtype != torch.float32 for v in values):
+                values = [v.float() for v in values]
+            row = torch.stack([v.reshape(()) if v.dim() else v for v in values])
         self.last_numbers = {k: float(v) for k, v in stats.items() if not isinstance(v, torch.Tensor)}
         for k, v in self.last_numbers.items():
             self.numbers[k] = self.numbers.get(k, 0.0) + v
-        row = torch.stack(values)
         self.rows.append(row)
         return row
 
@@ -192,6 +225,7 @@ class Learner:
         self.last_saved_step: int | None = None  # the step of model.tar as on disk (the run sets it)
         self.params = list(model.parameters())
         self._trained = [p for p in self.params if p.requires_grad]  # (targets, frozen layers: no gradient to average)
+        self.norms = GradientNorms(self.params)
         self._publisher = Publisher(model, inference_model, inference_lock)
         # --publish_interval k: the inference copy gets the weights after every k-th batch (1: every batch).
         self.publish_interval = max(1, int(getattr(flags, "publish_interval", 1) or 1))
@@ -268,7 +302,7 @@ class Learner:
                         loss = self.group.average_gradients(self._trained, loss)
                     elif self.abort.is_set():  # between the gradient and its step: no step taken
                         raise Stopped()
-                    grad_norm = nn.utils.clip_grad_norm_(self.params, max_norm, foreach=True)
+                    grad_norm = self.norms.clip(max_norm)
                     row = steps.add(loss, grad_norm, stats)
                     if self.deferred_checks:
                         self.optimizer.found_inf = (~torch.isfinite(row[:2]).all()).float()
@@ -287,7 +321,7 @@ class Learner:
                 if self.deferred_checks:
                     self.optimizer.found_inf = None
             n = len(steps.rows)
-            param_norm = nn.utils.get_total_norm(self.params, foreach=True) if n else None
+            param_norm = self.norms.weights() if n else None
             rows, param_norm = steps.read(param_norm)  # the batch's one host sync
             if self.deferred_checks:
                 for i, row in enumerate(rows):
