@@ -201,6 +201,9 @@ def main() -> None:
     args = p.parse_args()
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     torch.set_num_threads(1 if device.type == "cpu" else torch.get_num_threads())
+    from rl_core.runtime.allocator import keep_freed_memory
+
+    keep_freed_memory()  # as the learner process does, so that "alone" is measured as the run's learner runs
     cores = len(os.sched_getaffinity(0))
     print(f"# benchmarks/agents.py  {time.strftime('%Y-%m-%d %H:%M')}  {cores} cores, learner on {device}"
           + (f" ({torch.cuda.get_device_name()})" if device.type == "cuda" else "") + f", torch {torch.__version__}")
