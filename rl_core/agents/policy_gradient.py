@@ -133,6 +133,9 @@ class PolicyGradientAgent(Agent):
                 transitions = self.transitions(model, batch, state)
                 if model.value_normalizer is not None:
                     self.update_value_normalizer(model, transitions["returns/baseline"], transitions["mask"])
+            if f.num_minibatches == 1:  # one minibatch of every transition: no order changes its means
+                yield self.transition_loss(model, transitions)
+                continue
             n = transitions["advantages"].shape[0]
             for idx in torch.randperm(n).tensor_split(f.num_minibatches):
                 idx = idx.to(batch["reward"].device)
@@ -236,6 +239,8 @@ class PolicyGradientAgent(Agent):
         # depend on it, the policy and value losses; entropy and KL are about the state x_t
         # alone and cover every step.
 
+        if mask is not None and mask.dtype != torch.bool:  # 0/1 (truncations): the masked means' fast path
+            mask = mask != 0
         if f.advantage_normalization:
             advantages = pg_lib.normalize_advantages(advantages, mask)
         lagrange = getattr(model, "lagrange", None)

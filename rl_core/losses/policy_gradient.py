@@ -36,6 +36,8 @@ def masked_mean(x: torch.Tensor, mask: Optional[torch.Tensor] = None) -> torch.T
     """
     if mask is None:
         return x.mean()
+    if mask.dtype == torch.bool:
+        return torch.where(mask, x, 0.0).sum() / mask.sum().clamp(min=1)
     mask = mask.to(x.dtype)
     return torch.where(mask != 0, x * mask, 0.0).sum() / mask.sum().clamp(min=1.0)
 
