@@ -215,6 +215,8 @@ def test_a_one_process_checkpoint_resumes_on_two_ranks(tmp_path):
     assert result.returncode == 0, result.stdout[-4000:]
     assert f"resuming {tmp_path / 'run' / 'model.tar'} at step {step:,}" in result.stdout
     assert f"resumed from rank 0's {tmp_path / 'run' / 'model.tar'} at step {step}" in result.stdout  # rank 1
+    # the one process's single env server (the package's default) became one per rank
+    assert "then --num_servers 2 to divide among the ranks" in result.stdout, result.stdout[-3000:]
     assert checkpoint.load(str(tmp_path / "run" / "model.tar"))["step"] >= 6000
 
 

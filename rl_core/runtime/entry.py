@@ -17,6 +17,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import argparse  # noqa: E402
 import json  # noqa: E402
+import math  # noqa: E402
 import logging  # noqa: E402
 import secrets  # noqa: E402
 import signal  # noqa: E402
@@ -144,9 +145,35 @@ def _resumed_sizing(known, given: dict, defaults: dict):
     auto = tuple(k for k in sizing_lib.SIZED_FLAGS if k not in given)
     device = "cuda" if record.get("gpu") else "cpu"
     reason = (f"resuming run {known.xpid}: {', '.join(f'--{k} {v}' for k, v in taken.items())} as it was sized when "
-              f"it started ({record.get('cores')} usable cores, learner on {device}); {sizing_lib.OVERRIDE}")
+              f"it started ({record.get('cores')} usable cores, learner on {device})")
+    rounded = _divisible_by_ranks(values, auto)
+    if rounded:
+        reason += f", then {', '.join(f'--{k} {values[k]}' for k in rounded)} to divide among the ranks"
+    reason += f"; {sizing_lib.OVERRIDE}"
     return sizing_lib.Sizing(**values, reason=reason, auto=auto, cores=record.get("cores") or 0,
                              gpu=bool(record.get("gpu")))
+
+
+def _divisible_by_ranks(values: dict, auto: tuple) -> list[str]:
+    """Under torchrun, the sized values a checkpoint kept (``auto``, not given) rounded up, in place, so that
+    they divide among the ranks (a one-process run's 1 server becomes 2 on 2 ranks) and the envs among the
+    servers; returns the flags changed.  Outside torchrun, or with the flags given, nothing changes."""
+    from rl_core.runtime.distributed import world_from_environ
+
+    world = world_from_environ()
+    if world is None:
+        return []
+    W, changed = world.world_size, []
+
+    def round_up(key: str, multiple: int) -> None:
+        if key in auto and values[key] % multiple:
+            values[key] = -(-values[key] // multiple) * multiple
+            changed.append(key)
+
+    round_up("num_servers", W)
+    round_up("num_actors", math.lcm(W, values["num_servers"]))
+    round_up("batch_size", W)
+    return changed
 
 
 def parse_flags(env_pkg, argv=None, prog=None, parser=None):
