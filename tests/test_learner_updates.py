@@ -13,7 +13,7 @@ from torch import nn
 from rl_core.errors import TrainingDiverged
 from rl_core.flags import make_parser
 from rl_core.optim import make_optimizer
-from rl_core.runtime.learner import Learner, inference_copy
+from rl_core.runtime.learner import GradientNorms, Learner, inference_copy
 
 
 class ScriptedAgent:
@@ -96,3 +96,27 @@ def test_publishing_follows_parameters_whose_storage_was_replaced():
             p.add_(1.0)
     L.publish_weights()
     assert all(torch.equal(a, b) for a, b in zip(params(L.inference_model), params(L.model)))
+
+
+@pytest.mark.parametrize("max_norm", [0.5, 100.0, float("inf")])
+def test_gradient_norms_match_torchs_clipping_and_total_norm(max_norm):
+    """GradientNorms.clip / .weights against nn.utils.clip_grad_norm_ / get_total_norm on the same model,
+    with a parameter that got no gradient."""
+    torch.manual_seed(0)
+    models = [nn.Sequential(nn.Linear(5, 7), nn.Tanh(), nn.Linear(7, 3), nn.Linear(3, 3)) for _ in range(2)]
+    models[1].load_state_dict(models[0].state_dict())
+    x = torch.randn(11, 5)
+    for m in models:
+        (m[2](m[1](m[0](x))) ** 2).sum().backward()  # m[3] gets no gradient
+    expected = nn.utils.clip_grad_norm_(list(models[0].parameters()), max_norm, foreach=True)
+    norms = GradientNorms(list(models[1].parameters()))
+    assert norms.uniform
+    got = norms.clip(max_norm)
+    torch.testing.assert_close(got, expected)
+    for a, b in zip(models[0].parameters(), models[1].parameters()):
+        assert (a.grad is None) == (b.grad is None)
+        if a.grad is not None:
+            torch.testing.assert_close(b.grad, a.grad)
+    torch.testing.assert_close(norms.weights(), nn.utils.get_total_norm(list(models[0].parameters()), foreach=True))
+    mixed = GradientNorms([torch.zeros(2, requires_grad=True), torch.zeros(2, dtype=torch.float64, requires_grad=True)])
+    assert not mixed.uniform  # (torch's functions take those)

@@ -77,6 +77,13 @@ def test_masked_mean_edge_cases():
     out.backward()
     assert torch.equal(x.grad, torch.tensor([[0.5, 0.0], [0.0, 0.5]], dtype=torch.float64))
     assert pg.masked_mean(torch.ones(2, 3), torch.zeros(2, 3)).item() == 0.0  # max(sum(mask), 1).
+    # the same with a bool mask (the loss terms' path)
+    x.grad = None
+    out = pg.masked_mean(x, mask != 0)
+    assert out.item() == 2.0 and out.dtype == torch.float64
+    out.backward()
+    assert torch.equal(x.grad, torch.tensor([[0.5, 0.0], [0.0, 0.5]], dtype=torch.float64))
+    assert pg.masked_mean(torch.ones(2, 3), torch.zeros(2, 3, dtype=torch.bool)).item() == 0.0
     with pytest.raises(ValueError, match="reduction"):
         pg.reduce(torch.ones(2, 2), None, "max")
 

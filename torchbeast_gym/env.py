@@ -14,7 +14,7 @@ from rl_core.errors import UserError
 # IMPALA's defaults for classic control and small tasks (with RMSprop eps 0.01 and a value MLP of its own).
 # Chosen by a sweep on CartPole-v1 over torchbeast's Atari settings: see docs/results.md (IMPALA).
 # One env server: an env step of microseconds gains nothing from a second one, which costs the learner
-# process an actor thread and its round trips (impala, ppo, vmpo, r2d2 on 2 cores: 19-27% more steps/s
+# process an actor thread and its round trips (impala, ppo, vmpo, r2d2 on 2 cores: 19-26% more steps/s
 # with one; docs/results.md, Throughput).
 IMPALA_DEFAULTS = dict(
     num_actors=16, num_servers=1, batch_size=8, unroll_length=20, learning_rate=0.003, entropy_cost=0.01,

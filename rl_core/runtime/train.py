@@ -108,6 +108,7 @@ class Training:
         self.connections: list[tp.Connection] = []
         self.interrupted = False
         self.saved: dict | None = None  # the checkpoint of this run directory, read at the start
+        self._env_steps_sent = 0  # (under torchrun, a rank other than 0: its env steps told to rank 0 so far)
         self.save_error: CheckpointWriteError | None = None  # the final checkpoint's, if it failed
         self.signum = 0  # the signal that stopped the run
 
@@ -515,7 +516,7 @@ class Training:
     def _env_steps_since(self) -> int:
         """The env steps this rank's actors received since the last call (sent to rank 0 with each batch)."""
         total = self.stats.env_steps
-        since, self._env_steps_sent = total - getattr(self, "_env_steps_sent", 0), total
+        since, self._env_steps_sent = total - self._env_steps_sent, total
         return since
 
     def _maybe_resume(self, state: dict | None, model, optimizer, scheduler) -> tuple[int, int]:
