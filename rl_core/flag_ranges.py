@@ -13,7 +13,7 @@ import re
 
 COMMON_RANGES: dict[str, str] = {
     # run, dashboards, validation, final test
-    "seed": "[0, inf)", "checkpoint_every": "(0, inf)", "log_interval": "(0, inf)",
+    "seed": "[0, inf)", "checkpoint_every": "(0, inf)", "log_interval": "(0, inf)", "log_step_interval": "[1, inf)",
     "validate_every": "[0, inf)", "validate_step_every": "[0, inf)", "valid_num_episodes": "[1, inf)",
     "save_extra_checkpoint": "[0, inf)", "test_runs": "[0, inf)", "test_episodes": "[0, inf)",
     "test_num_envs": "[1, inf)",

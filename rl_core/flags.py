@@ -52,6 +52,15 @@ def make_parser(prog: str | None = None) -> argparse.ArgumentParser:
     a("--disable_checkpoint", action="store_true", help="Disable saving checkpoint.")
     a("--checkpoint_every", type=float, default=10.0, metavar="MINUTES", help="Checkpoint period.")
     a("--log_interval", type=float, default=5.0, metavar="SECONDS", help="Console line and logs.csv row period.")
+    a("--deterministic", action="store_true",
+      help="Reproducible run: acting and learning alternate in one thread in a fixed order (inference for every "
+           "env at once, then the batches that data makes), so that two runs of one command on one machine write "
+           "the same logs.csv rows (steps, returns, losses; timings aside). Slower than the default asynchronous "
+           "runtime (README, Reproducible runs); rows come every --log_step_interval steps instead of "
+           "--log_interval seconds.")
+    a("--log_step_interval", type=int, default=10_000, metavar="STEPS",
+      help="With --deterministic: a console line and logs.csv row after the learner batch that crosses each "
+           "multiple of this many steps.")
 
     g = p.add_argument_group("dashboards, validation and the final test")
     g.add_argument("--use_wandb", action="store_true", help="Log to Weights & Biases (WANDB_MODE=offline works).")
@@ -184,6 +193,11 @@ def check(parser: argparse.ArgumentParser, flags: argparse.Namespace) -> None:
         parser.error(str(e))
     if flags.use_lstm and (flags.use_quasi_lstm or flags.use_rtrl):
         parser.error("--use_lstm cannot be combined with --use_quasi_lstm/--use_rtrl: choose one core")
+    if flags.deterministic and (flags.validate_every > 0 or flags.validate_step_every > 0) \
+            and not flags.disable_validation:
+        parser.error("--deterministic runs no validation during training (its episodes would draw from the run's "
+                     "random numbers at times the clock decides): drop --validate_every / --validate_step_every; "
+                     "the final test still runs")
     if flags.mode == "test" and not flags.checkpoint:
         parser.error("--mode test needs --checkpoint PATH (a model.tar)")
     if flags.not_load_fc and not flags.load_conv_net_from:

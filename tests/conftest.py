@@ -1,8 +1,12 @@
 """Test tiers.  ``learning`` tests train through the runtime to a threshold (minutes each); the
 development tier is ``pytest -m "not learning"``.  Under pytest-xdist (``-n 2 --dist loadgroup``,
 the README's command) the learning tests form one group, run one after another on one worker from
-the start (they are the long pole), while the other worker takes the rest: two training runs never
-share the 2 cores, and no learning run's wall-clock deadline is halved."""
+the start (they are the long pole), so that no two learning runs share the machine.  The other worker
+meanwhile takes the rest, trainings among them: test_distributed.py's 2-rank torchrun runs (two learners and
+their env servers), test_runtime.py's, test_faults*.py's and the other end-to-end tests' runs.  So a learning
+run shares the 2 cores with those most of the time, and so does every other test with a deadline: the
+learning runs' deadline (RUN_DEADLINE_S, tests/test_learning.py) and the suite's timing bounds leave room for
+that, or count events instead of timing them."""
 
 import os
 

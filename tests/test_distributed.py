@@ -1,13 +1,14 @@
-"""Training under torchrun (rl_core/runtime/distributed.py): 2 ranks with gloo on this CPU, through the
-real launcher, env servers and sockets; the collectives against their one-process meaning."""
+"""Training under torchrun (rl_core/runtime/distributed.py): 2 ranks on this host through the real launcher, env
+servers and sockets (a GPU each, NCCL, where the host has two; else gloo on the CPU: --disable_cuda, since two
+ranks on one GPU are refused); the collectives against their one-process meaning, on the CPU."""
 
 import dataclasses
+import glob
 import json
 import os
+import re
 import signal
 import socket
-import subprocess
-import sys
 import time
 
 import pytest
@@ -16,9 +17,13 @@ import torch
 from rl_core import checkpoint
 from rl_core.errors import UserError
 from rl_core.runtime import distributed
-from tests.proc_utils import REPO, alive, csv_rows, read, run, start
+from tests.proc_utils import alive, csv_rows, last_line, read, run, start
 
 TORCHRUN = "torch.distributed.run"  # torchrun's module: python -m torch.distributed.run == torchrun
+GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0
+# Two ranks on this host: a GPU each where it has two, else the CPU (a host with one GPU refuses two ranks).
+DEVICE = [] if GPUS >= 2 else ["--disable_cuda"]
+BACKEND = "nccl" if GPUS >= 2 else "gloo"
 
 
 def free_port() -> int:
@@ -27,9 +32,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def torchrun(tmp_path, *args, nproc=2, output="out", timeout=300, extra=()):
-    return run(TORCHRUN, "--standalone", f"--nproc_per_node={nproc}", *extra, "-m", "torchbeast_gym.polybeast",
-               *args, f"--savedir={tmp_path}", output=str(tmp_path / output), timeout=timeout)
+def torchrun(tmp_path, *args, nproc=2, output="out", timeout=300, module="torchbeast_gym.polybeast"):
+    return run(TORCHRUN, "--standalone", f"--nproc_per_node={nproc}", "-m", module, *args, f"--savedir={tmp_path}",
+               output=str(tmp_path / output), timeout=timeout)
 
 
 def run_dirs(tmp_path) -> list[str]:
@@ -82,6 +87,50 @@ def test_the_world_is_read_from_torchruns_environment():
     world = distributed.world_from_environ({"WORLD_SIZE": "4", "RANK": "3", "LOCAL_RANK": "1",
                                             "LOCAL_WORLD_SIZE": "2"})
     assert world == distributed.WorldEnv(rank=3, world_size=4, local_rank=1, local_world_size=2)
+
+
+def test_each_rank_takes_its_own_gpu_and_a_host_with_fewer_gpus_than_ranks_is_refused():
+    def world(local_rank, local_world_size, node=0):
+        return distributed.WorldEnv(rank=node * local_world_size + local_rank, world_size=2 * local_world_size,
+                                    local_rank=local_rank, local_world_size=local_world_size)
+
+    assert [distributed.local_gpu(world(r, 2), 2) for r in range(2)] == [0, 1]
+    assert [distributed.local_gpu(world(r, 4, node=1), 8) for r in range(4)] == [0, 1, 2, 3]  # (more GPUs: fine)
+    for rank in (0, 1):  # every rank refuses, rank 0 too
+        with pytest.raises(UserError) as e:
+            distributed.local_gpu(world(rank, 2), 1)
+        assert str(e.value) == ("this host has 1 GPU for 2 torchrun ranks (--nproc_per_node 2): give at most 1 rank "
+                                "per GPU (--nproc_per_node 1), or pass --disable_cuda to train on the CPU")
+    with pytest.raises(UserError, match=r"^this host has 4 GPUs for 8 torchrun ranks \(--nproc_per_node 8\): give "
+                                        r"at most 1 rank per GPU \(--nproc_per_node 4\), or pass --disable_cuda"):
+        distributed.local_gpu(world(0, 8), 4)
+    # LOCAL_WORLD_SIZE unset (1): LOCAL_RANK 1 still needs a second GPU
+    with pytest.raises(UserError, match=r"^this host has 1 GPU for 2 torchrun ranks"):
+        distributed.local_gpu(distributed.WorldEnv(rank=1, world_size=2, local_rank=1, local_world_size=1), 1)
+
+
+def test_select_device_puts_a_rank_on_its_gpu_or_ends_it_with_the_one_line(monkeypatch, caplog):
+    """train.select_device on a host that shows 2 GPUs, then 1 (torch.cuda faked: this machine may have none)."""
+    import argparse
+
+    from rl_core.runtime.train import select_device
+
+    chosen = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "set_device", chosen.append)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    flags = argparse.Namespace(disable_cuda=False)
+    rank1 = distributed.WorldEnv(rank=1, world_size=2, local_rank=1, local_world_size=2)
+    assert select_device(flags, rank1) == torch.device("cuda", 1) and chosen == [1]
+    assert select_device(argparse.Namespace(disable_cuda=True), rank1) == torch.device("cpu")
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    with pytest.raises(SystemExit) as e:
+        select_device(flags, rank1)
+    assert e.value.code == 2 and chosen == [1]  # the GPU was not touched
+    assert [r.getMessage() for r in caplog.records if r.levelname == "ERROR"] == [
+        "error: this host has 1 GPU for 2 torchrun ranks (--nproc_per_node 2): give at most 1 rank per GPU "
+        "(--nproc_per_node 1), or pass --disable_cuda to train on the CPU"]
+    assert select_device(argparse.Namespace(disable_cuda=True), rank1) == torch.device("cpu")  # the fix
 
 
 # ------------------------------------------------------------- collectives, 2 processes
@@ -180,7 +229,7 @@ def test_two_ranks_train_one_run_and_one_rank_resumes_it(tmp_path, agent):
     """torchrun --standalone --nproc_per_node 2: exit 0, one run directory, the global step count reaches
     --total_steps, the replicas end with identical parameters; the checkpoint resumes on 1 process."""
     args = [*AGENTS[agent], "--disable_final_test", "--xpid=run", "--log_interval=1"]
-    result = torchrun(tmp_path, *args)
+    result = torchrun(tmp_path, *args, *DEVICE)
     assert result.returncode == 0, result.stdout[-4000:]
     assert run_dirs(tmp_path) == ["run"]  # rank 1 wrote nothing of its own
     total = int(next(a for a in args if a.startswith("--total_steps")).split("=")[1])
@@ -193,7 +242,7 @@ def test_two_ranks_train_one_run_and_one_rank_resumes_it(tmp_path, agent):
     assert "replicas: the 2 ranks' parameters are identical" in out
     assert "over 2 ranks" in out  # the progress line: global SPS over the world
     meta = json.loads((tmp_path / "run" / "meta.json").read_text())
-    assert meta["distributed"] == {"world_size": 2, "backend": "gloo"}
+    assert meta["distributed"] == {"world_size": 2, "backend": BACKEND}
     assert "rank 1: finished at step" in result.stdout
 
     more = total + (1000 if agent == "sac" else 3000)
@@ -211,7 +260,7 @@ def test_a_one_process_checkpoint_resumes_on_two_ranks(tmp_path):
                  output=str(tmp_path / "first"), timeout=300)
     assert result.returncode == 0, result.stdout[-3000:]
     step = checkpoint.load(str(tmp_path / "run" / "model.tar"))["step"]
-    result = torchrun(tmp_path, *args, "--total_steps=6000")
+    result = torchrun(tmp_path, *args, *DEVICE, "--total_steps=6000")
     assert result.returncode == 0, result.stdout[-4000:]
     assert f"resuming {tmp_path / 'run' / 'model.tar'} at step {step:,}" in result.stdout
     assert f"resumed from rank 0's {tmp_path / 'run' / 'model.tar'} at step {step}" in result.stdout  # rank 1
@@ -222,15 +271,16 @@ def test_a_one_process_checkpoint_resumes_on_two_ranks(tmp_path):
 
 @pytest.mark.timeout(600)
 def test_two_nodes_meet_through_a_c10d_rendezvous(tmp_path):
-    """Two torchrun launches, --nnodes 2 --node_rank 0 and 1, joined at 127.0.0.1: one run, both exit 0."""
+    """Two torchrun launches, --nnodes 2 --node_rank 0 and 1, joined at 127.0.0.1: one run, both exit 0.  On the
+    CPU (--disable_cuda): the two "nodes" share this host, where both would take its first GPU (LOCAL_RANK 0)."""
     port = free_port()
     procs = []
     for node in (0, 1):
         procs.append(start(TORCHRUN, "--nnodes=2", f"--node_rank={node}", "--nproc_per_node=1",
                            "--rdzv_backend=c10d", f"--rdzv_endpoint=127.0.0.1:{port}", "--rdzv_id=two-nodes",
                            "-m", "torchbeast_gym.polybeast", "--env=CartPole-v1", "--agent=ppo",
-                           "--total_steps=4000", "--disable_final_test", "--xpid=run", f"--savedir={tmp_path}",
-                           output=str(tmp_path / f"node{node}")))
+                           "--total_steps=4000", "--disable_final_test", "--disable_cuda", "--xpid=run",
+                           f"--savedir={tmp_path}", output=str(tmp_path / f"node{node}")))
     for proc in procs:
         proc.wait(timeout=300)
     outputs = [read(str(tmp_path / f"node{node}")) for node in (0, 1)]
@@ -241,11 +291,73 @@ def test_two_nodes_meet_through_a_c10d_rendezvous(tmp_path):
 
 
 # --------------------------------------------------------------------------- faults
+# Each rank's output apart from torchrun's own (its warnings and failure report): with --log-dir and --redirects 3
+# torchrun writes each local rank's stdout and stderr into files of their own.  A rank's env servers share its
+# files; a rank's "last line" is the last of its own lines.
+SERVER_LINE = re.compile(r"\[[A-Z]+:\d+ env_server [0-9:]+\] ")
+TORCHRUN_SIGNALLED = "torch.distributed.elastic.multiprocessing.api.SignalException: Process {pid} got signal: {sig}"
+GONE = (r"error: rank 1 of this 2-rank torchrun job is gone \(.+\): its log and torchrun's summary say why; this "
+        r"rank stops too, and the run directory's last model\.tar stays loadable \(resume with --xpid, at any "
+        r"world size\)")
+
+
+def _torchrun_apart(tmp_path, module: str, *args: str) -> list[str]:
+    """The command line (after ``python -m``) of 2 ranks of ``module`` on this host, each rank's output in its
+    own files (``_rank_output``)."""
+    return [TORCHRUN, "--standalone", "--nproc_per_node=2", f"--log-dir={tmp_path / 'ranks'}", "--redirects=3",
+            "-m", module, *args]
+
+
+def _rank_output(tmp_path, rank: int) -> str:
+    """What local rank ``rank`` (and the env servers it started) printed so far: its stderr, where the runtime
+    logs ("" before torchrun made its file); its stdout holds nothing."""
+    paths = glob.glob(str(tmp_path / "ranks" / "*" / "attempt_0" / str(rank) / "stderr.log"))
+    assert len(paths) <= 1, paths
+    if not paths:
+        return ""
+    assert read(paths[0][: -len("stderr.log")] + "stdout.log") == ""
+    return read(paths[0])
+
+
+def _own_lines(tmp_path, rank: int) -> list[str]:
+    """The lines of local rank ``rank`` itself: its output without its env servers' log lines."""
+    return [line for line in _rank_output(tmp_path, rank).splitlines() if not SERVER_LINE.match(line)]
+
+
+def _logged(pid, level: str, message: str) -> str:
+    """The pattern of one line of the learner logger of the process ``pid`` (or a pattern): ``message`` is a
+    pattern."""
+    return rf"\[{level}:{pid} learner [0-9:]+\] {message}"
+
+
+def _torchrun_exits(output: str) -> tuple[int, int, dict[int, int]]:
+    """From torchrun's failure report: the root cause's local rank and exit code, and every failed local rank's
+    exit code."""
+    pattern = r"local_rank: (\d+)\)\s*\n\s*exitcode\s*:\s*(-?\d+)"
+    assert "Root Cause (first observed failure):" in output, output[-3000:]
+    rank, code = re.search(pattern, output.split("Root Cause (first observed failure):")[1]).groups()
+    return int(rank), int(code), {int(r): int(c) for r, c in re.findall(pattern, output)}
+
+
+def _each_rank_refused(tmp_path, torchrun_output: str, line: str) -> None:
+    """Each rank ended with the one line ``line`` (a pattern) and exit 2, or, where the other one failed first,
+    torchrun ended it (SIGTERM: -15) before or after it printed that line; nothing else came from either."""
+    root, code, exits = _torchrun_exits(torchrun_output)
+    assert code == 2 and sorted(exits) == [0, 1], torchrun_output[-3000:]
+    for rank in (0, 1):
+        lines = _rank_output(tmp_path, rank).splitlines()
+        if exits[rank] == 2:
+            assert len(lines) == 1 and re.fullmatch(line, lines[0]), (rank, lines)
+        else:
+            assert exits[rank] == -signal.SIGTERM, (rank, exits, torchrun_output[-3000:])
+            assert lines == [] or (len(lines) == 1 and re.fullmatch(line, lines[0])), (rank, lines)
+
+
 def _start_long_run(tmp_path, *extra):
-    return start(TORCHRUN, "--standalone", "--nproc_per_node=2", "-m", "torchbeast_gym.polybeast",
-                 "--env=CartPole-v1", "--agent=impala", "--total_steps=100000000", "--disable_final_test",
-                 "--xpid=run", f"--savedir={tmp_path}", *extra, output=str(tmp_path / "out"),
-                 start_new_session=True)
+    return start(*_torchrun_apart(tmp_path, "torchbeast_gym.polybeast", "--env=CartPole-v1", "--agent=impala",
+                                  "--total_steps=100000000", "--disable_final_test", "--xpid=run",
+                                  f"--savedir={tmp_path}", *DEVICE, *extra),
+                 output=str(tmp_path / "out"), start_new_session=True)
 
 
 def _wait_for(predicate, timeout: float, what: str):
@@ -257,70 +369,122 @@ def _wait_for(predicate, timeout: float, what: str):
     raise AssertionError(f"{what} within {timeout} s")
 
 
-def _rank_pids(output: str) -> dict[int, int]:
+def _rank_pids(tmp_path) -> dict[int, int]:
     pids = {}
-    for line in read(output).splitlines():
-        if "torchrun: rank " in line:
-            pids[int(line.split("torchrun: rank ")[1].split()[0])] = int(line.split(":")[1].split()[0])
+    for rank in (0, 1):
+        for line in _own_lines(tmp_path, rank):
+            found = re.match(r"\[INFO:(\d+) learner [0-9:]+\] torchrun: rank (\d+) of 2 ", line)
+            if found:
+                pids[int(found.group(2))] = int(found.group(1))
     return pids
 
 
-def _server_pids(output: str) -> list[int]:
-    return [int(line.split(":")[1].split()[0]) for line in read(output).splitlines() if "env_server" in line and
-            "envs at" in line]
+def _server_pids(tmp_path) -> list[int]:
+    return [int(found.group(1)) for rank in (0, 1) for line in _rank_output(tmp_path, rank).splitlines()
+            if (found := re.match(r"\[INFO:(\d+) env_server [0-9:]+\] env server \d+: \d+ envs at ", line))]
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(450)
 @pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])
 def test_a_signal_ends_every_rank_with_a_checkpoint_and_no_orphans(tmp_path, how):
-    """Ctrl-C (SIGINT to the terminal's process group: torchrun and the ranks) or SIGTERM to torchrun alone
-    (a scheduler), which passes it on to the ranks."""
+    """Ctrl-C (SIGINT to the terminal's foreground process group: torchrun's; this torchrun starts each rank in a
+    session of its own) or SIGTERM to torchrun (a scheduler): torchrun passes the signal on to the ranks.  Each rank
+    stops after the same batch and exits 0, its last line saying so (only a rank that exits 0 logs it), rank 0 with
+    model.tar saved at that step.  A rank whose peer's wish to stop reached the batch's agreement before the signal
+    reached it says that it stopped with that rank.  torchrun itself exits 1 whatever its ranks' status: it
+    re-raises the signal it got (SignalException)."""
+    sig = signal.SIGINT if how == "ctrl-c" else signal.SIGTERM
     proc = _start_long_run(tmp_path)
-    out = str(tmp_path / "out")
     try:
-        _wait_for(lambda: "Step " in read(out), 120, "training did not start")
-        ranks, servers = _rank_pids(out), _server_pids(out)
-        assert len(ranks) == 2 and len(servers) == 2
+        _wait_for(lambda: "Step " in _rank_output(tmp_path, 0), 180, "training did not start")
+        ranks, servers = _rank_pids(tmp_path), _server_pids(tmp_path)
+        assert sorted(ranks) == [0, 1] and len(servers) == 2
         if how == "ctrl-c":
-            os.killpg(proc.pid, signal.SIGINT)
+            os.killpg(proc.pid, sig)
         else:
-            proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=90)
+            proc.send_signal(sig)
+        proc.wait(timeout=120)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-    text = read(out)
-    assert "rank 1: interrupted at step" in text, text[-3000:]
-    assert "interrupted at step" in read(str(tmp_path / "run" / "out.log"))
-    saved = checkpoint.load(str(tmp_path / "run" / "model.tar"))
-    assert saved["step"] > 0
-    _wait_for(lambda: not any(alive(p) for p in [*ranks.values(), *servers]), 15, "processes were left running")
+    out = read(str(tmp_path / "out"))
+    assert proc.returncode == 1, out[-3000:]
+    assert last_line(out) == TORCHRUN_SIGNALLED.format(pid=proc.pid, sig=int(sig)), out[-3000:]
+    assert "ChildFailedError" not in out  # no rank failed
+    rundir = tmp_path / "run"
+    step = checkpoint.load(str(rundir / "model.tar"))["step"]
+    assert step > 0
+
+    def stopped(other):  # the rank's reason: the signal, or its peer's wish to stop that came first
+        return rf"(interrupted|stopped with rank {other} \(a signal or an error there: its log says which\))"
+
+    rank0, rank1 = _own_lines(tmp_path, 0), _own_lines(tmp_path, 1)
+    last0 = re.fullmatch(_logged(ranks[0], "INFO", rf"{stopped(1)} at step {step}; run directory "
+                                                   rf"{re.escape(str(rundir))}"), rank0[-1])
+    last1 = re.fullmatch(_logged(ranks[1], "INFO", rf"rank 1: {stopped(0)} at step {step}"), rank1[-1])
+    assert last0 and last1, (rank0[-5:], rank1[-5:])
+    assert "interrupted" in (last0.group(1), last1.group(1))  # (the signal reached a rank first)
+    assert last_line(read(str(rundir / "out.log"))) == rank0[-1]
+    assert "Traceback" not in _rank_output(tmp_path, 0) + _rank_output(tmp_path, 1)
+    meta = json.loads((rundir / "meta.json").read_text())
+    assert meta["success"] is False and meta["reason"] == last0.group(1)
+    _wait_for(lambda: not any(alive(p) for p in [*ranks.values(), *servers]), 30, "processes were left running")
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(450)
 def test_a_rank_that_dies_ends_the_job_naming_it_and_the_checkpoint_stays_loadable(tmp_path):
+    """SIGKILL to rank 1: torchrun reports its -9 as the root cause, stops rank 0 (SIGTERM), which fails (exit 1)
+    with a last line naming rank 1, and exits 1.  Rank 0's last save (a final one, of the last update both ranks
+    took) is whole, loads safely, and is not older than the checkpoint saved before rank 1 died."""
     proc = _start_long_run(tmp_path, "--checkpoint_every=0.02")
-    out = str(tmp_path / "out")
     try:
-        _wait_for(lambda: "saved checkpoint" in read(out), 120, "no checkpoint was saved")
-        ranks, servers = _rank_pids(out), _server_pids(out)
+        _wait_for(lambda: "saved checkpoint" in _rank_output(tmp_path, 0), 180, "no checkpoint was saved")
+        ranks, servers = _rank_pids(tmp_path), _server_pids(tmp_path)
+        assert sorted(ranks) == [0, 1] and len(servers) == 2
+        before = checkpoint.load(str(tmp_path / "run" / "model.tar"))["step"]  # (each save replaces it whole)
         os.kill(ranks[1], signal.SIGKILL)
         proc.wait(timeout=120)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-    assert proc.returncode != 0
-    rank0 = [line for line in read(out).splitlines() if line.startswith(f"[ERROR:{ranks[0]} ")]
-    assert rank0 and "error: rank 1 of this 2-rank torchrun job is gone" in rank0[-1], read(out)[-3000:]
-    saved = checkpoint.load(str(tmp_path / "run" / "model.tar"))  # whole, and loadable safely
-    assert saved["step"] > 0
-    _wait_for(lambda: not any(alive(p) for p in [*ranks.values(), *servers]), 15, "processes were left running")
+    out = read(str(tmp_path / "out"))
+    assert proc.returncode == 1, out[-3000:]
+    root, code, exits = _torchrun_exits(out)
+    assert (root, code) == (1, -signal.SIGKILL) and exits == {0: 1, 1: -signal.SIGKILL}, out[-3000:]
+    rank0 = _own_lines(tmp_path, 0)
+    assert re.fullmatch(_logged(ranks[0], "ERROR", GONE), rank0[-1]), rank0[-5:]
+    assert "Traceback" not in _rank_output(tmp_path, 0)
+    saved = checkpoint.load(str(tmp_path / "run" / "model.tar"))  # whole, and loadable safely (weights_only)
+    last_save = re.findall(r"saved checkpoint \S+ at step (\d+)$", "\n".join(rank0), re.MULTILINE)[-1]
+    assert saved["step"] == int(last_save) >= before > 0
+    meta = json.loads((tmp_path / "run" / "meta.json").read_text())
+    assert meta["success"] is False and re.fullmatch(GONE, meta["reason"]), meta["reason"]
+    _wait_for(lambda: not any(alive(p) for p in [*ranks.values(), *servers]), 30, "processes were left running")
 
 
+@pytest.mark.timeout(300)
 def test_a_total_that_does_not_divide_among_the_ranks_is_refused_in_one_line(tmp_path):
-    result = torchrun(tmp_path, "--env=CartPole-v1", "--agent=impala", "--num_actors=6", "--num_servers=3",
-                      "--total_steps=1000", timeout=120)
-    assert result.returncode != 0
-    assert "error: --num_servers 3 does not divide among the 2 ranks of this torchrun job: give a multiple of 2" \
-        in result.stdout
-    assert run_dirs(tmp_path) == []  # refused before anything was written
+    result = run(*_torchrun_apart(tmp_path, "torchbeast_gym.polybeast", "--env=CartPole-v1", "--agent=impala",
+                                  "--num_actors=6", "--num_servers=3", "--total_steps=1000",
+                                  f"--savedir={tmp_path / 'runs'}", *DEVICE),
+                 output=str(tmp_path / "out"), timeout=240)
+    assert result.returncode == 1, result.stdout[-3000:]  # torchrun's: a rank failed
+    _each_rank_refused(tmp_path, result.stdout, re.escape(
+        "error: --num_servers 3 does not divide among the 2 ranks of this torchrun job: give a multiple of 2 (it is "
+        "the run's total; each rank takes 1/2)"))
+    assert not (tmp_path / "runs").exists()  # refused before anything was written
+
+
+@pytest.mark.timeout(300)
+def test_two_ranks_on_a_host_with_one_gpu_are_refused_in_one_line(tmp_path):
+    """Without --disable_cuda, 2 ranks on a host that shows 1 GPU (faked here: tests/one_gpu_host.py) would both
+    take it, where NCCL refuses them with a traceback: each rank refuses the host in one line, exit 2, before it
+    touches the GPU or starts a server or writes anything."""
+    result = run(*_torchrun_apart(tmp_path, "tests.one_gpu_host", "--env=CartPole-v1", "--agent=impala",
+                                  "--total_steps=1000", f"--savedir={tmp_path / 'runs'}", "--xpid=run"),
+                 output=str(tmp_path / "out"), timeout=240)
+    assert result.returncode == 1, result.stdout[-3000:]  # torchrun's: a rank failed
+    _each_rank_refused(tmp_path, result.stdout, _logged(r"\d+", "ERROR", re.escape(
+        "error: this host has 1 GPU for 2 torchrun ranks (--nproc_per_node 2): give at most 1 rank per GPU "
+        "(--nproc_per_node 1), or pass --disable_cuda to train on the CPU")))
+    assert not (tmp_path / "runs").exists()

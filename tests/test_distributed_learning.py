@@ -1,4 +1,4 @@
-"""2 ranks under torchrun learn what 1 process learns, within the same global steps."""
+"""2 ranks under torchrun learn what 1 process learns, at the same global steps."""
 
 import json
 
@@ -9,25 +9,34 @@ from tests.test_learning import PYTEST_TIMEOUT_S, RUN_DEADLINE_S
 
 pytestmark = pytest.mark.learning
 
+# One process with torchbeast_gym's PPO defaults (--agent ppo --seed S, 200k steps) first reaches a
+# last-100 mean of 475 at 55k-62k agent steps (seeds 1-7, docs/results.md).  Ranks that act as one learner
+# reach it where one process does; ranks that do not (no gradient average, or one rank's gradient for all:
+# each learns from half the data) reach it later or never (docs/results.md, "Several ranks"), as did the
+# schedule and episode-window bugs this comparison found (100k-102k).
+ONE_PROCESS_475_AT = 62_000
+WITHIN = 1.25  # what async timing moves a run by
+
 
 @pytest.mark.timeout(PYTEST_TIMEOUT_S)
-def test_impala_on_two_ranks_solves_cartpole_within_the_one_process_budget(tmp_path):
-    """The criterion of test_learning.py's one-process IMPALA test (a last-100 mean >= 400 within the package's
-    500k agent steps, and at the end; a random policy scores about 22), met by 2 gloo ranks that split the
-    run's 16 envs and its batch of 8 unrolls (each rank 8 and 4) and average their gradients: the global steps
-    count both ranks'.  Measured with seed 1: one process first >= 400 at 164k (477.8 at the end), 2 ranks at
-    90k (485.7); PPO's defaults likewise: 57.6k and 60.4k to 475 (docs/results.md)."""
+def test_ppo_on_two_ranks_learns_cartpole_at_the_one_process_pace(tmp_path):
+    """2 gloo ranks split the run's 8 envs and its batch of 8 unrolls (each rank 4 and 4) and average their
+    gradients: the global steps count both ranks'.  They must reach a last-100 mean of 475 (a random policy
+    scores about 22) within 1.25 x the one-process runs' latest step, and hold it to the end of the package's
+    200k steps, as the one-process test does."""
     result = run("torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "torchbeast_gym.polybeast",
-                 "--env=CartPole-v1", "--seed=1", "--log_interval=2", "--disable_final_test",
-                 f"--savedir={tmp_path}", "--xpid=impala", output=str(tmp_path / "out"), timeout=RUN_DEADLINE_S)
+                 "--env=CartPole-v1", "--agent=ppo", "--seed=1", "--log_interval=1", "--disable_final_test",
+                 "--disable_cuda", f"--savedir={tmp_path}", "--xpid=ppo", output=str(tmp_path / "out"),
+                 timeout=RUN_DEADLINE_S)
     assert result.returncode == 0, result.stdout[-3000:]
-    meta = json.loads((tmp_path / "impala" / "meta.json").read_text())
-    assert meta["distributed"]["world_size"] == 2 and meta["flags"]["total_steps"] == 500_000
-    rows = csv_rows(str(tmp_path / "impala" / "logs.csv"))
+    meta = json.loads((tmp_path / "ppo" / "meta.json").read_text())
+    assert meta["distributed"]["world_size"] == 2 and meta["flags"]["total_steps"] == 200_000
+    rows = csv_rows(str(tmp_path / "ppo" / "logs.csv"))
     returns = [(int(r["step"]), float(r["return_last_100"])) for r in rows if r["return_last_100"] != "nan"]
     final_step = int(rows[-1]["step"])
-    print(f"\nimpala, 2 ranks, CartPole: last-100 mean {returns[-1][1]:.1f} at global step {final_step}; >= 400 "
-          f"first at {next((s for s, v in returns if v >= 400), None)}")
-    assert 500_000 <= final_step < 500_000 + 20 * 8
-    assert max(v for _, v in returns) >= 400, returns[-5:]
-    assert returns[-1][1] >= 400, returns[-5:]
+    reached = next((s for s, v in returns if v >= 475), None)
+    print(f"\nppo, 2 ranks, CartPole: last-100 mean {returns[-1][1]:.1f} at global step {final_step}; >= 475 "
+          f"first at {reached}")
+    assert final_step >= 200_000
+    assert reached is not None and reached <= WITHIN * ONE_PROCESS_475_AT, (reached, returns[-5:])
+    assert returns[-1][1] >= 475, returns[-5:]

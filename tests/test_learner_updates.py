@@ -56,13 +56,20 @@ def test_adam_is_fused_and_the_stats_are_the_means_over_the_steps():
 
 def test_a_non_finite_step_is_skipped_on_the_device_and_named():
     L = learner([1.0, float("nan"), 1.0])
-    reference = learner([1.0])
-    reference.learn(batch(), ())
+    data = batch()
     with pytest.raises(TrainingDiverged, match=r"its optimizer step 2\): the loss is nan"):
-        L.learn(batch(), ())
+        L.learn(data, ())
     # the first and third steps were taken, the second (nan) was not: no weight is nan
     assert all(torch.isfinite(p).all() for p in L.model.parameters())
     assert L.optimizer.state[L.params[0]]["step"].item() == 2
+    # ... and the skipped step left no trace: the weights and Adam's moments are those of a learner that
+    # took only the two finite steps on the same batch
+    reference = learner([1.0, 1.0])
+    reference.learn(data, ())
+    for p, q in zip(L.params, reference.params):
+        assert torch.equal(p, q)
+        for key in ("step", "exp_avg", "exp_avg_sq"):
+            assert torch.equal(L.optimizer.state[p][key], reference.optimizer.state[q][key]), key
 
 
 def test_weights_reach_inference_every_publish_interval_batches():
@@ -78,12 +85,21 @@ def test_weights_reach_inference_every_publish_interval_batches():
         published = now
 
 
-def test_abort_hooks_are_dropped_once_an_update_is_fast():
+def test_abort_hooks_are_dropped_once_an_update_is_fast(monkeypatch):
+    """Which update counts as fast is set here, not measured: this tiny update takes milliseconds, but a loaded
+    machine may pause any thread for longer than the 0.1 s of FAST_UPDATE_S."""
+    from rl_core.runtime import learner as learner_module
+
     L = learner([1.0])
     assert L._abort_hooks
+    monkeypatch.setattr(learner_module, "FAST_UPDATE_S", 0.0)  # every update is slow: the hooks stay
+    L.learn(batch(), ())
+    assert L._abort_hooks and L.model[0]._forward_pre_hooks and all(p._backward_hooks for p in L.model.parameters())
+    monkeypatch.setattr(learner_module, "FAST_UPDATE_S", 3600.0)  # every update is fast: they go
     L.learn(batch(), ())
     assert not L._abort_hooks
     assert not L.model[0]._forward_pre_hooks
+    assert not any(p._backward_hooks for p in L.model.parameters())
 
 
 def test_publishing_follows_parameters_whose_storage_was_replaced():

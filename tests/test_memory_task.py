@@ -10,11 +10,10 @@ Every run leaves the last action out of the model's input (--no_last_action), so
 that the only memory is the core's state (see tests/memory_env.py).
 """
 
-import time
-
 import pytest
 
-from tests.proc_utils import csv_rows, run
+from tests.proc_utils import csv_rows
+from tests.test_learning import PYTEST_TIMEOUT_S, run_to_the_end
 
 pytestmark = pytest.mark.learning
 
@@ -105,18 +104,9 @@ AT_CHANCE = {"feedforward"}
 
 
 def train(tmp_path, name: str):
-    start = time.monotonic()
-    result = run(
-        "torchbeast_gym.polybeast",
-        *COMMON_FLAGS,
-        *RUNS[name],
-        f"--pipes_basename=unix:{tmp_path}/pipe",
-        f"--savedir={tmp_path}",
-        f"--xpid={name}",
-        output=str(tmp_path / "out"),
-        timeout=300,
-    )
-    wall = time.monotonic() - start
+    # the learning runs' deadline (tests/test_learning.py): a fixed step budget, beside the other pytest
+    # worker's trainings on 2 cores; a run past it fails naming its progress
+    result, wall = run_to_the_end(tmp_path, name, *COMMON_FLAGS, *RUNS[name])
     assert result.returncode == 0, result.stdout[-3000:]
     rows = csv_rows(str(tmp_path / name / "logs.csv"))
     assert rows, result.stdout[-3000:]
@@ -130,6 +120,7 @@ def mean_return_after(rows, step: int) -> float:
     return sum(float(r["mean_episode_return"]) * int(r["episodes"]) for r in late) / n
 
 
+@pytest.mark.timeout(PYTEST_TIMEOUT_S)
 @pytest.mark.parametrize("name", list(RUNS))
 def test_memory_task(tmp_path, name):
     rows, wall = train(tmp_path, name)
@@ -161,6 +152,7 @@ def test_memory_task(tmp_path, name):
         assert last_fifth >= 0.95, f"{name} is not solved at the end: {last_fifth:.3f}"
 
 
+@pytest.mark.timeout(PYTEST_TIMEOUT_S)
 def test_package_defaults_with_an_lstm_solve_the_memory_task(tmp_path):
     """torchbeast_gym's defaults with nothing but the env, a core and --no_last_action (the task's
     point: memory in the core only): its recurrent defaults (RMSprop eps 1e-4, lr 0.002, batch 16,
@@ -175,10 +167,9 @@ def test_package_defaults_with_an_lstm_solve_the_memory_task(tmp_path):
     feedforward = parse_flags(gym_pkg, [])
     assert (feedforward.epsilon, feedforward.learning_rate, feedforward.batch_size, feedforward.mlp_sizes) == (
         0.01, 0.003, 8, "64,64")
-    result = run("torchbeast_gym.polybeast", f"--env={ENV}", "--use_lstm", "--no_last_action", "--seed=1",
-                 "--total_steps=200000", "--log_interval=1", "--disable_checkpoint", "--disable_final_test",
-                 f"--pipes_basename=unix:{tmp_path}/pipe", f"--savedir={tmp_path}", "--xpid=defaults",
-                 output=str(tmp_path / "out"), timeout=300)
+    result, _ = run_to_the_end(tmp_path, "defaults", f"--env={ENV}", "--use_lstm", "--no_last_action", "--seed=1",
+                               "--total_steps=200000", "--log_interval=1", "--disable_checkpoint",
+                               "--disable_final_test")
     assert result.returncode == 0, result.stdout[-3000:]
     rows = csv_rows(str(tmp_path / "defaults" / "logs.csv"))
     returns = [float(r["return_last_100"]) for r in rows if r["return_last_100"] != "nan"]

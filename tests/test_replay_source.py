@@ -14,6 +14,7 @@ import torch
 
 from rl_core.runtime.replay_source import ReplaySource
 from rl_core.runtime.threads import ErrorBox, start_thread
+from tests.proc_utils import wait_for
 
 L1, K, B, T = 7, 4, 8, 4  # sequences of 7 steps from 4 envs; batches of 8 sequences, 4 trained steps each
 STRIDE = 2
@@ -60,17 +61,23 @@ def test_learner_waits_for_min_size_and_for_the_ratio():
     stop = threading.Event()
     got = []
     start_thread("learner", lambda: [got.append(source.next_batch(stop)) for _ in range(100)], ErrorBox(stop))
+
+    def may_sample():  # (the learner thread waits while this is false: no batch comes until an insert)
+        with source.cond:
+            return source._may_sample()
+
     source.insert(*chunk(0))
     source.insert(*chunk(1))
     time.sleep(0.3)
-    assert got == []  # 8 sequences < min size 12
+    assert got == [] and not may_sample()  # 8 sequences < min size 12
     source.insert(*chunk(2))  # 12: learning starts, counting inserts from here
-    time.sleep(0.3)
-    assert len(got) == 1  # budget rho*0 - 0 = 0 >= 0: one batch, then S = 32 > 0
+    wait_for(lambda: got, 60, "the first batch")  # (a loaded machine may take its time)
+    assert len(got) == 1 and not may_sample()  # budget rho*0 - 0 = 0 >= 0: one batch, then S = 32 > 0
     for i in range(3, 5):  # each chunk: I += K*STRIDE = 8 env steps -> rho I += 16, a batch trains B*T = 32
         source.insert(*chunk(i))
-    time.sleep(0.3)
-    assert len(got) == 2 and source.trained_steps == 2 * B * T  # rho I = 32 >= S = 32 allowed one more
+    wait_for(lambda: len(got) >= 2, 60, "the second batch")
+    assert len(got) == 2 and not may_sample()  # rho I = 32 >= S = 32 allowed one more
+    assert source.trained_steps == 2 * B * T
     stop.set()
 
 
@@ -81,23 +88,27 @@ def test_acting_waits_for_a_learner_that_is_behind():
     source = ReplaySource(q, flags, stride=STRIDE, seed=0)
     stop = threading.Event()
     start_thread("feeder", lambda: source.feed(stop), ErrorBox(stop))
-    puts = 0
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        try:
-            q.put(chunk(puts), timeout=0.3)
-            puts += 1
-        except queue.Full:
-            break
+
+    def feeder_stopped():  # (the feeder takes no chunk from the queue while this is true)
+        with source.cond:
+            return not source._may_insert()
+
+    puts = 0  # chunks put until the queue is full and the feeder stopped (told by its state, not by a timeout)
+    while not (q.full() and feeder_stopped()):
+        if q.full():  # the feeder takes one next, or has just stopped
+            wait_for(lambda: not q.full() or feeder_stopped(), 60, "the feeder to take a chunk or stop")
+            continue
+        q.put(chunk(puts))
+        puts += 1
     # min size 12 = 3 chunks, then rho I may run 2 B T = 64 steps ahead = 8 chunks of 8 steps: 9 more
     # (the 9th makes 72 > 64 and stops the feeder), and 2 waiting in the full queue
     time.sleep(0.3)
-    assert len(source.replay) == 12 * 4 and puts == 12 + 2
+    assert len(source.replay) == 12 * 4 and puts == 12 + 2 and q.qsize() == 2
     before = len(source.replay)
     for _ in range(3):  # the learner trains 3 batches (96 steps): the feeder goes on
         source.next_batch(stop)
-    time.sleep(0.5)
-    assert len(source.replay) > before and source.steps_at_start is not None
+    wait_for(lambda: len(source.replay) > before, 60, "the feeder to go on")
+    assert source.steps_at_start is not None
     assert flags.replay_ratio * (source.inserted_steps - source.steps_at_start) <= source.trained_steps + 2 * B * T + K * STRIDE
     stop.set()
 

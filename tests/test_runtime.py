@@ -52,10 +52,10 @@ def test_unknown_flag_and_unknown_env_are_one_clear_line(tmp_path):
     assert len(malformed.stdout.strip().splitlines()) == 1
     assert "argument --batch_size: invalid int value: 'eight'" in malformed.stdout and "--help" in malformed.stdout
 
-    start_time = time.monotonic()
-    result = run(GYM, *common(tmp_path, env="NoSuchEnv-v0"), output=str(tmp_path / "out2"), timeout=60)
+    # at once, not at --connect_timeout (600 s here): run() fails past 120 s (about 2 s on an idle machine)
+    result = run(GYM, *common(tmp_path, env="NoSuchEnv-v0", connect_timeout=600), output=str(tmp_path / "out2"),
+                 timeout=120)
     assert result.returncode == 2
-    assert time.monotonic() - start_time < 30  # not the 60 s connect timeout
     assert "unknown gymnasium environment 'NoSuchEnv-v0'" in result.stdout
     assert "Traceback" not in result.stdout
     assert not sockets_left(tmp_path)
@@ -416,11 +416,14 @@ def test_every_numeric_flag_has_a_range_checked_when_parsed(package, capsys):
 
 
 def test_a_negative_learning_rate_is_refused_at_once(tmp_path):
+    """At once: the flags' check is all that ran (its one line, and nothing before it: no sizing, no server)."""
     start_time = time.monotonic()
     result = run(GYM, *common(tmp_path, learning_rate=-1), output=str(tmp_path / "out"), timeout=60)
     assert result.returncode == 2
-    assert "--learning_rate must be in [0, inf), got -1.0" in result.stdout.strip().splitlines()[-1]
-    assert "Traceback" not in result.stdout and time.monotonic() - start_time < 15
+    assert result.stdout.strip().splitlines() == [
+        "python -m torchbeast_gym.polybeast: error: --learning_rate must be in [0, inf), got -1.0 (all flags: "
+        "python -m torchbeast_gym.polybeast --help)"]
+    assert time.monotonic() - start_time < 30  # (about 1.3 s on an idle machine)
     assert not (tmp_path / "runs").exists() and not sockets_left(tmp_path)
 
 

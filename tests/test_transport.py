@@ -153,7 +153,9 @@ def test_a_frame_trickling_in_byte_by_byte_times_out_as_a_whole():
     started = time.monotonic()
     with pytest.raises(tp.ProtocolError, match="stalled"):
         b.recv()
-    assert time.monotonic() - started < 3.0
+    # dropped at its 1 s deadline, long before the whole frame could arrive (0.1 s a byte): a loaded machine
+    # delays the drop by seconds at most, never to the frame's end
+    assert time.monotonic() - started < 0.1 * len(whole) / 2
     stop_sending.set()
 
 
@@ -402,8 +404,8 @@ def test_a_silent_peer_gives_way_to_a_learner(tmp_path):
     squat = tp.Connection(squatter, poll_s=0.2, frame_timeout_s=5)
     assert squat.recv()[0] == tp.HELLO  # served, then silent
     started = time.monotonic()
-    conn, spec = connect_server(address, _learner_flags(20), None)
-    assert spec["num_envs"] == 2 and time.monotonic() - started < 10
+    conn, spec = connect_server(address, _learner_flags(120), None)
+    assert spec["num_envs"] == 2 and time.monotonic() - started < 60  # served, not at --connect_timeout 120
     conn.close()
     squatter.close()
     stop.set()
@@ -432,8 +434,8 @@ def test_a_peer_trickling_a_frame_is_dropped_and_the_learner_served(tmp_path):
 
     threading.Thread(target=trickle, daemon=True).start()
     started = time.monotonic()
-    conn, _ = connect_server(address, _learner_flags(20), None)
-    assert time.monotonic() - started < 8
+    conn, _ = connect_server(address, _learner_flags(120), None)
+    assert time.monotonic() - started < 60  # served, not at --connect_timeout 120
     halt.set()
     conn.close()
     slow.close()
@@ -451,14 +453,14 @@ def test_a_tcp_peer_that_never_authenticates_gives_way_and_a_held_server_is_one_
     server, stop, thread = _server_in_thread(address, secret=b"k", auth_timeout_s=1.5, idle_peer_s=1000.0)
     mute = tp.connect(address, timeout=10)  # connects and says nothing: the handshake's deadline drops it
     started = time.monotonic()
-    conn, _ = connect_server(address, _learner_flags(20), b"k")
-    assert time.monotonic() - started < 8
+    conn, _ = connect_server(address, _learner_flags(120), b"k")
+    assert time.monotonic() - started < 60  # served, not at --connect_timeout 120
     # Now this learner holds the server (and is not silent for 1000 s): another learner is told in one line.
     started = time.monotonic()
     with pytest.raises(UserError, match=rf"env server at 127.0.0.1:{port} did not answer within "
                                         r"--connect_timeout 3 s .*another learner or peer may hold it"):
         connect_server(address, _learner_flags(3), b"k")
-    assert time.monotonic() - started < 8
+    assert 3 <= time.monotonic() - started < 30  # at --connect_timeout, retrying until then; not hung
     conn.close()
     mute.close()
     stop.set()
@@ -479,7 +481,7 @@ def test_a_learner_facing_a_held_unix_server_says_so_at_connect_timeout(tmp_path
     with pytest.raises(UserError, match=rf"env server at unix:{tmp_path}/srv.0 did not answer within "
                                         r"--connect_timeout 2 s \(it accepted the connection but sent nothing"):
         connect_server(address, _learner_flags(2), None)
-    assert time.monotonic() - started < 6
+    assert 2 <= time.monotonic() - started < 30  # at --connect_timeout, retrying until then; not hung
     holder.close()
     stop.set()
     thread.join(5)

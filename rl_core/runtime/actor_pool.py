@@ -227,51 +227,75 @@ class ActorThread:
                     raise tp.ProtocolError(f"env server {self.index} came back with a different spec: {spec}")
 
     def _act(self) -> None:
-        """Steps the K envs; every ``stride`` steps once the store is full, hands its
-        ``length + 1`` steps and the state at its first step to the learner queue.  The next
-        store starts ``stride`` steps later (the agent's ``sequence()``: IMPALA's unrolls
-        share one step, R2D2's sequences overlap by more)."""
-        T, K, stride = self.length, self.K, self.stride
-        store = self._new_store()
-        msg = self._recv_step()  # the reset observations, done=True
-        self._record_env(store, 0, msg)
-        state = self.initial_state_fn(K)
-        step_states = [state] + [()] * T  # step_states[t]: the state that reads obs[t]
+        """Steps the K envs until the connection fails or the run stops; every ``stride`` steps once
+        the store is full, hands its ``length + 1`` steps and the state at its first step to the
+        learner queue (``receive``)."""
+        K = self.K
+        self.begin()
         finished = None
-        t = 0
         while True:
-            inputs = {
-                "obs": torch.from_numpy(store["obs"][t : t + 1]),
-                "reward": torch.from_numpy(store["reward"][t : t + 1]),
-                "done": torch.from_numpy(store["done"][t : t + 1]),
-                "last_action": torch.from_numpy(store["action"][t : t + 1]),
-                **self.constant_inputs,
-            }
-            request = self.batcher.submit(inputs, state, K)
+            request = self.batcher.submit(self.inputs(), self.state, K)
             if finished is not None:
                 # Handed to the learner only now, while this request is in inference: a full
                 # learner queue then holds back this server alone, not the others' batch.
                 self._put(*finished)
                 finished = None
             action, extras, state = request.wait(self.stop)
-            self.conn.send(tp.ACTION, {"action": action})
-            msg = self._recv_step()
-            t += 1
-            store["action"][t] = action
-            for name, value in extras.items():
-                store[name][t] = value
-            self._record_env(store, t, msg)
-            step_states[t] = state
-            with self.stats.lock:
-                self.stats.env_steps += K
-            if t == T:
-                finished = ({k: torch.from_numpy(v) for k, v in store.items()}, step_states[0])
-                last = store
-                store = self._new_store()
-                for key in store:
-                    store[key][: T + 1 - stride] = last[key][stride:]
-                step_states = step_states[stride:] + [()] * stride
-                t = T - stride
+            self.send(action)
+            finished = self.receive(action, extras, state)
+
+    # The steps of ``_act`` one at a time, for a caller that acts for every server in turn
+    # (rl_core/runtime/lockstep.py): begin(), then per step inputs() -> inference -> send(action) ->
+    # receive(action, extras, state).
+    def begin(self) -> None:
+        """A new store whose first step is the reset observations (done=True), and the envs' initial state."""
+        self.store = self._new_store()
+        msg = self._recv_step()
+        self._record_env(self.store, 0, msg)
+        self.state = self.initial_state_fn(self.K)
+        self.step_states = [self.state] + [()] * self.length  # step_states[t]: the state that reads obs[t]
+        self.t = 0
+
+    def inputs(self) -> dict:
+        """The inference inputs of the K envs at the store's current step."""
+        store, t = self.store, self.t
+        return {
+            "obs": torch.from_numpy(store["obs"][t : t + 1]),
+            "reward": torch.from_numpy(store["reward"][t : t + 1]),
+            "done": torch.from_numpy(store["done"][t : t + 1]),
+            "last_action": torch.from_numpy(store["action"][t : t + 1]),
+            **self.constant_inputs,
+        }
+
+    def send(self, action: np.ndarray) -> None:
+        self.conn.send(tp.ACTION, {"action": action})
+
+    def receive(self, action: np.ndarray, extras: dict, state: tuple):
+        """The step that ``action`` led to, recorded with what inference kept of it; returns a full
+        sequence ``(unroll, state at its first step)`` when one is complete, else None.  The next store
+        starts ``stride`` steps later (the agent's ``sequence()``: IMPALA's unrolls share one step,
+        R2D2's sequences overlap by more)."""
+        msg = self._recv_step()
+        T, stride = self.length, self.stride
+        store = self.store
+        self.t = t = self.t + 1
+        store["action"][t] = action
+        for name, value in extras.items():
+            store[name][t] = value
+        self._record_env(store, t, msg)
+        self.state = state
+        self.step_states[t] = state
+        with self.stats.lock:
+            self.stats.env_steps += self.K
+        if t < T:
+            return None
+        finished = ({k: torch.from_numpy(v) for k, v in store.items()}, self.step_states[0])
+        self.store = self._new_store()
+        for key in store:
+            self.store[key][: T + 1 - stride] = store[key][stride:]
+        self.step_states = self.step_states[stride:] + [()] * stride
+        self.t = T - stride
+        return finished
 
     def _put(self, unroll: dict, state: tuple) -> None:
         item = (unroll, state)
@@ -288,20 +312,25 @@ def inference_loop(batcher: InferenceBatcher, model, lock: threading.Lock, devic
                    agent) -> None:
     """Answer batched requests with the inference model (central inference): ``agent.act``."""
     while True:
-        requests = batcher.get_batch(stop)
-        sizes = [r.size for r in requests]
-        inputs = {k: torch.cat([r.inputs[k] for r in requests], dim=1).to(device, non_blocking=True) for k in requests[0].inputs}
-        states = requests[0].state
-        if len(states):
-            states = tuple(torch.cat([r.state[i] for r in requests], dim=0) for i in range(len(states)))
-        with lock, torch.inference_mode():
-            action, extras, new_state = agent.act(model, inputs, states)
-        action = action[0].cpu().numpy()
-        extras = {k: v[0].float().cpu().numpy() for k, v in extras.items()}
-        split_state = [torch.split(s, sizes, dim=0) for s in new_state] if len(new_state) else []
-        start = 0
-        for i, (request, size) in enumerate(zip(requests, sizes)):
-            end = start + size
-            state_i = tuple(s[i] for s in split_state)
-            request.set_result((action[start:end], {k: v[start:end] for k, v in extras.items()}, state_i))
-            start = end
+        answer(batcher.get_batch(stop), model, lock, device, agent)
+
+
+def answer(requests: list, model, lock: threading.Lock, device, agent) -> None:
+    """One forward pass for ``requests`` (``batcher.Request``s, concatenated in their order); each gets
+    its envs' actions, the agent's per-step fields and new state."""
+    sizes = [r.size for r in requests]
+    inputs = {k: torch.cat([r.inputs[k] for r in requests], dim=1).to(device, non_blocking=True) for k in requests[0].inputs}
+    states = requests[0].state
+    if len(states):
+        states = tuple(torch.cat([r.state[i] for r in requests], dim=0) for i in range(len(states)))
+    with lock, torch.inference_mode():
+        action, extras, new_state = agent.act(model, inputs, states)
+    action = action[0].cpu().numpy()
+    extras = {k: v[0].float().cpu().numpy() for k, v in extras.items()}
+    split_state = [torch.split(s, sizes, dim=0) for s in new_state] if len(new_state) else []
+    start = 0
+    for i, (request, size) in enumerate(zip(requests, sizes)):
+        end = start + size
+        state_i = tuple(s[i] for s in split_state)
+        request.set_result((action[start:end], {k: v[start:end] for k, v in extras.items()}, state_i))
+        start = end

@@ -103,6 +103,18 @@ def rank_flags(flags, world: WorldEnv):
     return mine
 
 
+def local_gpu(world: WorldEnv, device_count: int) -> int:
+    """The GPU of this rank among the ``device_count`` this host shows: its LOCAL_RANK.  A host with fewer GPUs
+    than ranks is a UserError: NCCL refuses two ranks on one GPU (a traceback, once every rank has started)."""
+    ranks = max(world.local_world_size, world.local_rank + 1)
+    if ranks > device_count:
+        gpus = f"{device_count} GPU" + ("" if device_count == 1 else "s")
+        fewer = f" (--nproc_per_node {device_count})" if device_count else ""
+        raise UserError(f"this host has {gpus} for {ranks} torchrun ranks (--nproc_per_node {ranks}): give at most "
+                        f"1 rank per GPU{fewer}, or pass --disable_cuda to train on the CPU")
+    return world.local_rank
+
+
 def timeout_s() -> float:
     try:
         return float(os.environ.get("POLYBEAST_DIST_TIMEOUT", DEFAULT_TIMEOUT_S))

@@ -188,6 +188,20 @@ class UnrollBatcher:
         self._new_steps += T * B
         return batch, state
 
+    def ready_batch(self) -> tuple[dict, tuple] | None:
+        """The next batch if the queued chunks fill one, else None, without waiting (--deterministic's
+        learner, rl_core/runtime/lockstep.py)."""
+        with self._lock:
+            while True:
+                try:
+                    unroll, state = self.queue.get_nowait()
+                except queue.Empty:
+                    break
+                self._leftover.append((unroll, state, next(iter(unroll.values())).shape[1]))
+            if sum(c[2] for c in self._leftover) < self.batch_size:
+                return None
+        return self.next_batch(threading.Event())
+
     def take_new_steps(self) -> int:
         steps, self._new_steps = self._new_steps, 0
         return steps

@@ -198,6 +198,19 @@ class ReplaySource:
             state = tuple(s.pin_memory() for s in state)
         return batch, state
 
+    def ready_batch(self) -> tuple[dict, tuple] | None:
+        """Without threads or waiting (--deterministic, rl_core/runtime/lockstep.py): the queued chunks
+        inserted while the replay ratio allows, then a batch if it allows one, else None."""
+        while self._may_insert():
+            try:
+                unroll, state = self.queue.get_nowait()
+            except queue.Empty:
+                break
+            self.insert(unroll, state)
+        if not self._may_sample():
+            return None
+        return self.sample_batch(threading.Event())
+
     def take_new_steps(self) -> int:
         with self.cond:
             steps, self._new_steps = self._new_steps, 0

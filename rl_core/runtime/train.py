@@ -22,10 +22,11 @@ from rl_core.run_dir import RunDirLock, new_run_dir
 from rl_core.run_log import RunLog, setup_logging
 from rl_core.runtime import distributed
 from rl_core.runtime import transport as tp
-from rl_core.runtime.actor_pool import ActorThread, RunStats, connect_server, inference_loop, spec_key
+from rl_core.runtime.actor_pool import ActorThread, RunStats, answer, connect_server, inference_loop, spec_key
 from rl_core.runtime.allocator import keep_freed_memory
 from rl_core.runtime.batcher import InferenceBatcher
 from rl_core.runtime.learner import Learner, inference_copy, publish
+from rl_core.runtime.lockstep import Lockstep
 from rl_core.runtime.threads import ErrorBox, start_thread
 
 log = logging.getLogger("learner")
@@ -37,11 +38,17 @@ def secret_bytes(flags) -> bytes | None:
 
 
 def select_device(flags, world: distributed.WorldEnv | None = None) -> torch.device:
-    """The learner's device: the GPU of this rank's LOCAL_RANK under torchrun, the (current) GPU, or the CPU."""
+    """The learner's device: the GPU of this rank's LOCAL_RANK under torchrun, the (current) GPU, or the CPU.  A host
+    with fewer GPUs than torchrun ranks ends the rank with one line, exit 2, before anything is written."""
     if not flags.disable_cuda and torch.cuda.is_available():
         if world is not None:
-            torch.cuda.set_device(world.local_rank % torch.cuda.device_count())
-            return torch.device("cuda", world.local_rank % torch.cuda.device_count())
+            try:
+                gpu = distributed.local_gpu(world, torch.cuda.device_count())
+            except UserError as e:
+                log.error("error: %s", e)
+                raise SystemExit(2) from None
+            torch.cuda.set_device(gpu)
+            return torch.device("cuda", gpu)
         return torch.device("cuda")
     return torch.device("cpu")
 
@@ -200,6 +207,9 @@ class Training:
                 self.flags = distributed.rank_flags(self.global_flags, self.world)
             except UserError as e:
                 log.error("error: %s", e)
+                return 2
+            if self.flags.deterministic:
+                log.error("error: --deterministic runs one process: run it without torchrun, or drop the flag")
                 return 2
             self.device = select_device(self.flags, self.world)
             self.group = distributed.start(self.world, self.device)
@@ -432,6 +442,9 @@ class Training:
         f = self.flags
         torch.manual_seed(f.seed)
         np.random.seed(f.seed)
+        if f.deterministic:  # (CUDA: cuBLAS's reproducible workspace, as torch's reproducibility notes ask)
+            os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+            torch.use_deterministic_algorithms(True, warn_only=True)
         keep_freed_memory()
         saved = self.saved
         if self.supervisor is not None:
@@ -466,7 +479,8 @@ class Training:
 
         K = spec["num_envs"]
         queue_size = f.max_learner_queue_size or agent.learner_queue_size(K)
-        self.learner_queue = queue.Queue(maxsize=queue_size)
+        # (--deterministic: the lockstep thread learns from what a round puts in before it acts again)
+        self.learner_queue = queue.Queue(maxsize=0 if f.deterministic else queue_size)
         self.stats = RunStats()
         max_batch = f.max_inference_batch_size or f.num_actors
         self.batcher = InferenceBatcher(max_batch, f.inference_batch_timeout_ms / 1000.0)
@@ -496,22 +510,51 @@ class Training:
         def initial_state(batch_size):
             return inference_model.initial_state(batch_size, device=self.device)
 
+        actors = [ActorThread(i, address, conn, spec, f, self.secret, self.batcher, self.learner_queue, initial_state,
+                              self.stats, self.stop, agent)
+                  for i, (address, conn) in enumerate(zip(self.addresses, self.connections))]
+        self.connections = actors  # closed through the actors at shutdown
+        self._begin_logs()
+        if f.deterministic:
+            self._start_lockstep(actors, inference_model, inference_lock)
+        else:
+            self._start_threads(actors, inference_model, inference_lock)
+        self._supervise()
+
+    def _start_threads(self, actors: list[ActorThread], inference_model, inference_lock) -> None:
+        """The asynchronous runtime: inference, an actor per server, the data source's and the learner's threads."""
+        f, agent = self.flags, self.agent
         for i in range(f.num_inference_threads):
             self.threads.append(start_thread(
                 f"inference-{i}",
                 lambda: inference_loop(self.batcher, inference_model, inference_lock, self.device, self.stop, agent),
                 self.errors,
             ))
-        for i, (address, conn) in enumerate(zip(self.addresses, self.connections)):
-            actor = ActorThread(i, address, conn, spec, f, self.secret, self.batcher, self.learner_queue,
-                                initial_state, self.stats, self.stop, agent)
+        for i, actor in enumerate(actors):
             self.threads.append(start_thread(f"actor-{i}", actor.run, self.errors))
-            self.connections[i] = actor  # closed through the actor at shutdown
         for name, target in getattr(self.data_source, "threads", lambda: [])():
             self.threads.append(start_thread(name, lambda target=target: target(self.stop), self.errors))
         for i in range(f.num_learner_threads):
             self.threads.append(start_thread(f"learner-{i}", self.learner.loop, self.errors))
-        self._supervise()
+
+    def _start_lockstep(self, actors: list[ActorThread], inference_model, inference_lock) -> None:
+        """--deterministic: one thread acts and learns in turn (rl_core/runtime/lockstep.py)."""
+        f, batcher = self.flags, self.batcher
+
+        def infer(requests):
+            answer(requests, inference_model, inference_lock, self.device, self.agent)
+            batcher.batches += 1
+            batcher.batched_envs += sum(r.size for r in requests)
+
+        def after_batch(before: int, after: int) -> None:
+            if self.rundir is not None and before // f.log_step_interval < after // f.log_step_interval:
+                self.log_tick()
+
+        log.info("--deterministic: acting and learning alternate in one thread; a logs.csv row every %s steps",
+                 f"{f.log_step_interval:,}")
+        lockstep = Lockstep(actors, infer, self.learner, self.data_source, self.learner_queue, self.stop,
+                            f.total_steps, after_batch)
+        self.threads.append(start_thread("lockstep", lockstep.run, self.errors))
 
     def _env_steps_since(self) -> int:
         """The env steps this rank's actors received since the last call (sent to rank 0 with each batch)."""
@@ -605,26 +648,30 @@ class Training:
             except BaseException as e:  # noqa: BLE001
                 self.errors.put("supervisor", e)
 
-    def _supervise(self) -> None:
-        f = self.flags
-        if self.rundir is None:  # a torchrun rank other than 0: its servers only; rank 0 logs and saves
-            self.start_time = time.monotonic()
-            while not self.stop.is_set():
-                self._wait_and_poll()
+    def _begin_logs(self) -> None:
+        """The logs' counters at the start of training (before any thread that writes a row starts)."""
+        self.start_time = start = time.monotonic()
+        if self.rundir is None:  # a torchrun rank other than 0: rank 0 logs
             return
-        start = last_log = last_ckpt = time.monotonic()
-        self.start_time = start
         self._last = (start, self.learner.step)
         self._rows = 0
         self._last_learn = (self.learner.learn_seconds, self.learner.learner_steps)
         self._returns = collections.deque(maxlen=100)
         self.seen_sets = seen_sets.SeenSets(self.rundir)
         self.validation = Validation(self)
+
+    def _supervise(self) -> None:
+        f = self.flags
+        if self.rundir is None:  # a torchrun rank other than 0: its servers only; rank 0 logs and saves
+            while not self.stop.is_set():
+                self._wait_and_poll()
+            return
+        last_log = last_ckpt = self.start_time
         while not self.stop.is_set():
             self._wait_and_poll()
             now = time.monotonic()
             self.validation.poll(now)
-            if now - last_log >= f.log_interval:
+            if not f.deterministic and now - last_log >= f.log_interval:
                 last_log = now
                 self.log_tick()
             if not f.disable_checkpoint and now - last_ckpt >= f.checkpoint_every * 60:

@@ -1,0 +1,68 @@
+"""--deterministic (rl_core/runtime/lockstep.py): two runs of one command write the same logs.csv rows, for
+every agent on torchbeast_gym, through the real launcher, env servers and sockets."""
+
+import pytest
+
+from tests.proc_utils import csv_rows, flag_error_line, run
+
+# What a row measures of the clock, not of the run
+TIMING = {"time", "sps", "learner_busy", "update_ms"}
+
+RUNS = {
+    "impala": ["--env=CartPole-v1", "--agent=impala", "--total_steps=12000"],
+    "ppo": ["--env=CartPole-v1", "--agent=ppo", "--total_steps=8000"],
+    "r2d2": ["--env=CartPole-v1", "--agent=r2d2", "--total_steps=6000"],
+    "sac": ["--env=Pendulum-v1", "--agent=sac", "--total_steps=2400", "--random_init_steps=400",
+            "--replay_buffer_min_size=400"],
+}
+
+
+def _train(tmp_path, xpid, *args):
+    result = run("torchbeast_gym.polybeast", *args, "--deterministic", "--log_step_interval=1000",
+                 "--disable_final_test", f"--savedir={tmp_path}", f"--xpid={xpid}",
+                 f"--pipes_basename=unix:{tmp_path}/{xpid}-pipe", output=str(tmp_path / f"{xpid}.out"), timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:]
+    rows = csv_rows(str(tmp_path / xpid / "logs.csv"))
+    return [{k: v for k, v in row.items() if k not in TIMING} for row in rows]
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("agent", sorted(RUNS))
+def test_two_runs_of_one_command_write_the_same_rows(tmp_path, agent):
+    first = _train(tmp_path, "first", *RUNS[agent], "--seed=3")
+    second = _train(tmp_path, "second", *RUNS[agent], "--seed=3")
+    assert len(first) >= 3
+    # the rows hold training: optimizer steps taken, losses that moved, episodes that ended
+    assert sum(float(r["optimizer_steps"]) for r in first) > 0
+    assert len({r["total_loss"] for r in first}) > 1
+    assert sum(int(r["episodes"]) for r in first) > 0
+    for i, (a, b) in enumerate(zip(first, second)):
+        assert a == b, f"row {i} differs: {({k: (a[k], b.get(k)) for k in a if a[k] != b.get(k)})}"
+    assert len(first) == len(second)
+
+
+@pytest.mark.timeout(600)
+def test_another_seed_writes_other_rows(tmp_path):
+    """The control: what makes the rows equal is the seed, not rows that do not depend on the run."""
+    first = _train(tmp_path, "first", *RUNS["impala"], "--seed=3")
+    other = _train(tmp_path, "other", *RUNS["impala"], "--seed=4")
+    assert [r["total_loss"] for r in first] != [r["total_loss"] for r in other]
+    assert [r["return_last_100"] for r in first] != [r["return_last_100"] for r in other]
+
+
+def test_validation_during_training_is_refused_in_one_line(capsys):
+    from torchbeast_gym import env as gym_env
+
+    line = flag_error_line(capsys, gym_env, "--env=CartPole-v1", "--deterministic", "--validate_step_every=1000")
+    assert "--deterministic runs no validation during training" in line
+
+
+@pytest.mark.timeout(300)
+def test_deterministic_under_torchrun_is_refused_in_one_line(tmp_path):
+    result = run("torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "torchbeast_gym.polybeast",
+                 "--env=CartPole-v1", "--deterministic", "--disable_cuda", f"--savedir={tmp_path}",
+                 output=str(tmp_path / "out"), timeout=240)
+    assert result.returncode != 0
+    errors = [line for line in result.stdout.splitlines() if "error: --deterministic runs one process" in line]
+    assert len(errors) == 2, result.stdout[-3000:]  # one line from each rank
+    assert not (tmp_path / "torchbeast").exists() and list(tmp_path.iterdir()) == [tmp_path / "out"]
