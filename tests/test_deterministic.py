@@ -55,14 +55,3 @@ def test_validation_during_training_is_refused_in_one_line(capsys):
 
     line = flag_error_line(capsys, gym_env, "--env=CartPole-v1", "--deterministic", "--validate_step_every=1000")
     assert "--deterministic runs no validation during training" in line
-
-
-@pytest.mark.timeout(300)
-def test_deterministic_under_torchrun_is_refused_in_one_line(tmp_path):
-    result = run("torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "torchbeast_gym.polybeast",
-                 "--env=CartPole-v1", "--deterministic", "--disable_cuda", f"--savedir={tmp_path}",
-                 output=str(tmp_path / "out"), timeout=240)
-    assert result.returncode != 0
-    errors = [line for line in result.stdout.splitlines() if "error: --deterministic runs one process" in line]
-    assert len(errors) == 2, result.stdout[-3000:]  # one line from each rank
-    assert not (tmp_path / "torchbeast").exists() and list(tmp_path.iterdir()) == [tmp_path / "out"]

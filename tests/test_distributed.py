@@ -109,7 +109,7 @@ def test_each_rank_takes_its_own_gpu_and_a_host_with_fewer_gpus_than_ranks_is_re
         distributed.local_gpu(distributed.WorldEnv(rank=1, world_size=2, local_rank=1, local_world_size=1), 1)
 
 
-def test_select_device_puts_a_rank_on_its_gpu_or_ends_it_with_the_one_line(monkeypatch, caplog):
+def test_select_device_puts_a_rank_on_its_gpu_or_refuses_more_ranks_than_gpus(monkeypatch):
     """train.select_device on a host that shows 2 GPUs, then 1 (torch.cuda faked: this machine may have none)."""
     import argparse
 
@@ -124,12 +124,11 @@ def test_select_device_puts_a_rank_on_its_gpu_or_ends_it_with_the_one_line(monke
     assert select_device(flags, rank1) == torch.device("cuda", 1) and chosen == [1]
     assert select_device(argparse.Namespace(disable_cuda=True), rank1) == torch.device("cpu")
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
-    with pytest.raises(SystemExit) as e:
+    with pytest.raises(UserError) as e:  # (Training.run logs it as its one line and exits 2)
         select_device(flags, rank1)
-    assert e.value.code == 2 and chosen == [1]  # the GPU was not touched
-    assert [r.getMessage() for r in caplog.records if r.levelname == "ERROR"] == [
-        "error: this host has 1 GPU for 2 torchrun ranks (--nproc_per_node 2): give at most 1 rank per GPU "
-        "(--nproc_per_node 1), or pass --disable_cuda to train on the CPU"]
+    assert chosen == [1]  # the GPU was not touched
+    assert str(e.value) == ("this host has 1 GPU for 2 torchrun ranks (--nproc_per_node 2): give at most 1 rank per "
+                            "GPU (--nproc_per_node 1), or pass --disable_cuda to train on the CPU")
     assert select_device(argparse.Namespace(disable_cuda=True), rank1) == torch.device("cpu")  # the fix
 
 
@@ -487,4 +486,17 @@ def test_two_ranks_on_a_host_with_one_gpu_are_refused_in_one_line(tmp_path):
     _each_rank_refused(tmp_path, result.stdout, _logged(r"\d+", "ERROR", re.escape(
         "error: this host has 1 GPU for 2 torchrun ranks (--nproc_per_node 2): give at most 1 rank per GPU "
         "(--nproc_per_node 1), or pass --disable_cuda to train on the CPU")))
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.timeout(300)
+def test_deterministic_under_torchrun_is_refused_in_one_line(tmp_path):
+    """--deterministic (rl_core/runtime/lockstep.py) runs one process: each rank refuses it, exit 2, before anything
+    is written."""
+    result = run(*_torchrun_apart(tmp_path, "torchbeast_gym.polybeast", "--env=CartPole-v1", "--deterministic",
+                                  "--disable_cuda", f"--savedir={tmp_path / 'runs'}", "--xpid=run"),
+                 output=str(tmp_path / "out"), timeout=240)
+    assert result.returncode == 1, result.stdout[-3000:]  # torchrun's: a rank failed
+    _each_rank_refused(tmp_path, result.stdout, _logged(r"\d+", "ERROR", re.escape(
+        "error: --deterministic runs one process: run it without torchrun, or drop the flag")))
     assert not (tmp_path / "runs").exists()

@@ -38,5 +38,7 @@ def test_ppo_on_two_ranks_learns_cartpole_at_the_one_process_pace(tmp_path):
     print(f"\nppo, 2 ranks, CartPole: last-100 mean {returns[-1][1]:.1f} at global step {final_step}; >= 475 "
           f"first at {reached}")
     assert final_step >= 200_000
+    # one learner: every optimizer step the same on both ranks (compared exactly at the end)
+    assert "replicas: the 2 ranks' parameters are identical" in (tmp_path / "ppo" / "out.log").read_text()
     assert reached is not None and reached <= WITHIN * ONE_PROCESS_475_AT, (reached, returns[-5:])
     assert returns[-1][1] >= 475, returns[-5:]

@@ -160,8 +160,8 @@ def seconds_to_exit_after_sigint(proc) -> float:
 def test_ctrl_c_while_procgen_servers_start_exits_at_once_leaving_nothing(tmp_path):
     """SIGINT while the env servers are still starting: the launcher ends them and exits with 130 (stopped before
     training: nothing saved, not a success); the earlier run's files are untouched.  "At once": no server got
-    as far as listening (a Procgen server takes seconds to start), and the README's 5 s (about 1 s measured on
-    an idle machine) within 15 s beside the other pytest worker's trainings."""
+    as far as listening (a Procgen server takes seconds to start); the README's 5 s (measured: about 1 s on an
+    idle 2-core machine, 3 s with a 2-rank training beside it and a load average of 12) within 30 s."""
     before = saved_run(tmp_path)
     out = str(tmp_path / "out")
     proc = start("torchbeast_procgen.polybeast", *procgen_flags(tmp_path), output=out)
@@ -174,7 +174,7 @@ def test_ctrl_c_while_procgen_servers_start_exits_at_once_leaving_nothing(tmp_pa
         if proc.poll() is None:
             proc.kill()
     text = read(out)
-    assert took < 15, text[-3000:]
+    assert took < 30, text[-3000:]
     assert proc.returncode == 130, text[-3000:]
     assert "interrupted before training began" in last_line(text)
     assert " envs at " not in text  # the servers were ended while they started, not waited for
@@ -205,7 +205,8 @@ def test_ctrl_c_during_the_first_procgen_update_joins_every_thread_within_5_s(tm
     batch of 4 x 200 Procgen frames: seconds of the learner thread; a GPU could finish it before the
     signal): the update is abandoned (no step taken: the count of updates says so, whatever the
     machine's load), every thread is joined, the servers end and the checkpoint is written; exit 0.  The README's
-    5 s (about 1 s measured on an idle machine) within 15 s beside the other pytest worker's trainings."""
+    5 s (measured: about 1.5 s on an idle 2-core machine, 9 s with a 2-rank training beside it and a load average
+    of 12) within 30 s."""
     out = str(tmp_path / "out")
     flags = procgen_flags(tmp_path, num_actors=4, batch_size=4, unroll_length=200, resnet_channels="32,64,64",
                           disable_final_test=True, disable_cuda=True)
@@ -220,7 +221,7 @@ def test_ctrl_c_during_the_first_procgen_update_joins_every_thread_within_5_s(tm
         if proc.poll() is None:
             proc.kill()
     text = read(out)
-    assert took < 15, text[-3000:]
+    assert took < 30, text[-3000:]
     assert proc.returncode == 0, text[-3000:]
     assert "threads still running" not in text and "Traceback" not in text and "terminate called" not in text
     assert not any(alive(pid) for pid in servers)

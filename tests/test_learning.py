@@ -57,7 +57,7 @@ def test_impala_with_the_package_defaults_solves_cartpole_within_500k_steps(tmp_
 
 def _on_policy_cartpole(tmp_path, agent: str):
     """``torchbeast_gym`` with nothing but --env and --agent (and a seed): the package's defaults, its
-    steps included (PPO 200k, the others 500k)."""
+    steps included (PPO and V-MPO 200k)."""
     import json
 
     result, wall = run_to_the_end(tmp_path, agent, "--env=CartPole-v1", f"--agent={agent}",
@@ -86,6 +86,9 @@ def test_ppo_with_the_package_defaults_solves_cartpole(tmp_path):
 
 @pytest.mark.timeout(PYTEST_TIMEOUT_S)
 def test_vmpo_with_the_package_defaults_learns_cartpole(tmp_path):
-    """V-MPO (its temperature and KL multiplier learned as Lagrange multipliers) reaches >= 400."""
+    """V-MPO (its temperature and KL multiplier learned as Lagrange multipliers) reaches >= 400 and holds it to the
+    end of the package's 200k steps (PPO's tuned settings; a random policy scores about 22).  Measured: 400 first at
+    45k-84k, 495-500 at the end (docs/results.md: with cleanrl's settings, which it had before, one run in ten
+    fell back below 400 late in its 500k steps)."""
     returns = _on_policy_cartpole(tmp_path, "vmpo")
     assert returns[-1][1] >= 400, returns[-5:]

@@ -492,8 +492,12 @@ def test_gym_ppo_takes_the_tuned_settings_and_with_rnd_those_the_corridor_measur
     rnd = parse_flags(gym_pkg, ["--agent=ppo", "--rnd"])
     assert tuple(getattr(rnd, k) for k in keys) == (128, 4, 4, 4, 0.95, 0.01, 2.5e-4, 0.999, 500_000)
     assert parse_flags(gym_pkg, ["--agent=ppo", "--rnd", "--num_epochs=2"]).num_epochs == 2  # flags given win
-    vmpo = parse_flags(gym_pkg, ["--agent=vmpo"])  # the other on-policy agents keep cleanrl's
-    assert tuple(getattr(vmpo, k) for k in keys) == (128, 4, 4, 4, 0.95, 0.01, 2.5e-4, 0.99, 500_000)
+    vmpo = parse_flags(gym_pkg, ["--agent=vmpo"])  # V-MPO takes the tuned ones too (flaked with cleanrl's)
+    assert tuple(getattr(vmpo, k) for k in keys) == (32, 8, 20, 1, 0.8, 0.0, 1e-3, 0.98, 200_000)
+    vmpo_rnd = parse_flags(gym_pkg, ["--agent=vmpo", "--rnd"])
+    assert tuple(getattr(vmpo_rnd, k) for k in keys) == (128, 4, 4, 4, 0.95, 0.01, 2.5e-4, 0.999, 500_000)
+    awr = parse_flags(gym_pkg, ["--agent=awr"])  # the other on-policy agents keep cleanrl's
+    assert tuple(getattr(awr, k) for k in keys) == (128, 4, 4, 4, 0.95, 0.01, 2.5e-4, 0.99, 500_000)
 
 
 @pytest.mark.parametrize("package, spec, rnd_in", [

@@ -42,11 +42,7 @@ def select_device(flags, world: distributed.WorldEnv | None = None) -> torch.dev
     with fewer GPUs than torchrun ranks ends the rank with one line, exit 2, before anything is written."""
     if not flags.disable_cuda and torch.cuda.is_available():
         if world is not None:
-            try:
-                gpu = distributed.local_gpu(world, torch.cuda.device_count())
-            except UserError as e:
-                log.error("error: %s", e)
-                raise SystemExit(2) from None
+            gpu = distributed.local_gpu(world, torch.cuda.device_count())  # (UserError: more ranks than GPUs)
             torch.cuda.set_device(gpu)
             return torch.device("cuda", gpu)
         return torch.device("cuda")
@@ -205,13 +201,12 @@ class Training:
         if self.world is not None:
             try:
                 self.flags = distributed.rank_flags(self.global_flags, self.world)
+                if self.flags.deterministic:
+                    raise UserError("--deterministic runs one process: run it without torchrun, or drop the flag")
+                self.device = select_device(self.flags, self.world)
             except UserError as e:
                 log.error("error: %s", e)
                 return 2
-            if self.flags.deterministic:
-                log.error("error: --deterministic runs one process: run it without torchrun, or drop the flag")
-                return 2
-            self.device = select_device(self.flags, self.world)
             self.group = distributed.start(self.world, self.device)
             if not self.group.is_writer:
                 return self._run_follower()
