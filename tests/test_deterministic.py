@@ -1,9 +1,14 @@
 """--deterministic (rl_core/runtime/lockstep.py): two runs of one command write the same logs.csv rows, for
 every agent on torchbeast_gym, through the real launcher, env servers and sockets."""
 
+import os
+import re
+import signal
+
 import pytest
 
-from tests.proc_utils import csv_rows, flag_error_line, run
+from rl_core import checkpoint
+from tests.proc_utils import children, csv_rows, flag_error_line, last_line, read, run, sockets_left, start, wait_for
 
 # What a row measures of the clock, not of the run
 TIMING = {"time", "sps", "learner_busy", "update_ms"}
@@ -55,3 +60,30 @@ def test_validation_during_training_is_refused_in_one_line(capsys):
 
     line = flag_error_line(capsys, gym_env, "--env=CartPole-v1", "--deterministic", "--validate_step_every=1000")
     assert "--deterministic runs no validation during training" in line
+
+
+@pytest.mark.timeout(300)
+def test_a_server_that_dies_ends_the_run_in_one_line_naming_it(tmp_path):
+    """The asynchronous runtime restarts a dead server and reconnects (tests/test_runtime.py); a lockstep run
+    cannot take a restarted server's fresh envs and still reproduce, so it ends: exit 1, the last line naming the
+    server, model.tar of the last batch saved before it loadable, no server or socket left."""
+    out = str(tmp_path / "out")
+    proc = start("torchbeast_gym.polybeast", "--env=CartPole-v1", "--deterministic", "--num_servers=2",
+                 "--total_steps=100000000", "--checkpoint_every=0.01", "--disable_final_test",
+                 f"--savedir={tmp_path}", "--xpid=run", f"--pipes_basename=unix:{tmp_path}/pipe", output=out)
+    try:
+        wait_for(lambda: "saved checkpoint" in read(out), 120, "a checkpoint")
+        servers = wait_for(lambda: len(children(proc.pid)) == 2 and children(proc.pid), 30, "two servers")
+        os.kill(servers[1], signal.SIGKILL)
+        proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    text = read(out)
+    assert proc.returncode == 1, text[-3000:]
+    assert re.fullmatch(
+        rf"\[ERROR:{proc.pid} learner [0-9:]+\] error: env server 1 \(unix:{re.escape(str(tmp_path))}/pipe\.1\) "
+        r"(closed the connection|failed \(.+\)): --deterministic does not reconnect \(a restarted server's envs "
+        r"would not reproduce the run\); the server's log says why it went", last_line(text)), text[-2000:]
+    assert checkpoint.load(str(tmp_path / "run" / "model.tar"))["step"] > 0
+    assert not sockets_left(tmp_path)

@@ -44,27 +44,33 @@ class Lockstep:
         self.total_steps = total_steps
         self.after_batch = after_batch
         self.rounds = 0
+        self.current = None  # the actor whose server is being talked to (named if its connection fails)
 
     def run(self) -> None:
         try:
             for actor in self.actors:
+                self.current = actor
                 actor.begin()
             while not self.stop.is_set():
                 self._act()
                 self._learn()
-        except (tp.ConnectionClosed, tp.ProtocolError, ConnectionError) as e:
+        except (tp.ConnectionClosed, tp.ProtocolError, OSError) as e:
             if self.stop.is_set():
                 return
-            raise RunFailure(f"an env server's connection failed ({e or type(e).__name__}): --deterministic does "
-                             f"not reconnect (a restarted server's envs would not reproduce the run); its log "
+            actor = self.current
+            reason = "closed the connection" if isinstance(e, tp.ConnectionClosed) else f"failed ({e})"
+            raise RunFailure(f"env server {actor.index} ({actor.address}) {reason}: --deterministic does not "
+                             f"reconnect (a restarted server's envs would not reproduce the run); the server's log "
                              f"says why it went") from None
 
     def _act(self) -> None:
         requests = [Request(actor.inputs(), actor.state, actor.K) for actor in self.actors]
         self.answer(requests)
         for actor, request in zip(self.actors, requests):
+            self.current = actor
             actor.send(request.result[0])
         for actor, request in zip(self.actors, requests):
+            self.current = actor
             finished = actor.receive(*request.result)
             if finished is not None:
                 self.queue.put_nowait(finished)
