@@ -20,17 +20,29 @@ def make_optimizer(flags, params, steps_per_update: float | None = None):
     else:
         optimizer = torch.optim.RMSprop(params, lr=flags.learning_rate, momentum=flags.momentum,
                                         eps=flags.epsilon, alpha=flags.alpha, foreach=True)
+    remaining = remaining_share(flags, steps_per_update)
+    linear = getattr(flags, "lr_decay", "linear") == "linear"
+
+    def lr_lambda(epoch):
+        return remaining(epoch) if linear else 1.0
+
+    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda)
+
+
+def remaining_share(flags, steps_per_update: float | None = None):
+    """``epoch -> 1 - min(epoch x steps_per_update, total) / total``: the share of --total_steps still to
+    go after ``epoch`` learner batches (the linear schedules' factor; ``steps_per_update`` as in
+    ``make_optimizer``)."""
     if steps_per_update is None:
         steps_per_update = flags.unroll_length * flags.batch_size
     # under torchrun a batch is every rank's (each with its share of --batch_size): the schedule counts global steps
     steps_per_update *= getattr(flags, "world_size", 1)
-    linear = getattr(flags, "lr_decay", "linear") == "linear"
     total = flags.total_steps
 
-    def lr_lambda(epoch):
-        return 1 - min(epoch * steps_per_update, total) / total if linear else 1.0
+    def share(epoch: int) -> float:
+        return 1 - min(epoch * steps_per_update, total) / total
 
-    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda)
+    return share
 
 
 def _fusable(params) -> bool:

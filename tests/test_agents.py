@@ -350,3 +350,33 @@ def test_each_package_builds_and_updates_r2d2_with_its_defaults(package, core):
         optimizer.step()
         assert torch.isfinite(loss)
     assert any(not torch.equal(a, b) for a, b in zip(before, model.q_head.parameters()))
+
+
+@pytest.mark.parametrize("batches", [0, 1, 3, 4, 6])
+def test_ppo_clip_decays_linearly_with_the_schedule(batches):
+    """--ppo_clip_decay linear (rl-baselines3-zoo's clip_range lin_0.2): after k learner batches of T x B steps
+    the clip is --ppo_clip x (1 - min(k T B, total) / total), the loss that of a constant clip of that size;
+    the schedule's batch count is what a checkpoint keeps, so a resumed run goes on from where it was."""
+    total = 4 * T * B
+    common = ("--agent=ppo", "--num_epochs=1", "--num_minibatches=1", "--optimizer=adam", f"--total_steps={total}")
+    decaying = make_agent(flags(*common, "--ppo_clip_decay=linear"), DISCRETE)
+    torch.manual_seed(0)
+    model = decaying.build_model()
+    optimizer, scheduler = decaying.make_optimizer(model)
+    state = scheduler.state_dict()
+    state["last_epoch"] = batches  # as a resumed checkpoint's schedule
+    scheduler.load_state_dict(state)
+    expected = 0.2 * (1 - min(batches * T * B, total) / total)
+    batch = random_batch(DISCRETE, decaying, model)
+    loss, stats = next(decaying.updates(model, batch, ()))
+    assert stats["ppo_clip"] == pytest.approx(expected)
+    constant = make_agent(flags(*common, f"--ppo_clip={max(expected, 1e-12)}"), DISCRETE)
+    constant.make_optimizer(model)
+    reference_loss, reference_stats = next(constant.updates(model, batch, ()))
+    assert torch.allclose(loss, reference_loss) and torch.allclose(stats["pg_loss"], reference_stats["pg_loss"])
+    assert torch.equal(stats["clip_fraction"], reference_stats["clip_fraction"])
+    undecayed = make_agent(flags(*common), DISCRETE)
+    undecayed.make_optimizer(model)
+    undecayed_loss, undecayed_stats = next(undecayed.updates(model, batch, ()))
+    assert undecayed_stats["ppo_clip"] == 0.2
+    assert (batches == 0) == torch.allclose(loss, undecayed_loss)  # the clip binds on this batch

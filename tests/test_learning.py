@@ -67,9 +67,11 @@ def _on_policy_cartpole(tmp_path, agent: str):
     returns = [(int(r["step"]), float(r["return_last_100"])) for r in rows if r["return_last_100"] != "nan"]
     final_step = int(rows[-1]["step"])
     assert final_step >= json.loads((tmp_path / agent / "meta.json").read_text())["flags"]["total_steps"]
+    at_475 = next((s for s, v in returns if v >= 475), None)
+    lowest_after = min((v for s, v in returns if at_475 is not None and s >= at_475), default=None)
     print(f"\n{agent} CartPole: last-100 mean {returns[-1][1]:.1f} at step {final_step}; "
           f">= 400 first at {next((s for s, v in returns if v >= 400), None)}; >= 475 first at "
-          f"{next((s for s, v in returns if v >= 475), None)}; wall {wall:.0f} s")
+          f"{at_475} (lowest after it {lowest_after}); wall {wall:.0f} s")
     return returns
 
 

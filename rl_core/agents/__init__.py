@@ -154,6 +154,9 @@ def add_flags(p: argparse.ArgumentParser) -> None:
     a("--loss_reduction", default="mean", choices=["mean", "sum"],
       help="Per-step loss terms are averaged (SEED, PPO) or summed (torchbeast's IMPALA).")
     a("--ppo_clip", type=float, default=0.2, help="PPO's clipping epsilon.")
+    a("--ppo_clip_decay", default="none", choices=["none", "linear"],
+      help="PPO's clipping epsilon: constant, or decaying linearly to 0 over --total_steps with the learning "
+           "rate's schedule (rl-baselines3-zoo's clip_range: lin_0.2).")
     a("--awr_beta", type=float, default=1.0, help="AWR temperature beta in exp(A / beta).")
     a("--awr_max_weight", type=float, default=20.0, help="AWR weight clip.")
     a("--vmpo_eps_eta", type=float, default=0.01, help="V-MPO: bound epsilon_eta of the temperature's dual.")

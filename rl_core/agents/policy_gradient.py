@@ -32,6 +32,7 @@ from rl_core.agents.impala import sample_actions
 from rl_core.distributions import make_distribution
 from rl_core.losses import advantages as adv_lib
 from rl_core.losses import policy_gradient as pg_lib
+from rl_core.optim import remaining_share
 
 STEP_KEYS = ("action", "done", "truncated", "log_prob")
 
@@ -60,6 +61,7 @@ class PolicyGradientAgent(Agent):
         self.kind = flags.agent
         self.streams = (extrinsic_stream(flags),)
         self.batch_explained_variance: dict | None = None  # by value key, from ``transitions``
+        self.clip_share = lambda: 1.0  # the share of --ppo_clip in force (--ppo_clip_decay)
         if spec is not None:
             self.discrete = spec["action"]["kind"] == "discrete"
             self.param_keys = ("policy_logits",) if self.discrete else ("policy_mean", "policy_std")
@@ -78,6 +80,14 @@ class PolicyGradientAgent(Agent):
         if multipliers:
             model.lagrange = LagrangeMultipliers(multipliers)
         return model
+
+    def make_optimizer(self, model):
+        optimizer, scheduler = super().make_optimizer(model)
+        if self.flags.ppo_clip_decay == "linear":
+            # the schedule's batch count (kept in checkpoints) says how far the run has gone
+            remaining = remaining_share(self.flags)
+            self.clip_share = lambda: remaining(scheduler.last_epoch)
+        return optimizer, scheduler
 
     def distribution(self, params: dict):
         return make_distribution(self.spec["action"], params, squash=self.flags.squash)
@@ -247,9 +257,11 @@ class PolicyGradientAgent(Agent):
         stats = {}
         extra = torch.zeros((), device=advantages.device)
         if self.kind == "ppo":
-            policy = reduce(pg_lib.ppo_clip(log_probs, step["log_prob"], advantages, f.ppo_clip))
+            clip = f.ppo_clip * self.clip_share()
+            policy = reduce(pg_lib.ppo_clip(log_probs, step["log_prob"], advantages, clip))
             stats["clip_fraction"] = pg_lib.masked_mean(
-                pg_lib.ppo_clip_fraction(log_probs.detach(), step["log_prob"], f.ppo_clip), mask)
+                pg_lib.ppo_clip_fraction(log_probs.detach(), step["log_prob"], clip), mask)
+            stats["ppo_clip"] = clip
         elif self.kind == "awr":
             policy = reduce(pg_lib.awr(log_probs, advantages, f.awr_beta, f.awr_max_weight))
         elif self.kind == "vmpo":
