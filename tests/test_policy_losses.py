@@ -156,6 +156,22 @@ def test_ppo_clip_matches_reference_and_gradients(seed, eps):
     assert frac.dtype == torch.float64 and not frac.requires_grad
 
 
+def test_approx_kl_estimates_the_kl_of_the_behaviour_policy_to_the_current_one():
+    """Per step (r - 1) - log r >= 0, 0 on-policy; over actions drawn from mu its mean is KL(mu || pi),
+    computed exactly from the two categorical distributions."""
+    g = torch.Generator().manual_seed(0)
+    mu_logits, pi_logits = torch.randn(5, generator=g), torch.randn(5, generator=g)
+    mu, pi = mu_logits.log_softmax(-1), pi_logits.log_softmax(-1)
+    exact = float((mu.exp() * (mu - pi)).sum())
+    actions = torch.multinomial(mu.exp(), 200_000, replacement=True, generator=g).view(400, 500)
+    estimate = pg.approx_kl(pi[actions], mu[actions])
+    assert estimate.shape == (400, 500) and bool((estimate >= 0).all())
+    assert float(estimate.mean()) == pytest.approx(exact, rel=0.02)
+    reference = [[math.exp(float(pi[a] - mu[a])) - 1 - float(pi[a] - mu[a]) for a in row] for row in actions[:2]]
+    assert torch.allclose(estimate[:2].double(), torch.tensor(reference, dtype=torch.float64), atol=1e-6)
+    assert torch.equal(pg.approx_kl(mu[actions], mu[actions]), torch.zeros(400, 500))
+
+
 def test_ppo_clip_on_policy_is_vpg_gradient_and_gradcheck():
     torch.manual_seed(1)
     logp = -torch.rand(4, 3, dtype=torch.float64) - 0.1

@@ -262,6 +262,7 @@ class PolicyGradientAgent(Agent):
             stats["clip_fraction"] = pg_lib.masked_mean(
                 pg_lib.ppo_clip_fraction(log_probs.detach(), step["log_prob"], clip), mask)
             stats["ppo_clip"] = clip
+            stats["approx_kl"] = pg_lib.masked_mean(pg_lib.approx_kl(log_probs.detach(), step["log_prob"]), mask)
         elif self.kind == "awr":
             policy = reduce(pg_lib.awr(log_probs, advantages, f.awr_beta, f.awr_max_weight))
         elif self.kind == "vmpo":

@@ -123,6 +123,14 @@ def ppo_clip_fraction(
 
 
 @torch.no_grad()
+def approx_kl(log_probs: torch.Tensor, behaviour_log_probs: torch.Tensor) -> torch.Tensor:
+    """``[T, B]``: ``(r_t - 1) - log r_t``, an unbiased, non-negative estimate of KL(mu || pi) from actions
+    drawn from the behaviour policy mu (Schulman's k3 estimator; cleanrl's ``approx_kl``).  For logging."""
+    log_ratio = log_probs - behaviour_log_probs
+    return torch.expm1(log_ratio) - log_ratio
+
+
+@torch.no_grad()
 def awr_weights(
     advantages: torch.Tensor, beta: float, max_weight: Optional[float] = 20.0
 ) -> torch.Tensor:
