@@ -10,11 +10,12 @@ from tests.test_learning import PYTEST_TIMEOUT_S, RUN_DEADLINE_S
 pytestmark = pytest.mark.learning
 
 # One process with torchbeast_gym's PPO defaults (--agent ppo --seed S, 200k steps) first reaches a
-# last-100 mean of 475 at 55k-62k agent steps (seeds 1-7, docs/results.md).  Ranks that act as one learner
+# last-100 mean of 475 at 56k-68k agent steps (seeds 1-7 with the clip decaying since issue 39; 55k-62k
+# before; docs/results.md).  Ranks that act as one learner
 # reach it where one process does; ranks that do not (no gradient average, or one rank's gradient for all:
 # each learns from half the data) reach it later or never (docs/results.md, "Several ranks"), as did the
 # schedule and episode-window bugs this comparison found (100k-102k).
-ONE_PROCESS_475_AT = 62_000
+ONE_PROCESS_475_AT = 67_600
 WITHIN = 1.25  # what async timing moves a run by
 
 
