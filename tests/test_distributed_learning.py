@@ -9,13 +9,14 @@ from tests.test_learning import PYTEST_TIMEOUT_S, RUN_DEADLINE_S
 
 pytestmark = pytest.mark.learning
 
-# One process with torchbeast_gym's PPO defaults (--agent ppo --seed S, 200k steps) first reaches a
-# last-100 mean of 475 at 56k-68k agent steps (seeds 1-7 with the clip decaying since issue 39; 55k-62k
-# before; docs/results.md).  Ranks that act as one learner
-# reach it where one process does; ranks that do not (no gradient average, or one rank's gradient for all:
-# each learns from half the data) reach it later or never (docs/results.md, "Several ranks"), as did the
-# schedule and episode-window bugs this comparison found (100k-102k).
-ONE_PROCESS_475_AT = 67_600
+# One process with torchbeast_gym's PPO defaults (--agent ppo, 200k steps) first reaches a last-100 mean of
+# 475 at 56k-68k agent steps alone (seeds 1-7) and at 58k-84.5k under CI's load (10 runs of the learning test
+# beside the rest of the suite, scripts/flake_check.py; docs/results.md, "Issue 39's flake checks"): the step at
+# which a mean over 100 episodes of up to 500 steps crosses a line moves with the threads' timing by that much.
+# Ranks that act as one learner reach it where one process does, under the same load.  What the pace cannot
+# tell apart (a missing average learns as fast on CartPole; docs/results.md, "Several ranks") the test checks
+# exactly: identical replicas, the schedule counting global steps, and every rank's episodes in the logs.
+ONE_PROCESS_475_AT = 84_500
 WITHIN = 1.25  # what async timing moves a run by
 
 
@@ -23,8 +24,9 @@ WITHIN = 1.25  # what async timing moves a run by
 def test_ppo_on_two_ranks_learns_cartpole_at_the_one_process_pace(tmp_path):
     """2 gloo ranks split the run's 8 envs and its batch of 8 unrolls (each rank 4 and 4) and average their
     gradients: the global steps count both ranks'.  They must reach a last-100 mean of 475 (a random policy
-    scores about 22) within 1.25 x the one-process runs' latest step, and hold it to the end of the package's
-    200k steps, as the one-process test does."""
+    scores about 22) within 1.25 x the one-process runs' latest step under CI's load, and hold it to the end of
+    the package's 200k steps, as the one-process test does; the replicas identical at the end, the learning rate
+    decayed by the global steps and the logs counting both ranks' episodes."""
     result = run("torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "torchbeast_gym.polybeast",
                  "--env=CartPole-v1", "--agent=ppo", "--seed=1", "--log_interval=1", "--disable_final_test",
                  "--disable_cuda", f"--savedir={tmp_path}", "--xpid=ppo", output=str(tmp_path / "out"),
@@ -41,5 +43,15 @@ def test_ppo_on_two_ranks_learns_cartpole_at_the_one_process_pace(tmp_path):
     assert final_step >= 200_000
     # one learner: every optimizer step the same on both ranks (compared exactly at the end)
     assert "replicas: the 2 ranks' parameters are identical" in (tmp_path / "ppo" / "out.log").read_text()
+    # the schedule counts both ranks' steps: each row's rate within 2,000 steps' decay of lr0 (1 - step / total)
+    # (counting one rank's steps would leave it 2.5e-4 high at 100k)
+    lr0 = meta["flags"]["learning_rate"]
+    for r in rows:
+        assert abs(float(r["learning_rate"]) - lr0 * (1 - int(r["step"]) / 200_000)) <= lr0 * 2_000 / 200_000, r
+    # every rank's episodes reach the logs: the finished episodes' steps are every env step of both ranks but
+    # those of the episodes still under way at the end (8 envs, at most 500 steps each); rank 0's alone: half
+    env_steps = int(rows[-1]["env_steps"])
+    finished = sum(int(r["episodes"]) * float(r["mean_episode_length"]) for r in rows if int(r["episodes"]))
+    assert 0 <= env_steps - finished <= 8 * 500, (env_steps, finished)
     assert reached is not None and reached <= WITHIN * ONE_PROCESS_475_AT, (reached, returns[-5:])
     assert returns[-1][1] >= 475, returns[-5:]
