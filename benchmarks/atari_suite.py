@@ -186,17 +186,19 @@ def run_suite(args, extra: list[str]) -> int:
     failed = skipped = 0
     for i, plan in enumerate(todo):
         head = f"[{i + 1}/{len(todo)}] {plan.label}:"
+        if signals.signum is not None:
+            break
         if finished(plan):
             skipped += 1
             print(f"{head} skipped, finished before ({plan.rundir}: step {logged_step(plan.rundir):,} of "
                   f"{plan.total_steps:,}{', final_test.json' if plan.final_test else ''})", flush=True)
             continue
         status = run_one(args.package, plan, head, signals)
-        if signals.signum is not None:
-            print("the suite stopped: the same command resumes it", flush=True)
-            return 128 + signals.signum
-        if status != 0:
+        if status != 0 and signals.signum is None:
             failed += 1
+    if signals.signum is not None:
+        print("the suite stopped: the same command resumes it", flush=True)
+        return 128 + signals.signum
     print(f"{len(todo)} runs: {len(todo) - skipped - failed} run, {skipped} skipped, {failed} failed; the table: "
           f"{PROG} table {shlex.quote(args.savedir)}/*", flush=True)
     return 1 if failed else 0
