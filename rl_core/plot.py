@@ -14,22 +14,27 @@ import os
 import sys
 
 
-def read_curve(run_dir: str) -> tuple[list[int], list[float]]:
-    """(steps, mean episode return) of the log ticks in which episodes ended."""
+def read_columns(run_dir: str, columns: tuple[str, ...]) -> list[tuple[float, ...]]:
+    """The rows of logs.csv in file order as tuples of ``columns`` (floats, NaN kept); a row where one is
+    missing or not a number (a row being written) is left out."""
     path = os.path.join(run_dir, "logs.csv")
     if not os.path.exists(path):
         raise FileNotFoundError(f"{run_dir} has no logs.csv: is it a run directory?")
-    steps, returns = [], []
+    rows = []
     with open(path, newline="") as f:
         for row in csv.DictReader(f):
             try:
-                step, value = int(float(row["step"])), float(row["mean_episode_return"])
-            except (KeyError, TypeError, ValueError):  # a row being written, or no episodes that tick
+                rows.append(tuple(float(row[column]) for column in columns))
+            except (KeyError, TypeError, ValueError):
                 continue
-            if not math.isnan(value):
-                steps.append(step)
-                returns.append(value)
-    return steps, returns
+    return rows
+
+
+def read_curve(run_dir: str) -> tuple[list[int], list[float]]:
+    """(steps, mean episode return) of the log ticks in which episodes ended."""
+    rows = [(int(step), value) for step, value in read_columns(run_dir, ("step", "mean_episode_return"))
+            if not math.isnan(value)]  # NaN: no episodes ended that tick
+    return [step for step, _ in rows], [value for _, value in rows]
 
 
 def smooth(values: list[float], weight: float) -> list[float]:
