@@ -30,33 +30,46 @@ def inference_copy(model: nn.Module) -> nn.Module:
     try:
         for name in skip:
             setattr(model, name, None)
-        return copy.deepcopy(model)
+        inference_model = copy.deepcopy(model)
+        inference_model.policy_version = 0  # (``Publisher``: the learner's batch count at its last publication)
+        return inference_model
     finally:
         for name, part in parts.items():
             setattr(model, name, part)
 
 
-def publish(model: nn.Module, inference_model: nn.Module, lock: threading.Lock) -> None:
+# The unroll store's runtime field (rl_core/runtime/actor_pool.py): per step, the version of the weights
+# whose inference chose its action.  The learner takes it off every batch (``Learner.to_device``): no agent
+# sees it.
+POLICY_VERSION = "policy_version"
+
+
+def publish(model: nn.Module, inference_model: nn.Module, lock: threading.Lock, version: int = 0) -> None:
     """Copy the learner's weights (and buffers: normalizer statistics) into the inference copy, by name."""
-    Publisher(model, inference_model, lock)()
+    Publisher(model, inference_model, lock)(version)
 
 
 class Publisher:
     """``publish`` with the pairs of tensors found once: one foreach copy per call instead of two
     ``state_dict()`` walks.  The pairs hold the parameters and buffers themselves (not aliases of their
-    storage), so a later ``.to(device)`` or in-place load is seen."""
+    storage), so a later ``.to(device)`` or in-place load is seen.
+
+    Each call gives the weights a version, the learner's batch count: ``inference_model.policy_version``,
+    set under the same lock, so that an inference pass reads the version of the weights it runs."""
 
     def __init__(self, model: nn.Module, inference_model: nn.Module, lock: threading.Lock):
         source = model.state_dict(keep_vars=True)
         pairs = [(dst, source[name]) for name, dst in inference_model.state_dict(keep_vars=True).items()]
         self.dst = [d for d, _ in pairs]
         self.src = [s for _, s in pairs]
+        self.inference_model = inference_model
         self.lock = lock
 
-    def __call__(self) -> None:
+    def __call__(self, version: int) -> None:
         with self.lock, torch.no_grad():
             if self.dst:
                 torch._foreach_copy_(self.dst, self.src)
+            self.inference_model.policy_version = version
 
 
 class GradientNorms:
@@ -287,7 +300,7 @@ class Learner:
         return stats
 
     def publish_weights(self) -> None:
-        self._publisher()
+        self._publisher(self.learner_steps)
 
     def learn(self, batch: dict, state: tuple, new_steps: int | None = None) -> dict[str, float]:
         """The agent's optimizer steps on one batch already on the device; the step count grows by
