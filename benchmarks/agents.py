@@ -92,13 +92,15 @@ def _num(x) -> float:
 def synthetic_unroll(agent, spec: dict, K: int, rng: np.random.Generator) -> dict:
     """An actor's handover as the actor thread stores it (``rl_core.runtime.actor_pool``), filled at random."""
     from rl_core.agents.base import action_field
+    from rl_core.runtime.learner import POLICY_VERSION
 
     L1 = agent.sequence()[0] + 1
     obs_dtype = np.dtype(spec["obs_dtype"])
     obs = rng.standard_normal((L1, K, *spec["obs_shape"])) if obs_dtype.kind == "f" else \
         rng.integers(0, 255, (L1, K, *spec["obs_shape"]))
     unroll = {"obs": obs.astype(obs_dtype), "reward": rng.standard_normal((L1, K)).astype(np.float32),
-              "done": rng.random((L1, K)) < 0.02, "truncated": np.zeros((L1, K), np.bool_)}
+              "done": rng.random((L1, K)) < 0.02, "truncated": np.zeros((L1, K), np.bool_),
+              POLICY_VERSION: np.zeros((L1, K), np.int32)}
     for name, (shape, dtype) in {"action": action_field(spec), **agent.unroll_fields()}.items():
         if name == "action" and spec["action"]["kind"] == "discrete":
             value = rng.integers(0, int(spec["action"]["n"]), (L1, K))
@@ -154,9 +156,8 @@ def standalone(package: str, argv: list[str], unroll_length: int | None, repeats
         if not replay:
             while q.qsize() * K < f.batch_size:
                 q.put((synthetic_unroll(agent, spec, K, g), state(K)))
-        batch, st = source.next_batch(stop)
-        steps = source.take_new_steps()
-        return ({k: v.to(device) for k, v in batch.items()}, tuple(s.to(device) for s in st), steps)
+        batch, st, versions = learner.to_device(*source.next_batch(stop))
+        return batch, st, source.take_new_steps(), versions
 
     if replay:  # env steps a batch stands for: what it trains over the replay ratio
         per_batch = source.trained_per_batch / f.replay_ratio

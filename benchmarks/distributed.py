@@ -121,9 +121,9 @@ def update_seconds(name: str, repeats: int) -> float:
     for i in range(repeats + 1):  # the first is a warm-up
         while not replay and q.qsize() * K < flags.batch_size:
             put()
-        batch, state = source.next_batch(stop)
+        batch, state, versions = learner.to_device(*source.next_batch(stop))
         before, start = learner.optimizer_steps, time.perf_counter()
-        learner.learn(batch, state, source.take_new_steps())
+        learner.learn(batch, state, source.take_new_steps(), versions)
         if i:
             times.append((time.perf_counter() - start) / max(learner.optimizer_steps - before, 1))
     return statistics.median(times)

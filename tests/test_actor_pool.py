@@ -15,10 +15,10 @@ from models.recurrent import make_core
 from rl_core.agents import make_agent
 from rl_core.flags import make_parser
 from rl_core.runtime import transport as tp
-from rl_core.runtime.actor_pool import ActorThread, RunStats, connect_server, inference_loop
-from rl_core.runtime.batcher import InferenceBatcher
+from rl_core.runtime.actor_pool import ActorThread, RunStats, answer, connect_server, inference_loop
+from rl_core.runtime.batcher import InferenceBatcher, Request
 from rl_core.runtime.env_server import EnvServer
-from rl_core.runtime.learner import UnrollBatcher
+from rl_core.runtime.learner import POLICY_VERSION, Publisher, UnrollBatcher, inference_copy
 from rl_core.runtime.threads import ErrorBox, start_thread
 
 T, K = 5, 3
@@ -70,7 +70,7 @@ def test_unrolls_overlap_by_one_step_and_align_actions(tmp_path, core, max_steps
     agent = make_agent(make_parser().parse_args(["--agent=impala", f"--unroll_length={T}"]), spec)
     actor = ActorThread(0, address, conn, spec, flags(), None, batcher, learner_queue,
                         lambda n: model.initial_state(n), stats, stop, agent)
-    start_thread("inference", lambda: inference_loop(batcher, model, threading.Lock(), "cpu", stop, agent), errors)
+    start_thread("inference", lambda: inference_loop(batcher, inference_copy(model), threading.Lock(), "cpu", stop, agent), errors)
     start_thread("actor", actor.run, errors)
     unrolls = [learner_queue.get(timeout=20) for _ in range(3)]
     stop.set()
@@ -155,7 +155,7 @@ def test_ppo_unrolls_store_what_the_learner_needs(tmp_path, env, squash):
     learner_queue = queue.Queue(maxsize=3)
     actor = ActorThread(0, address, conn, spec, flags(), None, batcher, learner_queue,
                         lambda n: model.initial_state(n), RunStats(), stop, agent)
-    start_thread("inference", lambda: inference_loop(batcher, model, threading.Lock(), "cpu", stop, agent), errors)
+    start_thread("inference", lambda: inference_loop(batcher, inference_copy(model), threading.Lock(), "cpu", stop, agent), errors)
     start_thread("actor", actor.run, errors)
     unrolls = [learner_queue.get(timeout=20) for _ in range(3)]
     stop.set()
@@ -185,6 +185,49 @@ def test_ppo_unrolls_store_what_the_learner_needs(tmp_path, env, squash):
         truncated = torch.cat([u["truncated"][1:] for u, _ in unrolls])
         done = torch.cat([u["done"][1:] for u, _ in unrolls])
         assert truncated.any() and torch.equal(truncated, done)  # every Pendulum end is a time limit
+
+
+def test_each_step_stores_the_version_of_the_weights_that_chose_its_action(tmp_path):
+    """Weights published as version v (``Publisher``) are what the next inference pass runs and the
+    version its steps store (int32 [T+1, K]); the reset step that starts the run stores 0, and an
+    unroll's first step is the previous one's last, version included."""
+    address = tp.Address("unix", path=str(tmp_path / "srv.0"))
+    server = EnvServer(address, [lambda: gym.make("CartPole-v1") for _ in range(K)], seeds=list(range(K)))
+    server_stop = threading.Event()
+    threading.Thread(target=server.serve_forever, args=(server_stop,), daemon=True).start()
+    conn, spec = connect_server(address, flags(), None)
+    agent = make_agent(make_parser().parse_args(["--agent=impala", "--mlp_sizes=16", f"--unroll_length={T}"]), spec)
+    model = agent.build_model()
+    inference, lock = inference_copy(model), threading.Lock()
+    assert inference.policy_version == 0
+    publish = Publisher(model, inference, lock)
+    actor = ActorThread(0, address, conn, spec, flags(), None, None, None, lambda n: inference.initial_state(n),
+                        RunStats(), threading.Event(), agent)
+    unrolls = []
+    try:
+        actor.begin()
+        for t in range(1, 2 * T + 1):  # (the lockstep runtime's order: rl_core/runtime/lockstep.py)
+            with torch.no_grad():  # the version's weights: a baseline of t whatever the input
+                model.baseline.weight.zero_()
+                model.baseline.bias.fill_(float(t))
+            publish(7 * t)
+            request = Request(actor.inputs(), actor.state, K)
+            answer([request], inference, lock, "cpu", agent)
+            assert request.result[3] == 7 * t
+            torch.testing.assert_close(request.result[1]["baseline"], np.full(K, float(t), np.float32),
+                                       check_dtype=False)  # ... and ran the weights of that version
+            actor.send(request.result[0])
+            finished = actor.receive(*request.result)
+            if finished is not None:
+                unrolls.append(finished[0])
+    finally:
+        server_stop.set()
+        actor.conn.close()
+    first, second = unrolls
+    assert first[POLICY_VERSION].dtype == torch.int32 and first[POLICY_VERSION].shape == (T + 1, K)
+    assert first[POLICY_VERSION][:, 0].tolist() == [0] + [7 * t for t in range(1, T + 1)]
+    assert second[POLICY_VERSION][:, 0].tolist() == [7 * t for t in range(T, 2 * T + 1)]
+    assert all(torch.equal(u[POLICY_VERSION], u[POLICY_VERSION][:, :1].expand(T + 1, K)) for u in unrolls)
 
 
 def test_inference_batcher_merges_requests_up_to_max():
@@ -292,7 +335,7 @@ def test_r2d2_sequences_overlap_by_their_stride_and_carry_the_state_of_their_fir
     # server 1 of 2 (env ids K..2K-1)
     actor = ActorThread(1, address, conn, spec, flags(num_actors=2 * K), None, batcher, learner_queue,
                         lambda n: model.initial_state(n), RunStats(), stop, agent)
-    start_thread("inference", lambda: inference_loop(batcher, model, threading.Lock(), "cpu", stop, agent), errors)
+    start_thread("inference", lambda: inference_loop(batcher, inference_copy(model), threading.Lock(), "cpu", stop, agent), errors)
     start_thread("actor", actor.run, errors)
     seqs = [learner_queue.get(timeout=20) for _ in range(4)]
     stop.set()

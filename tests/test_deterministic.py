@@ -55,6 +55,29 @@ def test_another_seed_writes_other_rows(tmp_path):
     assert [r["return_last_100"] for r in first] != [r["return_last_100"] for r in other]
 
 
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("publish_interval", [1, 3])
+def test_the_policy_lag_is_what_the_lockstep_order_implies(tmp_path, publish_interval):
+    """2 servers of 4 envs, batches of B = 4, a row per batch: every T rounds each server hands over one
+    chunk, a batch, and both are learned before the next round acts.  The batch n (counted from 0, learned
+    after n batches) acted on the weights published before the round that began its unroll: those of the
+    batch count 2 (n // 2) rounded down to a multiple of --publish_interval p.  Its lag, on every step, is
+    n minus that (p = 1: 0, 1, 0, 1, ...; the first batch's is 0)."""
+    T, B, p = 10, 4, publish_interval
+    result = run("torchbeast_gym.polybeast", "--env=CartPole-v1", "--agent=impala", "--deterministic",
+                 "--num_servers=2", "--num_actors=8", f"--batch_size={B}", f"--unroll_length={T}",
+                 f"--publish_interval={p}", f"--log_step_interval={T * B}", f"--total_steps={12 * T * B}",
+                 "--disable_final_test", f"--savedir={tmp_path}", "--xpid=run",
+                 f"--pipes_basename=unix:{tmp_path}/pipe", output=str(tmp_path / "out"), timeout=240)
+    assert result.returncode == 0, result.stdout[-3000:]
+    rows = csv_rows(str(tmp_path / "run" / "logs.csv"))
+    assert [int(r["step"]) for r in rows] == [T * B * (n + 1) for n in range(12)]
+    expected = [float(n - (2 * (n // 2)) // p * p) for n in range(12)]
+    assert [float(r["policy_lag"]) for r in rows] == expected
+    assert [float(r["policy_lag_max"]) for r in rows] == expected
+    assert expected[0] == 0 and max(expected) == (1 if p == 1 else 3)
+
+
 def test_validation_during_training_is_refused_in_one_line(capsys):
     from torchbeast_gym import env as gym_env
 

@@ -13,7 +13,7 @@ from torch import nn
 from rl_core.errors import TrainingDiverged
 from rl_core.flags import make_parser
 from rl_core.optim import make_optimizer
-from rl_core.runtime.learner import GradientNorms, Learner, inference_copy
+from rl_core.runtime.learner import POLICY_VERSION, GradientNorms, Learner, inference_copy
 
 
 class ScriptedAgent:
@@ -23,6 +23,7 @@ class ScriptedAgent:
         self.scales = scales
 
     def updates(self, model, batch, state):
+        self.keys = set(batch)
         for scale in self.scales:
             out = model(batch["x"]).mean()
             yield out * scale, {"out": out.detach(), "scale": float(scale) if scale == scale else 0.0}
@@ -83,6 +84,30 @@ def test_weights_reach_inference_every_publish_interval_batches():
         if changed:
             assert all(torch.equal(a, b) for a, b in zip(now, params(L.model)))
         published = now
+
+
+def test_the_policy_lag_is_the_batches_since_the_weights_that_acted():
+    """The inference copy's version is the batch count at its last publication (every 3 batches); a batch
+    whose steps carry the versions that acted has, in its stats, the mean and the largest lag over its steps
+    beyond the first; the agent never sees the field; a row takes the mean of the means, the max of the maxes."""
+    L = learner([1.0], "--publish_interval=3")
+    lags = []
+    for n in range(7):
+        acted = L.inference_model.policy_version
+        assert acted == 3 * (n // 3)
+        versions = torch.full((3, 8), acted, dtype=torch.int32)
+        versions[0] = -100  # (the step before the first action: not trained on)
+        versions[1:, 0] = acted - 4  # one env's steps acted on older weights
+        data, state, host = L.to_device(dict(batch(), **{POLICY_VERSION: versions}), ())
+        assert POLICY_VERSION not in data and host is versions
+        stats = L.learn(data, state, None, host)
+        assert POLICY_VERSION not in L.agent.keys
+        lag = n - acted
+        assert stats["policy_lag"] == pytest.approx((7 * lag + lag + 4) / 8) and stats["policy_lag_max"] == lag + 4
+        lags.append(stats["policy_lag"])
+    row = L.take_stats()
+    assert row["policy_lag"] == pytest.approx(sum(lags) / 7) and row["policy_lag_max"] == 2 + 4
+    assert "policy_lag" not in L.learn(batch(), ())  # a batch without versions (a test's) logs none
 
 
 def test_abort_hooks_are_dropped_once_an_update_is_fast(monkeypatch):

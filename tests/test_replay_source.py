@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 
+from rl_core.runtime.learner import POLICY_VERSION
 from rl_core.runtime.replay_source import ReplaySource
 from rl_core.runtime.threads import ErrorBox, start_thread
 from tests.proc_utils import wait_for
@@ -133,6 +134,42 @@ def test_replay_checkpoint_round_trip(tmp_path):
     fresh = ReplaySource(queue.Queue(), make_flags(), stride=STRIDE)
     fresh.restore(str(tmp_path))
     assert len(fresh.replay) == 0 and fresh.steps_at_start is None
+
+
+def with_versions(i):
+    """``chunk(i)`` with the actors' policy versions: 10 i + t at step t."""
+    unroll, state = chunk(i)
+    unroll[POLICY_VERSION] = (10 * i + torch.arange(L1, dtype=torch.int32)).view(L1, 1).expand(L1, K).clone()
+    return unroll, state
+
+
+@pytest.mark.parametrize("window", [None, 2])
+def test_policy_versions_travel_with_their_sequences(window):
+    """The learner's policy lag of a replay batch is the age of its data: each column's versions are those its
+    steps were stored with (whole sequences, or SAC's windows of 2 consecutive steps)."""
+    source = ReplaySource(queue.Queue(), make_flags(), stride=STRIDE, seed=0, window=window)
+    for i in range(5):
+        source.insert(*with_versions(i))
+    batch, _ = source.next_batch(threading.Event())
+    versions, chunks = batch[POLICY_VERSION], (batch["reward"][0] // 100).to(torch.int32)
+    assert versions.dtype == torch.int32 and versions.shape == (window or L1, B)
+    first = versions[0] - 10 * chunks  # the step of each column's first row: 0, or a window's offset
+    steps = torch.arange(versions.shape[0], dtype=torch.int32).view(-1, 1)
+    assert torch.equal(versions, 10 * chunks + first + steps)
+    assert (first == 0).all() if window is None else ((first >= 0) & (first <= L1 - window)).all()
+
+
+def test_a_replay_saved_without_policy_versions_is_restored_and_they_are_left_out(tmp_path):
+    flags = make_flags(checkpoint_replay=True)
+    old = ReplaySource(queue.Queue(), flags, stride=STRIDE, seed=3)
+    for i in range(6):
+        old.insert(*chunk(i))  # (a replay.tar of before the field)
+    old.save(str(tmp_path))
+    restored = ReplaySource(queue.Queue(), flags, stride=STRIDE, seed=3)
+    restored.restore(str(tmp_path))
+    restored.insert(*with_versions(6))
+    batch, _ = restored.next_batch(threading.Event())
+    assert POLICY_VERSION not in batch and len(restored.replay) == 28
 
 
 def atari_sequences(n: int, length: int, seed: int = 0) -> np.ndarray:

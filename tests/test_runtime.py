@@ -1,6 +1,7 @@
 """The polybeast runtime end to end: real launcher, env server processes and sockets."""
 
 import json
+import math
 import os
 import re
 import signal
@@ -95,6 +96,9 @@ def test_train_writes_logs_and_checkpoint_then_resumes(tmp_path):
     rows = csv_rows(str(rundir / "logs.csv"))
     assert rows and int(rows[-1]["step"]) >= 20_000
     assert {"sps", "return_last_100", "total_loss", "inference_batch", "learner_queue"} <= set(rows[-1])
+    # the policy lag (learner batches since the weights that acted were published), every row
+    lags = [(float(r["policy_lag"]), float(r["policy_lag_max"])) for r in rows]
+    assert all(math.isfinite(mean) and 0 <= mean <= peak and peak == int(peak) for mean, peak in lags), lags
     assert "Step " in read(str(rundir / "out.log"))
     ckpt = torch.load(rundir / "model.tar", weights_only=True)
     first_step = ckpt["step"]
@@ -112,6 +116,9 @@ def test_train_writes_logs_and_checkpoint_then_resumes(tmp_path):
     assert f"resumed from {rundir}/model.tar at step {first_step}" in result.stdout
     ckpt2 = torch.load(rundir / "model.tar", weights_only=True)
     assert ckpt2["step"] >= 40_000
+    # the resumed inference copy's version is the checkpoint's batch count (not 0: a lag of ~125 batches)
+    resumed = [r for r in csv_rows(str(rundir / "logs.csv")) if int(r["step"]) > first_step]
+    assert resumed and all(0 <= float(r["policy_lag_max"]) < 0.5 * ckpt["learner_steps"] for r in resumed), resumed
     assert ckpt2["learner_steps"] > ckpt["learner_steps"]
     assert ckpt2["scheduler_state_dict"]["last_epoch"] == ckpt2["learner_steps"]
     assert ckpt2["optimizer_state_dict"]["state"][0]["step"] > ckpt["optimizer_state_dict"]["state"][0]["step"]

@@ -5,7 +5,9 @@ the K envs to the inference batcher, sends the returned actions to the server,
 and writes every step into an unroll store of T+1 steps.  Index t of the store
 holds obs[t], the reward, done and truncated that came with it, and the action
 that led to it with what the agent keeps of that inference step (its
-``unroll_fields``: IMPALA's behaviour logits and baseline, PPO's log-probability).  A full unroll goes to the bounded
+``unroll_fields``: IMPALA's behaviour logits and baseline, PPO's log-probability), and the version of
+the weights that chose it (``POLICY_VERSION``: the learner's batch count at their publication; the
+learner takes it off the batch for the policy lag).  A full unroll goes to the bounded
 learner queue and its last step becomes the first of the next one.  The agent
 state of the K envs lives here (it travels through the batcher) and is stored
 at the start of every unroll for the learner.
@@ -24,6 +26,7 @@ from rl_core.agents.base import action_field
 from rl_core.errors import EnvServerError, RunFailure, UserError
 from rl_core.runtime import transport as tp
 from rl_core.runtime.batcher import InferenceBatcher
+from rl_core.runtime.learner import POLICY_VERSION
 
 log = logging.getLogger("actor_pool")
 
@@ -141,6 +144,7 @@ class ActorThread:
             "reward": np.zeros((T1, K), np.float32),
             "done": np.zeros((T1, K), np.bool_),
             "truncated": np.zeros((T1, K), np.bool_),
+            POLICY_VERSION: np.zeros((T1, K), np.int32),
         }
         for name, (shape, dtype) in self.fields.items():
             store[name] = np.zeros((T1, K, *shape), dtype)
@@ -240,13 +244,13 @@ class ActorThread:
                 # learner queue then holds back this server alone, not the others' batch.
                 self._put(*finished)
                 finished = None
-            action, extras, state = request.wait(self.stop)
+            action, extras, state, version = request.wait(self.stop)
             self.send(action)
-            finished = self.receive(action, extras, state)
+            finished = self.receive(action, extras, state, version)
 
     # The steps of ``_act`` one at a time, for a caller that acts for every server in turn
     # (rl_core/runtime/lockstep.py): begin(), then per step inputs() -> inference -> send(action) ->
-    # receive(action, extras, state).
+    # receive(action, extras, state, version).
     def begin(self) -> None:
         """A new store whose first step is the reset observations (done=True), and the envs' initial state."""
         self.store = self._new_store()
@@ -270,8 +274,9 @@ class ActorThread:
     def send(self, action: np.ndarray) -> None:
         self.conn.send(tp.ACTION, {"action": action})
 
-    def receive(self, action: np.ndarray, extras: dict, state: tuple):
-        """The step that ``action`` led to, recorded with what inference kept of it; returns a full
+    def receive(self, action: np.ndarray, extras: dict, state: tuple, version: int):
+        """The step that ``action`` led to, recorded with what inference kept of it and the ``version`` of
+        the weights that chose it; returns a full
         sequence ``(unroll, state at its first step)`` when one is complete, else None.  The next store
         starts ``stride`` steps later (the agent's ``sequence()``: IMPALA's unrolls share one step,
         R2D2's sequences overlap by more)."""
@@ -280,6 +285,7 @@ class ActorThread:
         store = self.store
         self.t = t = self.t + 1
         store["action"][t] = action
+        store[POLICY_VERSION][t] = version
         for name, value in extras.items():
             store[name][t] = value
         self._record_env(store, t, msg)
@@ -317,13 +323,15 @@ def inference_loop(batcher: InferenceBatcher, model, lock: threading.Lock, devic
 
 def answer(requests: list, model, lock: threading.Lock, device, agent) -> None:
     """One forward pass for ``requests`` (``batcher.Request``s, concatenated in their order); each gets
-    its envs' actions, the agent's per-step fields and new state."""
+    its envs' actions, the agent's per-step fields, new state and the version of the weights that ran
+    (``learner.Publisher``)."""
     sizes = [r.size for r in requests]
     inputs = {k: torch.cat([r.inputs[k] for r in requests], dim=1).to(device, non_blocking=True) for k in requests[0].inputs}
     states = requests[0].state
     if len(states):
         states = tuple(torch.cat([r.state[i] for r in requests], dim=0) for i in range(len(states)))
     with lock, torch.inference_mode():
+        version = model.policy_version
         action, extras, new_state = agent.act(model, inputs, states)
     action = action[0].cpu().numpy()
     extras = {k: v[0].float().cpu().numpy() for k, v in extras.items()}
@@ -332,5 +340,5 @@ def answer(requests: list, model, lock: threading.Lock, device, agent) -> None:
     for i, (request, size) in enumerate(zip(requests, sizes)):
         end = start + size
         state_i = tuple(s[i] for s in split_state)
-        request.set_result((action[start:end], {k: v[start:end] for k, v in extras.items()}, state_i))
+        request.set_result((action[start:end], {k: v[start:end] for k, v in extras.items()}, state_i, version))
         start = end

@@ -15,6 +15,7 @@ import queue
 import threading
 import time
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -30,33 +31,46 @@ def inference_copy(model: nn.Module) -> nn.Module:
     try:
         for name in skip:
             setattr(model, name, None)
-        return copy.deepcopy(model)
+        inference_model = copy.deepcopy(model)
+        inference_model.policy_version = 0  # (``Publisher``: the learner's batch count at its last publication)
+        return inference_model
     finally:
         for name, part in parts.items():
             setattr(model, name, part)
 
 
-def publish(model: nn.Module, inference_model: nn.Module, lock: threading.Lock) -> None:
+# The unroll store's runtime field (rl_core/runtime/actor_pool.py): per step, the version of the weights
+# whose inference chose its action.  The learner takes it off every batch (``Learner.to_device``): no agent
+# sees it.
+POLICY_VERSION = "policy_version"
+
+
+def publish(model: nn.Module, inference_model: nn.Module, lock: threading.Lock, version: int = 0) -> None:
     """Copy the learner's weights (and buffers: normalizer statistics) into the inference copy, by name."""
-    Publisher(model, inference_model, lock)()
+    Publisher(model, inference_model, lock)(version)
 
 
 class Publisher:
     """``publish`` with the pairs of tensors found once: one foreach copy per call instead of two
     ``state_dict()`` walks.  The pairs hold the parameters and buffers themselves (not aliases of their
-    storage), so a later ``.to(device)`` or in-place load is seen."""
+    storage), so a later ``.to(device)`` or in-place load is seen.
+
+    Each call gives the weights a version, the learner's batch count: ``inference_model.policy_version``,
+    set under the same lock, so that an inference pass reads the version of the weights it runs."""
 
     def __init__(self, model: nn.Module, inference_model: nn.Module, lock: threading.Lock):
         source = model.state_dict(keep_vars=True)
         pairs = [(dst, source[name]) for name, dst in inference_model.state_dict(keep_vars=True).items()]
         self.dst = [d for d, _ in pairs]
         self.src = [s for _, s in pairs]
+        self.inference_model = inference_model
         self.lock = lock
 
-    def __call__(self) -> None:
+    def __call__(self, version: int) -> None:
         with self.lock, torch.no_grad():
             if self.dst:
                 torch._foreach_copy_(self.dst, self.src)
+            self.inference_model.policy_version = version
 
 
 class GradientNorms:
@@ -207,6 +221,20 @@ class UnrollBatcher:
         return steps
 
 
+def policy_lag(versions: torch.Tensor, learner_steps: int) -> dict[str, float]:
+    """The policy lag of a batch trained after ``learner_steps`` batches, in learner batches: over its steps
+    beyond the first (those whose actions it trains on), the mean and the largest of ``learner_steps`` minus the
+    version of the weights that chose the action (0: the weights being trained acted)."""
+    if versions.shape[0] < 2:
+        return {}
+    lag = learner_steps - versions.numpy()[1:].astype(np.int64)  # (numpy: a few microseconds, no torch op)
+    return {"policy_lag": float(lag.mean()), "policy_lag_max": float(lag.max())}
+
+
+# Stats whose logs.csv value is their maximum over the batches of the row, not their mean
+PEAK_STATS = frozenset({"policy_lag_max"})
+
+
 # An update faster than this ends well within a Ctrl-C's 5 s on its own: the abort hooks (a Python call
 # per module call and per parameter gradient) are removed once an update has been seen to be this fast.
 FAST_UPDATE_S = 0.1
@@ -232,6 +260,7 @@ class Learner:
         self.optimizer_steps = 0
         self.stats_lock = threading.Lock()
         self._stats_sum: dict[str, float] = {}
+        self._stats_max: dict[str, float] = {}  # (``PEAK_STATS``)
         self._stats_n = 0
         self.learn_seconds = 0.0
         self.on_step = None  # called with (step before, step after) after each update, outside the lock
@@ -280,18 +309,31 @@ class Learner:
             self._abort_hooks = []
 
     def take_stats(self) -> dict[str, float]:
+        """The batches' stats since the last call: their means (``PEAK_STATS``: their maximum)."""
         with self.stats_lock:
             n = max(self._stats_n, 1)
             stats = {k: v / n for k, v in self._stats_sum.items()}
-            self._stats_sum, self._stats_n = {}, 0
+            stats.update(self._stats_max)
+            self._stats_sum, self._stats_max, self._stats_n = {}, {}, 0
         return stats
 
     def publish_weights(self) -> None:
-        self._publisher()
+        self._publisher(self.learner_steps)
 
-    def learn(self, batch: dict, state: tuple, new_steps: int | None = None) -> dict[str, float]:
+    def to_device(self, batch: dict, state: tuple) -> tuple[dict, tuple, torch.Tensor | None]:
+        """A data source's batch and state on the learner's device, and apart, on the host, the batch's
+        ``POLICY_VERSION`` field (None without one): for ``learn``'s policy lag, never the agent's."""
+        versions = batch.get(POLICY_VERSION)
+        batch = {k: v.to(self.device, non_blocking=True) for k, v in batch.items() if k != POLICY_VERSION}
+        state = tuple(s.to(self.device, non_blocking=True) for s in state)
+        return batch, state, versions
+
+    def learn(self, batch: dict, state: tuple, new_steps: int | None = None,
+              versions: torch.Tensor | None = None) -> dict[str, float]:
         """The agent's optimizer steps on one batch already on the device; the step count grows by
-        ``new_steps``, the env steps that arrived with it (default: T x B of the batch).
+        ``new_steps``, the env steps that arrived with it (default: T x B of the batch).  ``versions``
+        ([T+1, B] on the host, ``to_device``): the weights' version that chose each step's action; the
+        stats then hold ``policy_lag`` and ``policy_lag_max`` (``policy_lag``).
 
         Host synchronisation: with a fused Adam, one per batch (every step's loss, gradient norm and
         stats read together; a non-finite step is skipped on the device by the optimizer's
@@ -301,6 +343,7 @@ class Learner:
         max_norm = f.grad_norm_clipping if f.grad_norm_clipping > 0 else float("inf")
         with self.lock:
             start = time.perf_counter()
+            lag = policy_lag(versions, self.learner_steps) if versions is not None else {}
             steps = StepStats()
             # A fused Adam skips a step on the device when its ``found_inf`` is set: each step's finiteness
             # is then read with the batch's one sync.  (Per batch: a resumed optimizer's param_groups come
@@ -357,12 +400,15 @@ class Learner:
             seconds = time.perf_counter() - start
             self.learn_seconds += seconds
             stats = steps.means(rows)
-            stats.update(learning_rate=self.scheduler.get_last_lr()[0], optimizer_steps=n)
+            stats.update(learning_rate=self.scheduler.get_last_lr()[0], optimizer_steps=n, **lag)
             crossed = (previous_step, self.step)
         self._drop_abort_hooks_if_fast(seconds)
         with self.stats_lock:
             for k, v in stats.items():
-                self._stats_sum[k] = self._stats_sum.get(k, 0.0) + float(v)
+                if k in PEAK_STATS:
+                    self._stats_max[k] = max(self._stats_max.get(k, float(v)), float(v))
+                else:
+                    self._stats_sum[k] = self._stats_sum.get(k, 0.0) + float(v)
             self._stats_n += 1
         if self.on_step is not None:
             self.on_step(*crossed)
@@ -404,10 +450,8 @@ class Learner:
             return self._loop_with_peers()
         f = self.flags
         while not self.stop.is_set():
-            batch, state = self.batcher.next_batch(self.stop)
-            batch = {k: v.to(self.device, non_blocking=True) for k, v in batch.items()}
-            state = tuple(s.to(self.device, non_blocking=True) for s in state)
-            self.learn(batch, state, self.batcher.take_new_steps())
+            batch, state, versions = self.to_device(*self.batcher.next_batch(self.stop))
+            self.learn(batch, state, self.batcher.take_new_steps(), versions)
             if self.step >= f.total_steps:
                 self.stop.set()
 
@@ -434,10 +478,8 @@ class Learner:
             if agreed.stopping:
                 self.peers_stopping = [r for r in agreed.stopping if r != group.rank]
                 break
-            new_steps = agreed.new_steps
-            batch = {k: v.to(self.device, non_blocking=True) for k, v in batch.items()}
-            state = tuple(s.to(self.device, non_blocking=True) for s in state)
-            self.learn(batch, state, new_steps)
+            batch, state, versions = self.to_device(batch, state)
+            self.learn(batch, state, agreed.new_steps, versions)
             if self.step >= f.total_steps:
                 break
         self.parameter_difference = group.parameter_difference(self.model)

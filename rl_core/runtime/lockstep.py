@@ -82,11 +82,9 @@ class Lockstep:
             ready = source.ready_batch()
             if ready is None:
                 return
-            batch, state = ready
-            batch = {k: v.to(learner.device, non_blocking=True) for k, v in batch.items()}
-            state = tuple(s.to(learner.device, non_blocking=True) for s in state)
+            batch, state, versions = learner.to_device(*ready)
             before = learner.step
-            learner.learn(batch, state, source.take_new_steps())
+            learner.learn(batch, state, source.take_new_steps(), versions)
             if self.after_batch is not None:
                 self.after_batch(before, learner.step)
             if learner.step >= self.total_steps:

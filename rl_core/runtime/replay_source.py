@@ -15,7 +15,9 @@ moment learning starts) holds in both directions:
 
 Batches are time-major like the unroll batches: {field: [L+1, B, ...]}, plus
 ``replay/index`` [B] and ``replay/weight`` [B] (importance-sampling weights); the agent
-writes new priorities back with ``update_priorities``.
+writes new priorities back with ``update_priorities``.  The actors' ``policy_version`` field is
+kept with each sequence, so that the learner's ``policy_lag`` of a replay batch is the age of its
+data in learner batches (a replay.tar saved without the field is restored, and the field then left out).
 
 With ``window`` (SAC: 2) a batch holds, of each drawn sequence, only ``window`` consecutive
 steps from a uniformly drawn offset: with equal priorities (exponent 0) every transition of
@@ -38,6 +40,7 @@ import torch
 from rl_core import checkpoint, frame_stacks
 from rl_core.errors import RunFailure, UserError
 from rl_core.replay import PrioritizedReplay
+from rl_core.runtime.learner import POLICY_VERSION
 from rl_core.runtime.transport import Stopped
 
 log = logging.getLogger("replay")
@@ -82,6 +85,7 @@ class ReplaySource:
         self.prefetched: queue.Queue = queue.Queue(maxsize=PREFETCH)
         self.pin = False
         self._prefetching = False  # without the thread (a test driving the source), next_batch samples
+        self._versions = True  # False once a replay.tar saved without POLICY_VERSION is restored
 
     def amount(self, sequences: int) -> str:
         """``sequences`` stored sequences in the unit the flags count: "128 sequences", "1024 transitions"."""
@@ -121,6 +125,8 @@ class ReplaySource:
 
     def insert(self, unroll: dict, state: tuple) -> None:
         items = {k: v.transpose(0, 1) for k, v in unroll.items()}  # [K, L+1, ...]: a row per sequence
+        if not self._versions:
+            items.pop(POLICY_VERSION, None)
         if self.flags.replay_frame_stack:
             try:
                 frames, index = frame_stacks.encode(items.pop("obs").numpy())
@@ -255,6 +261,9 @@ class ReplaySource:
         except (KeyError, ValueError) as e:
             raise UserError(f"{path} does not fit this run ({e}): delete it to refill the replay, or "
                             f"resume with the --replay_buffer_size it was saved with") from None
+        if self.replay.nbytes and self.replay.field_shape(POLICY_VERSION) is None:  # (fields stored, not it)
+            self._versions = False
+            log.info("%s holds no policy versions (saved before they were stored): no policy_lag is logged", path)
         self.inserted_steps = int(state["inserted_steps"])
         self.trained_steps = int(state["trained_steps"])
         start = int(state["steps_at_start"])

@@ -468,7 +468,7 @@ class Training:
         if self.group is not None:
             self.group.broadcast_module(model)  # every replica starts from rank 0's weights
             torch.manual_seed(f.seed + self.group.rank)  # and acts and samples minibatches with its own draws
-        publish(model, inference_model, threading.Lock())
+        publish(model, inference_model, threading.Lock(), version=learner_steps)
         if self.rundir is not None:  # (rank 0 alone under torchrun: the ranks' models are the same)
             log.info("model on %s: %s", self.device, model)
 
