@@ -127,7 +127,7 @@ def test_bfloat16_stem_inference_copy(model_flags):
     with torch.no_grad():
         for p in model.parameters():
             p.add_(0.01)
-    Publisher(model, inference, threading.Lock())()  # what Learner.publish_weights calls
+    Publisher(model, inference, threading.Lock())(1)  # what Learner.publish_weights calls (version: its batch count)
     torch.testing.assert_close(inference.stem.state_dict(), {k: v.bfloat16() for k, v in model.stem.state_dict().items()},
                                rtol=0, atol=0)
     assert torch.equal(inference.policy.weight, model.policy.weight)
