@@ -119,7 +119,7 @@ def standalone(package: str, argv: list[str], unroll_length: int | None, repeats
 
     from rl_core.agents import make_agent
     from rl_core.runtime.entry import parse_flags
-    from rl_core.runtime.learner import Learner, inference_copy
+    from rl_core.runtime.learner import Learner, Weights, inference_copy
 
     pkg = importlib.import_module(f"{package}.env")
     extra = ["--unroll_length", str(unroll_length)] if unroll_length else []
@@ -138,7 +138,8 @@ def standalone(package: str, argv: list[str], unroll_length: int | None, repeats
     q: queue.Queue = queue.Queue()
     source = agent.make_data_source(q)
     stop = threading.Event()
-    learner = Learner(f, model, inference_copy(model), threading.Lock(), agent, optimizer, scheduler, source, device, stop)
+    weights = Weights(model, optimizer, scheduler, inference_copy(model), threading.Lock())
+    learner = Learner(f, agent, weights, source, device, stop)
     g = np.random.default_rng(0)
     K = f.num_actors // f.num_servers
     replay = hasattr(source, "replay")

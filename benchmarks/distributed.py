@@ -93,15 +93,15 @@ def build(name: str):
 def update_seconds(name: str, repeats: int) -> float:
     """Median seconds of one optimizer update (``Learner.learn`` on synthetic batches, per optimizer step)."""
     from benchmarks.agents import synthetic_unroll
-    from rl_core.runtime.learner import Learner, inference_copy
+    from rl_core.runtime.learner import Learner, Weights, inference_copy
 
     spec = MODELS[name][2]
     flags, agent, model = build(name)
     optimizer, scheduler = agent.make_optimizer(model)
     q: queue.Queue = queue.Queue()
     source, stop = agent.make_data_source(q), threading.Event()
-    learner = Learner(flags, model, inference_copy(model), threading.Lock(), agent, optimizer, scheduler, source,
-                      torch.device("cpu"), stop)
+    weights = Weights(model, optimizer, scheduler, inference_copy(model), threading.Lock())
+    learner = Learner(flags, agent, weights, source, torch.device("cpu"), stop)
     rng, K = np.random.default_rng(0), flags.num_actors // flags.num_servers
     replay = hasattr(source, "replay")
 

@@ -64,3 +64,39 @@ class RunDirLock:
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None
+
+
+def open_run_dir(savedir: str, xpid: str | None) -> tuple[str, str, RunDirLock]:
+    """The run directory made (a new one without ``xpid``) or taken, and locked: ``(xpid, path, lock)``.
+    A directory that cannot be made is one UserError naming --savedir."""
+    savedir = os.path.expanduser(savedir)
+    try:
+        if xpid:
+            rundir = os.path.join(savedir, xpid)
+            os.makedirs(rundir, exist_ok=True)
+        else:
+            xpid, rundir = new_run_dir(savedir)
+        return xpid, rundir, RunDirLock(rundir)
+    except OSError as e:
+        raise UserError(f"cannot create the run directory under --savedir {savedir}: "
+                        f"{e.strerror or e}: choose another --savedir") from None
+
+
+def read_meta(rundir: str) -> tuple[bytes, os.stat_result] | None:
+    """meta.json's bytes and times as a run being resumed left them (``put_back_meta``), None without one."""
+    path = os.path.join(rundir, "meta.json")
+    if not os.path.exists(path):
+        return None
+    with open(path, "rb") as meta:
+        return meta.read(), os.fstat(meta.fileno())
+
+
+def put_back_meta(rundir: str, previous: tuple[bytes, os.stat_result] | None) -> None:
+    """meta.json as ``read_meta`` found it (bytes and times), when a resume was refused."""
+    if previous is not None:
+        data, stat = previous
+        path = os.path.join(rundir, "meta.json")
+        with open(path + ".tmp", "wb") as meta:
+            meta.write(data)
+        os.utime(path + ".tmp", ns=(stat.st_atime_ns, stat.st_mtime_ns))
+        os.replace(path + ".tmp", path)

@@ -134,7 +134,7 @@ def _save_load(obj):
 def test_resume_twice_equals_an_uninterrupted_run(case):
     """Normalizer statistics, PopArt / return-std scales, Lagrange multipliers and the optimizer
     state all live in what a checkpoint saves: stopping and resuming twice changes nothing."""
-    from rl_core.runtime.learner import Learner
+    from rl_core.runtime.learner import Learner, Weights
 
     spec = BOX if case.endswith("box") else DISCRETE
     f = flags(*AGENT_STATE_FLAGS[case], "--num_epochs=2", "--num_minibatches=2", "--total_steps=100000")
@@ -146,8 +146,8 @@ def test_resume_twice_equals_an_uninterrupted_run(case):
         model = agent.build_model()
         inference = agent.build_model()
         optimizer, scheduler = agent.make_optimizer(model)
-        return Learner(f, model, inference, __import__("threading").Lock(), agent, optimizer, scheduler,
-                       None, "cpu", None)
+        weights = Weights(model, optimizer, scheduler, inference, __import__("threading").Lock())
+        return Learner(f, agent, weights, None, "cpu", None)
 
     def train(learner, indices):
         for i in indices:

@@ -113,7 +113,7 @@ def test_select_device_puts_a_rank_on_its_gpu_or_refuses_more_ranks_than_gpus(mo
     """train.select_device on a host that shows 2 GPUs, then 1 (torch.cuda faked: this machine may have none)."""
     import argparse
 
-    from rl_core.runtime.train import select_device
+    from rl_core.runtime.device import select_device
 
     chosen = []
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)

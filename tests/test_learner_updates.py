@@ -13,7 +13,7 @@ from torch import nn
 from rl_core.errors import TrainingDiverged
 from rl_core.flags import make_parser
 from rl_core.optim import make_optimizer
-from rl_core.runtime.learner import POLICY_VERSION, GradientNorms, Learner, inference_copy
+from rl_core.runtime.learner import POLICY_VERSION, GradientNorms, Learner, Weights, inference_copy
 
 
 class ScriptedAgent:
@@ -35,8 +35,8 @@ def learner(scales, *args):
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 1))
     optimizer, scheduler = make_optimizer(flags, list(model.parameters()))
-    return Learner(flags, model, inference_copy(model), threading.Lock(), ScriptedAgent(scales), optimizer,
-                   scheduler, None, torch.device("cpu"), threading.Event())
+    weights = Weights(model, optimizer, scheduler, inference_copy(model), threading.Lock())
+    return Learner(flags, ScriptedAgent(scales), weights, None, torch.device("cpu"), threading.Event())
 
 
 def batch():

@@ -368,7 +368,7 @@ def test_the_inference_copy_leaves_out_the_rnd_networks():
 def test_resume_twice_equals_an_uninterrupted_run(agent_name):
     """Predictor, target, observation and reward statistics, forward filters, episode accumulators
     and the optimizer all survive checkpoints: stopping and resuming twice changes nothing."""
-    from rl_core.runtime.learner import Learner
+    from rl_core.runtime.learner import Learner, Weights
 
     f = flags(f"--agent={agent_name}", "--num_epochs=2", "--num_minibatches=2", "--total_steps=100000",
               "--optimizer=adam")
@@ -380,8 +380,8 @@ def test_resume_twice_equals_an_uninterrupted_run(agent_name):
         torch.manual_seed(123)
         model = agent.build_model()
         optimizer, scheduler = agent.make_optimizer(model)
-        return Learner(f, model, agent.build_model(), __import__("threading").Lock(), agent, optimizer, scheduler,
-                       None, "cpu", None)
+        weights = Weights(model, optimizer, scheduler, agent.build_model(), __import__("threading").Lock())
+        return Learner(f, agent, weights, None, "cpu", None)
 
     def train(learner, indices):
         for i in indices:

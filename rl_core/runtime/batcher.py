@@ -49,8 +49,9 @@ class InferenceBatcher:
         self.timeout_s = timeout_s
         self._pending: collections.deque[Request] = collections.deque()
         self._cond = threading.Condition()
-        self.batches = 0
-        self.batched_envs = 0
+        self._counts_lock = threading.Lock()
+        self._batches = 0  # (``take_counts``)
+        self._batched_envs = 0
 
     def submit(self, inputs: dict, state: tuple, size: int) -> Request:
         request = Request(inputs, state, size)
@@ -80,9 +81,21 @@ class InferenceBatcher:
                 request = self._pending.popleft()
                 batch.append(request)
                 total += request.size
-        self.batches += 1
-        self.batched_envs += total
+        self.count(total)
         return batch
+
+    def count(self, envs: int) -> None:
+        """One inference batch of ``envs`` envs (``get_batch``'s, or --deterministic's lockstep's)."""
+        with self._counts_lock:
+            self._batches += 1
+            self._batched_envs += envs
+
+    def take_counts(self) -> tuple[int, int]:
+        """(inference batches, envs in them) since the last call: the logs' mean inference batch."""
+        with self._counts_lock:
+            counts = (self._batches, self._batched_envs)
+            self._batches = self._batched_envs = 0
+        return counts
 
     def _pending_size(self) -> int:
         return sum(r.size for r in self._pending)

@@ -31,6 +31,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import io
+import logging
 import math
 import os
 import re
@@ -40,6 +41,9 @@ import torch
 from torch import nn
 
 from rl_core.errors import RunFailure, UserError
+from rl_core.runtime.transport import Stopped
+
+log = logging.getLogger("learner")
 
 # The run's totals that each rank takes 1/W of.  The first three must divide by W.
 EXACT_SHARES = ("num_actors", "num_servers", "batch_size")
@@ -342,3 +346,63 @@ def stop(group: Group | None) -> None:
     if group is not None:
         set_active(None)
         group.close()
+
+
+class Peers:
+    """The learner's loop under torchrun and what the ranks tell one another with each batch: before each
+    batch the ranks agree (one all-reduce) on the env steps they took and on whether any wants to stop, so
+    that all leave after the same batch and none is left waiting in a collective; the other ranks' episodes
+    and env steps reach rank 0's logs (``stats``: this rank's ``RunStats``).  At the end the replicas'
+    parameters are compared."""
+
+    def __init__(self, group: Group, stats):
+        self.group = group
+        self.stats = stats
+        self.env_steps = 0  # (rank 0: the other ranks' env steps, for the logs)
+        self.stopping: list[int] = []  # the ranks whose wish to stop ended the loop
+        self.parameter_difference: float | None = None  # across the ranks, once the loop has ended
+        self._env_steps_sent = 0  # (a rank other than 0: its env steps told to rank 0 so far)
+
+    def _outgoing(self) -> tuple[list[dict], int]:
+        """A rank other than 0: the episodes that ended and the env steps its actors received since the last
+        batch (rank 0 keeps its own)."""
+        if self.group.is_writer:
+            return [], 0
+        total = self.stats.env_steps
+        since, self._env_steps_sent = total - self._env_steps_sent, total
+        return self.stats.take_episodes(), since
+
+    def loop(self, learner) -> None:
+        f, group, source = learner.flags, self.group, learner.batcher
+        while True:
+            batch = state = None
+            if not learner.stop.is_set():
+                try:
+                    batch, state = source.next_batch(learner.stop)
+                except Stopped:
+                    batch = None
+            episodes, env_steps = self._outgoing()
+            agreed = group.agree(batch is None, source.take_new_steps() if batch else 0, len(episodes), env_steps)
+            self.env_steps += agreed.env_steps
+            if any(agreed.episodes):
+                others = group.gather_episodes(episodes, agreed.episodes)
+                if others and group.is_writer:
+                    self.stats.add_episodes(others)
+            if agreed.stopping:
+                self.stopping = [r for r in agreed.stopping if r != group.rank]
+                break
+            batch, state, versions = learner.to_device(batch, state)
+            learner.learn(batch, state, agreed.new_steps, versions)
+            if learner.step >= f.total_steps:
+                break
+        self.parameter_difference = group.parameter_difference(learner.model)
+        learner.stop.set()
+
+    def report_replicas(self) -> None:
+        """The log line of the replicas' largest parameter difference at the end (rank 0's log)."""
+        difference = self.parameter_difference
+        if difference is None:
+            return
+        (log.info if difference == 0 else log.warning)(
+            "replicas: the %d ranks' parameters %s", self.group.size,
+            "are identical" if difference == 0 else f"differ by up to {difference:.3g}")

@@ -92,7 +92,7 @@ def apply_sizing(env_pkg, parser, argv):
     sizing = _resumed_sizing(known, given, defaults)
     if sizing is None:
         from rl_core.runtime.distributed import world_from_environ
-        from rl_core.runtime.train import select_device
+        from rl_core.runtime.device import select_device
 
         games = env_pkg.num_actors_multiple(known) if hasattr(env_pkg, "num_actors_multiple") else 1
         gpu = select_device(known).type == "cuda"

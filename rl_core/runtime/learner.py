@@ -10,6 +10,7 @@ After the batch the new weights are published to the inference model.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 import queue
 import threading
@@ -240,38 +241,55 @@ PEAK_STATS = frozenset({"policy_lag_max"})
 FAST_UPDATE_S = 0.1
 
 
+@dataclasses.dataclass
+class Weights:
+    """What the learner trains and publishes: the model, its optimizer and schedule, and the inference copy
+    (with the lock that guards it) that the learner's weights are published to."""
+
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: object
+    inference_model: nn.Module
+    inference_lock: threading.Lock
+
+
 class Learner:
-    def __init__(self, flags, model: nn.Module, inference_model: nn.Module, inference_lock: threading.Lock,
-                 agent, optimizer, scheduler, batcher: UnrollBatcher, device, stop: threading.Event, step: int = 0,
-                 group=None):
+    """The agent's updates on the data source's batches, one at a time, the weights published after each.
+
+    ``start``: (env steps, learner batches) of a resumed run; ``on_step(step before, step after)`` runs after
+    each update, outside the lock; ``saved_step()``: the step of model.tar as on disk (None: none saved), for
+    a divergence's message.  Under torchrun (``group``) ``rl_core.runtime.distributed.Peers`` drives it."""
+
+    def __init__(self, flags, agent, weights: Weights, batcher, device, stop: threading.Event, *,
+                 start: tuple[int, int] = (0, 0), group=None, on_step=None, saved_step=lambda: None):
         self.flags = flags
-        self.model = model
-        self.inference_model = inference_model
-        self.inference_lock = inference_lock
+        self.model = weights.model
+        self.inference_model = weights.inference_model
+        self.inference_lock = weights.inference_lock
         self.agent = agent
-        self.optimizer = optimizer
-        self.scheduler = scheduler
+        self.optimizer = weights.optimizer
+        self.scheduler = weights.scheduler
         self.batcher = batcher
         self.device = device
         self.stop = stop
         self.lock = threading.Lock()  # one optimizer step at a time
-        self.step = step
-        self.learner_steps = 0
+        self.step, self.learner_steps = start
         self.optimizer_steps = 0
         self.stats_lock = threading.Lock()
         self._stats_sum: dict[str, float] = {}
         self._stats_max: dict[str, float] = {}  # (``PEAK_STATS``)
         self._stats_n = 0
         self.learn_seconds = 0.0
-        self.on_step = None  # called with (step before, step after) after each update, outside the lock
+        self.on_step = on_step
+        self.saved_step = saved_step
         self.diverged: str | None = None  # set (under the lock) when an update was not finite: nothing is saved
-        self.last_saved_step: int | None = None  # the step of model.tar as on disk (the run sets it)
+        model = weights.model
         self.params = list(model.parameters())
         self._trained = [p for p in self.params if p.requires_grad]  # (targets, frozen layers: no gradient to average)
         self.norms = GradientNorms(self.params)
-        self._publisher = Publisher(model, inference_model, inference_lock)
+        self._publisher = Publisher(model, weights.inference_model, weights.inference_lock)
         # --publish_interval k: the inference copy gets the weights after every k-th batch (1: every batch).
-        self.publish_interval = max(1, int(getattr(flags, "publish_interval", 1) or 1))
+        self.publish_interval = max(1, int(flags.publish_interval or 1))
         # Set at shutdown (Ctrl-C, an error): an update under way gives up at the next module call or
         # parameter gradient, so that the learner thread ends within a fraction of a second instead of
         # finishing a batch that can take many seconds on a CPU.  Its optimizer step is not taken:
@@ -279,15 +297,8 @@ class Learner:
         self.abort = threading.Event()
         self._updating = False
         # Under torchrun (``group``, rl_core/runtime/distributed.py) an update is never given up half way:
-        # its peers wait in its all-reduces.  The ranks stop together, after a batch (``loop``).
+        # its peers wait in its all-reduces.  The ranks stop together, after a batch (``Peers.loop``).
         self.group = group
-        self.peers_stopping: list[int] = []  # the ranks whose wish to stop ended the loop
-        self.parameter_difference: float | None = None  # across the ranks, once the loop has ended
-        # the episodes this rank sends to rank 0 with each batch, and where rank 0 puts the others' (the run sets)
-        self.take_episodes = lambda: []
-        self.add_episodes = None
-        self.take_env_steps = lambda: 0  # (a rank other than 0: the env steps its actors received since)
-        self.peer_env_steps = 0  # (rank 0: those of the other ranks, for the logs)
         self._abort_hooks = self._add_abort_hooks(model) if group is None else []
 
     def _add_abort_hooks(self, model: nn.Module) -> list:
@@ -437,50 +448,19 @@ class Learner:
         where = f"at step {self.step:,} (learner update {self.learner_steps + 1}{within})"
         if f.disable_checkpoint:
             kept = "no checkpoint is written (--disable_checkpoint)"
-        elif self.last_saved_step is None:
+        elif (saved := self.saved_step()) is None:
             kept = "no checkpoint had been saved yet"
         else:
-            kept = f"model.tar keeps the last good checkpoint (step {self.last_saved_step:,})"
+            kept = f"model.tar keeps the last good checkpoint (step {saved:,})"
         self.diverged = (f"training diverged {where}: {what}; {kept}; lower --learning_rate "
                          f"(now {f.learning_rate:g}) or clip the gradients (--grad_norm_clipping)")
         raise TrainingDiverged(self.diverged)
 
     def loop(self) -> None:
-        if self.group is not None:
-            return self._loop_with_peers()
+        """Batches until --total_steps or a stop (one process; under torchrun ``Peers.loop``)."""
         f = self.flags
         while not self.stop.is_set():
             batch, state, versions = self.to_device(*self.batcher.next_batch(self.stop))
             self.learn(batch, state, self.batcher.take_new_steps(), versions)
             if self.step >= f.total_steps:
                 self.stop.set()
-
-    def _loop_with_peers(self) -> None:
-        """``loop`` under torchrun: before each batch the ranks agree (one all-reduce) on the env steps
-        they took and on whether any wants to stop, so that all leave after the same batch and none is left
-        waiting in a collective.  Then the replicas' parameters are compared."""
-        f, group = self.flags, self.group
-        while True:
-            batch = None
-            if not self.stop.is_set():
-                try:
-                    batch, state = self.batcher.next_batch(self.stop)
-                except Stopped:
-                    batch = None
-            episodes = self.take_episodes()
-            agreed = group.agree(batch is None, self.batcher.take_new_steps() if batch else 0, len(episodes),
-                                 self.take_env_steps())
-            self.peer_env_steps += agreed.env_steps
-            if any(agreed.episodes):
-                others = group.gather_episodes(episodes, agreed.episodes)
-                if others and self.add_episodes is not None:
-                    self.add_episodes(others)
-            if agreed.stopping:
-                self.peers_stopping = [r for r in agreed.stopping if r != group.rank]
-                break
-            batch, state, versions = self.to_device(batch, state)
-            self.learn(batch, state, agreed.new_steps, versions)
-            if self.step >= f.total_steps:
-                break
-        self.parameter_difference = group.parameter_difference(self.model)
-        self.stop.set()
