@@ -33,8 +33,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from rl_core import collectives
 from rl_core.agents.base import Agent, ValueStream, extrinsic_stream
-from rl_core.runtime import distributed
 from rl_core.losses import rnd as rnd_lib
 from rl_core.losses.scan import discounted_scan
 
@@ -151,7 +151,7 @@ class RNDAgent(Agent):
         rnd.obs_rms.update(rnd.newest(batch["obs"][1:]))
         if not bool(model.rnd_ready):
             # on every rank alike: a rank that trains while another does not would leave its all-reduce alone
-            if distributed.any_rank(bool((batch["random_action"][1:] > 0).any())):
+            if collectives.any_rank(bool((batch["random_action"][1:] > 0).any())):
                 self._init_steps_seen += batch["reward"][1:].numel()
                 return  # the random initialisation: statistics only, no optimizer step
             model.rnd_ready.fill_(True)

@@ -9,7 +9,7 @@ with discrete actions as in Christodoulou 2019 ("Soft Actor-Critic for Discrete 
   and the final test take its mode, the squashed mean (or the most likely action).  With
   ``--random_init_steps N`` a fresh run's first N steps are uniform random actions.
 * Data: every ``--unroll_length`` steps an env hands over its last T + 1 steps; they go into a
-  uniform replay (``rl_core.runtime.replay_source`` over the prioritized buffer with priority
+  uniform replay (``rl_core.replay_source`` over the prioritized buffer with priority
   exponent 0: every sequence, then every transition of it, equally likely) of
   ``--replay_buffer_size`` transitions; a batch is ``--batch_size`` transitions (windows of
   2 steps); each inserted transition is sampled ``--replay_ratio`` times on average; learning
@@ -121,7 +121,7 @@ class SACAgent(Agent):
 
     # ---------------------------------------------------------- learning
     def make_data_source(self, learner_queue):
-        from rl_core.runtime.replay_source import ReplaySource
+        from rl_core.replay_source import ReplaySource
 
         f = self.flags
         T = f.unroll_length

@@ -17,7 +17,8 @@ rank; the main thread only joins those of the start):
   because an agent's update may call parts of the model that a DDP wrapper's forward does not see
   (SAC's critics, RND's predictor) and skip parameters in some losses), so each rank's optimizer takes
   the same step;
-* statistics: ``Group.all_reduce_sum`` (through ``active()``) merges the moments of RunningMeanStd and ValueNormalizer (PopArt)
+* statistics: ``Group.all_reduce_sum`` (through ``rl_core.collectives``, where ``start`` makes the group
+  the active one) merges the moments of RunningMeanStd and ValueNormalizer (PopArt)
   updates, and ``any_rank`` the decisions an agent takes from its batch (RND's random start);
 * every learner batch: ``agree`` sums the ranks' new env steps and ORs their wish to stop, so every
   rank leaves its loop after the same batch (a signal, an error, ``--total_steps``).
@@ -39,6 +40,7 @@ import time
 import torch
 from torch import nn
 
+from rl_core.collectives import set_active
 from rl_core.errors import RunFailure, UserError
 
 # The run's totals that each rank takes 1/W of.  The first three must divide by W.
@@ -312,24 +314,6 @@ class Group:
             self.dist.destroy_process_group()
         except Exception:  # noqa: BLE001 - the job is ending; a peer that died already broke the group
             pass
-
-
-_ACTIVE: Group | None = None
-
-
-def active() -> Group | None:
-    """The job's Group while one is open (what statistics all-reduce through), else None."""
-    return _ACTIVE
-
-
-def set_active(group: Group | None) -> None:
-    global _ACTIVE
-    _ACTIVE = group
-
-
-def any_rank(flag: bool) -> bool:
-    """True when ``flag`` is true on any rank of the active group; ``flag`` itself without one."""
-    return bool(flag) if _ACTIVE is None else _ACTIVE.any_rank(flag)
 
 
 def start(world: WorldEnv, device: torch.device) -> Group:

@@ -38,10 +38,9 @@ import numpy as np
 import torch
 
 from rl_core import checkpoint, frame_stacks
-from rl_core.errors import RunFailure, UserError
+from rl_core.errors import RunFailure, Stopped, UserError
 from rl_core.replay import PrioritizedReplay
-from rl_core.runtime.learner import POLICY_VERSION
-from rl_core.runtime.transport import Stopped
+from rl_core.unroll_batcher import POLICY_VERSION
 
 log = logging.getLogger("replay")
 
