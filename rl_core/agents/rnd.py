@@ -79,7 +79,7 @@ class RNDAgent(Agent):
         f = self.flags
         model = self.inner.build_model()
         head = nn.Linear(model.baseline.in_features, 1)
-        if getattr(f, "init", "default") == "orthogonal":
+        if f.init == "orthogonal":
             from models.init import orthogonal_weight
 
             orthogonal_weight(head.weight, 1.0)
@@ -160,7 +160,7 @@ class RNDAgent(Agent):
         x = rnd.normalized_input(batch["obs"][1:])  # [T*B, ...]: the next observation of each transition
         int_reward, stats = self.intrinsic_rewards(model, x, batch)
         batch = dict(batch, int_reward=torch.cat([torch.zeros_like(int_reward[:1]), int_reward]))
-        shares = 1 if self.flags.agent == "impala" else max(1, int(getattr(self.flags, "num_minibatches", 1)))
+        shares = 1 if self.flags.agent == "impala" else max(1, int(self.flags.num_minibatches))
         n = x.shape[0]
         size = max(1, round(n * self.flags.rnd_update_proportion / shares))
         for loss, inner_stats in self.inner.updates(model, batch, state):

@@ -58,7 +58,7 @@ class SACAgent(Agent):
     def __init__(self, flags, spec=None):
         super().__init__(flags, spec)
         self.source = None
-        self.random_steps_left = getattr(flags, "random_init_steps", 0)
+        self.random_steps_left = flags.random_init_steps
         self._bounds: dict = {}  # the box's (low, high) per device
         if spec is not None:
             self.discrete = spec["action"]["kind"] == "discrete"
