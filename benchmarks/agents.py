@@ -92,7 +92,7 @@ def _num(x) -> float:
 def synthetic_unroll(agent, spec: dict, K: int, rng: np.random.Generator) -> dict:
     """An actor's handover as the actor thread stores it (``rl_core.runtime.actor_pool``), filled at random."""
     from rl_core.agents.base import action_field
-    from rl_core.runtime.learner import POLICY_VERSION
+    from rl_core.unroll_batcher import POLICY_VERSION
 
     L1 = agent.sequence()[0] + 1
     obs_dtype = np.dtype(spec["obs_dtype"])

@@ -7,18 +7,18 @@ from rl_core.errors import UserError
 
 def core_kind(flags) -> str | None:
     """--use_lstm / --use_quasi_lstm (--use_elstm) / --use_rtrl -> make_core's kind, None: feedforward."""
-    if getattr(flags, "use_rtrl", False):
+    if flags.use_rtrl:
         return "rtrl_elstm"
-    if getattr(flags, "use_quasi_lstm", False):
+    if flags.use_quasi_lstm:
         return "elstm"
-    if getattr(flags, "use_lstm", False):
+    if flags.use_lstm:
         return "lstm"
     return None
 
 
 def resnet_channels(flags) -> tuple[int, ...]:
     """--resnet_channels "16,32,32" -> (16, 32, 32); one line naming the flag if it is not positive integers."""
-    text = str(getattr(flags, "resnet_channels", "16,32,32"))
+    text = str(flags.resnet_channels)
     try:
         channels = tuple(int(c) for c in text.split(",") if c.strip())
     except ValueError:
@@ -69,34 +69,34 @@ def build_model(flags, spec: dict):
     n = action_size(action)
     stem = build_stem(flags, obs_shape)
     kind = core_kind(flags)
-    last_action_input = not getattr(flags, "no_last_action", False)
+    last_action_input = not flags.no_last_action
     core = None
     if kind is not None:
         core = make_core(kind, input_size=core_input_size(stem.out_size, n, last_action_input),
                          hidden_size=flags.hidden_size,
-                         forget_bias=getattr(flags, "forget_bias", 0.0))
+                         forget_bias=flags.forget_bias)
     value_stem = None
     if flags.value_net == "separate" and kind is None and len(obs_shape) == 1:
         value_stem = build_stem(flags, obs_shape)
     head = None
     if action["kind"] == "box":
-        head = partial(GaussianHead, action_dim=n, std_kind=getattr(flags, "std_kind", "softplus"),
-                       min_std=getattr(flags, "min_std", 1e-3), initial_std=getattr(flags, "initial_std", 1.0),
-                       state_dependent=getattr(flags, "state_dependent_std", False))
+        head = partial(GaussianHead, action_dim=n, std_kind=flags.std_kind,
+                       min_std=flags.min_std, initial_std=flags.initial_std,
+                       state_dependent=flags.state_dependent_std)
     obs_normalizer = value_normalizer = None
-    if getattr(flags, "obs_normalization", False):
+    if flags.obs_normalization:
         from rl_core.normalization import RunningMeanStd
 
         obs_normalizer = RunningMeanStd(obs_shape)
-    if getattr(flags, "value_normalization", "none") != "none":
+    if flags.value_normalization != "none":
         from rl_core.normalization import ValueNormalizer
 
-        value_normalizer = ValueNormalizer(flags.value_normalization, beta=getattr(flags, "popart_beta", 0.0))
+        value_normalizer = ValueNormalizer(flags.value_normalization, beta=flags.popart_beta)
     model = ActorCritic(stem, n, core=core, value_stem=value_stem, last_action_input=last_action_input,
-                        policy_head=head, obs_normalizer=obs_normalizer, obs_clip=getattr(flags, "obs_clip", 10.0),
+                        policy_head=head, obs_normalizer=obs_normalizer, obs_clip=flags.obs_clip,
                         value_normalizer=value_normalizer)
-    if getattr(flags, "init", "default") == "orthogonal":
+    if flags.init == "orthogonal":
         from models.init import orthogonal_init
 
-        orthogonal_init(model, policy_scale=getattr(flags, "policy_init_scale", 0.01))
+        orthogonal_init(model, policy_scale=flags.policy_init_scale)
     return model

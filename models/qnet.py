@@ -82,10 +82,10 @@ def build_q_network(flags, spec: dict) -> QNetwork:
     n = action_size(spec["action"])
     stem = build_stem(flags, tuple(spec["obs_shape"]))
     kind = core_kind(flags)
-    last_action_input = not getattr(flags, "no_last_action", False)
+    last_action_input = not flags.no_last_action
     core = None
     if kind is not None:
         core = make_core(kind, input_size=core_input_size(stem.out_size, n, last_action_input),
-                         hidden_size=flags.hidden_size, forget_bias=getattr(flags, "forget_bias", 0.0))
+                         hidden_size=flags.hidden_size, forget_bias=flags.forget_bias)
     return QNetwork(stem, n, core=core, last_action_input=last_action_input,
                     dueling_hidden_size=flags.dueling_hidden_size)

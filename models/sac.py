@@ -200,12 +200,12 @@ def build_sac_model(flags, spec: dict) -> SACModel:
     critic_in = (stems[0].out_size if image else int(math.prod(obs_shape))) + (0 if discrete else n)
     critics = TwinCritics(stems, critic_in, hidden, n if discrete else 1, box_actions=not discrete)
     obs_normalizer = None
-    if getattr(flags, "obs_normalization", False):
+    if flags.obs_normalization:
         from rl_core.normalization import RunningMeanStd
 
         obs_normalizer = RunningMeanStd(obs_shape)
     alpha = flags.initial_temperature if flags.learn_temperature else flags.entropy_cost
-    model = SACModel(actor_torso, policy, critics, discrete, obs_normalizer, getattr(flags, "obs_clip", 10.0),
+    model = SACModel(actor_torso, policy, critics, discrete, obs_normalizer, flags.obs_clip,
                      initial_alpha=max(alpha, 1e-12))
     model.log_alpha.requires_grad_(bool(flags.learn_temperature))  # else alpha stays --entropy_cost
     return model

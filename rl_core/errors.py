@@ -1,4 +1,4 @@
-"""Errors that end a run with one clear line."""
+"""Errors that end a run with one clear line, and ``Stopped``: a wait its stop event ended."""
 
 
 class UserError(Exception):
@@ -22,3 +22,7 @@ class TrainingDiverged(RunFailure):
 class CheckpointWriteError(RunFailure):
     """A checkpoint could not be written (disk full, file size limit, ...): the previous one is kept,
     the run stops (status 1) with one line naming the path and the free space."""
+
+
+class Stopped(Exception):
+    """A wait was abandoned because the caller's stop event was set."""

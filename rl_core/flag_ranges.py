@@ -82,7 +82,7 @@ def check_ranges(parser, flags, extra: dict[str, str] | None = None) -> None:
     """``parser.error`` (one line, exit 2) for the first numeric flag outside its range."""
     ranges = dict(COMMON_RANGES, **(extra or {}))
     for dest in numeric_dests(parser):
-        value = getattr(flags, dest, None)
+        value = getattr(flags, dest)
         if value is None or dest not in ranges:
             continue
         if not contains(ranges[dest], float(value)):

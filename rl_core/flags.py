@@ -214,9 +214,9 @@ def check_budget(parser: argparse.ArgumentParser, flags: argparse.Namespace) -> 
     Only where the steps per batch are certain: an unroll-based agent (impala, the on-policy
     agents) counts --batch_size x --unroll_length env steps a batch.  A replay agent's first batch
     depends on its replay's filling and --replay_ratio; it is left alone here."""
-    from rl_core import agents
+    from rl_core.agents import agent_traits
 
-    if flags.mode != "train" or getattr(flags, "agent", "impala") in agents.REPLAY:
+    if flags.mode != "train" or agent_traits(flags).replays:
         return
     per_batch = flags.batch_size * flags.unroll_length
     if per_batch > flags.total_steps:

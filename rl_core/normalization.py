@@ -20,7 +20,7 @@ from typing import Optional, Sequence, Union
 import torch
 from torch import nn
 
-from rl_core.runtime import distributed
+from rl_core import collectives
 
 
 def _compute_dtype(x: torch.Tensor) -> torch.dtype:
@@ -67,10 +67,9 @@ class RunningMeanStd(nn.Module):
             )
         x = x.detach().to(device=self.mean.device, dtype=torch.float64).reshape(-1, *self.shape)
         n = x.shape[0]
-        group = distributed.active()
-        if group is not None:  # every rank merges the moments of all ranks' samples: the same statistics
+        if collectives.active() is not None:  # every rank merges all ranks' moments: the same statistics
             count = torch.full(self.shape, float(n), dtype=torch.float64, device=x.device)
-            moments = group.all_reduce_sum(torch.stack([count, x.sum(0), x.pow(2).sum(0)]))
+            moments = collectives.all_reduce_sum(torch.stack([count, x.sum(0), x.pow(2).sum(0)]))
             n = float(moments[0].reshape(-1)[0]) if moments[0].numel() else float(n)
             if n == 0:
                 return
@@ -199,9 +198,8 @@ class ValueNormalizer(nn.Module):
         if head is not None and head.bias is None and self.kind == "popart":
             raise ValueError("PopArt needs a value head with a bias to absorb the shift of mu")
         g = targets.detach().to(device=self.mu.device, dtype=torch.float64)
-        group = distributed.active()
-        if group is not None:  # the moments of every rank's targets: each rank moves the same way
-            n, total, squares = group.all_reduce_sum(torch.stack([
+        if collectives.active() is not None:  # the moments of every rank's targets: each rank moves the same way
+            n, total, squares = collectives.all_reduce_sum(torch.stack([
                 torch.tensor(float(g.numel()), dtype=torch.float64, device=g.device), g.sum(), g.pow(2).sum()]))
             n = float(n)
             g_mean, g_sq_mean = (total / n, squares / n) if n else (None, None)

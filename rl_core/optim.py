@@ -12,7 +12,7 @@ def make_optimizer(flags, params, steps_per_update: float | None = None):
     Returns ``(optimizer, scheduler)``; the scheduler steps once per learner batch, which stands for
     ``steps_per_update`` agent steps (default T x B; a replay agent's T x B / replay ratio).
     """
-    kind = getattr(flags, "optimizer", "rmsprop")
+    kind = flags.optimizer
     if kind == "adam":
         # fused: one kernel for every parameter (CPU and CUDA); it also skips a step on the device when
         # its ``found_inf`` is set, which the learner uses to check finiteness without a sync per step
@@ -21,7 +21,7 @@ def make_optimizer(flags, params, steps_per_update: float | None = None):
         optimizer = torch.optim.RMSprop(params, lr=flags.learning_rate, momentum=flags.momentum,
                                         eps=flags.epsilon, alpha=flags.alpha, foreach=True)
     remaining = remaining_share(flags, steps_per_update)
-    linear = getattr(flags, "lr_decay", "linear") == "linear"
+    linear = flags.lr_decay == "linear"
 
     def lr_lambda(epoch):
         return remaining(epoch) if linear else 1.0

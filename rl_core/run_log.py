@@ -69,7 +69,7 @@ class RunLog:
             "success": None,
         }
         self.write_meta()
-        self.wandb_run = self._init_wandb(flags) if getattr(flags, "use_wandb", False) else None
+        self.wandb_run = self._init_wandb(flags) if flags.use_wandb else None
         self._tb = None
         try:
             from torch.utils.tensorboard import SummaryWriter

@@ -1,7 +1,8 @@
 """How big a run is when its command line does not say: env servers, envs and IMPALA's batch.
 
-``size_run`` is a pure function of the machine (usable cores, a GPU learner or not), the agent, the
-package's defaults for that agent and the flags given on the command line; the launcher
+``size_run`` is a pure function of the machine (usable cores, a GPU learner or not), the agent (its traits,
+``rl_core.agents.agent_traits``), the envs per server the package asks for, the package's defaults for that
+agent and the flags given on the command line; the launcher
 (``rl_core.runtime.entry.launcher_main``) calls it with this machine's figures and sets what it
 chose as parser defaults, so that explicit flags always win.  The rule:
 
@@ -9,21 +10,21 @@ chose as parser defaults, so that explicit flags always win.  The rule:
   measured on, nothing changes: each flag not given takes the package's default for the agent.
 * On more cores, one env server per core the learner leaves: it keeps ``GPU_RESERVE`` (2) cores with
   a GPU learner (learner, inference and actor threads), half the cores without one (the learner and
-  central inference then compute on them).  Each server steps ``ENVS_PER_SERVER[package]``
+  central inference then compute on them).  Each server steps the package's ``ENVS_PER_SERVER``
   envs with a GPU learner, half as many without: enough per round trip for central inference to run
   large batches while the servers step.  Atari's 32 is the anchor, IMPALA on Pong on 16 cores with an
   H100: 14 servers x 32 envs = 448 reached 57k frames/s, found by hand.  Never fewer servers or envs
   than the package's defaults.
-* Per agent: ``impala`` and ``r2d2`` take that layout (IMPALA's batch grows to ``num_actors /
-  IMPALA_MAX_LAG``, so that an unroll waits at most about that many learner steps; V-trace corrects
-  for the lag; R2D2 learns from its replay at --replay_ratio, its batch is the paper's).  The on-policy
-  agents' batch (envs x unroll steps per update) is their published hyperparameter and an env beyond
-  it only waits with an unroll of a stale policy, so their envs stay at most ``max(defaults,
-  batch_size)`` (a --batch_size given raises them) and the gain is more servers for them.  ``sac``
-  keeps its defaults: each env step feeds learner updates at --replay_ratio, so its speed is the
-  learner's.  Packages of small envs
-  (``torchbeast_gym``, or any package not in ``ENVS_PER_SERVER``) keep their defaults: an env step of
-  microseconds gains nothing from more servers, only round trips.
+* Per agent (its traits' ``sizing``): ``impala`` and ``r2d2`` take that layout, "scaled" (IMPALA's
+  batch, ``grows_batch_with_envs``, grows to ``num_actors / MAX_LAG``, so that an unroll waits at most
+  about that many learner steps; V-trace corrects for the lag; R2D2 learns from its replay at
+  --replay_ratio, its batch is the paper's).  The on-policy agents' batch (envs x unroll steps per
+  update) is their published hyperparameter and an env beyond it only waits with an unroll of a stale
+  policy, so their envs ("on_policy") stay at most ``max(defaults, batch_size)`` (a --batch_size given
+  raises them) and the gain is more servers for them.  ``sac`` keeps its defaults ("fixed"): each env
+  step feeds learner updates at --replay_ratio, so its speed is the learner's.  Packages of small envs
+  (``torchbeast_gym``, or any package without an ``ENVS_PER_SERVER``) keep their defaults: an env step
+  of microseconds gains nothing from more servers, only round trips.
 * Constraints: ``num_actors`` a multiple of ``num_servers`` and of ``games`` (Procgen's --multi_env);
   IMPALA's batch never exceeds what --total_steps can fill (``flags.check_budget``).
 
@@ -37,21 +38,12 @@ import math
 import os
 from dataclasses import dataclass
 
+from rl_core.agents import agent_traits
+
 BASE_CORES = 2
 GPU_RESERVE = 2
 CORES_ENV = "POLYBEAST_CORES"
-# Envs per server with a GPU learner (half without one, at least 1), for packages whose envs cost
-# enough for more cores to pay.  Football steps ~350 times a second, so its default 16 already
-# keeps a core busy; DMLab's R2AC layout is one env per server process.
-ENVS_PER_SERVER = {
-    "torchbeast_atari": 32,
-    "torchbeast_procgen": 32,
-    "torchbeast_mujoco": 32,
-    "torchbeast_football": 16,
-    "torchbeast_dmlab": 1,
-}
-IMPALA_MAX_LAG = 8
-SCALED_AGENTS = ("impala", "r2d2")
+MAX_LAG = 8  # learner steps an unroll waits at most, where the batch grows with the envs
 SIZED_FLAGS = ("num_servers", "num_actors", "batch_size")
 OVERRIDE = "set --num_servers/--num_actors/--batch_size to override"
 
@@ -97,8 +89,9 @@ def free_cores(cores: int, gpu: bool) -> int:
     return max(1, cores - reserve)
 
 
-def envs_per_server(package: str, gpu: bool) -> int | None:
-    k = ENVS_PER_SERVER.get(package)
+def _envs_per_server(k: int | None, gpu: bool) -> int | None:
+    """A server's envs: the package's ``k`` (its ``ENVS_PER_SERVER``; None: it has none) with a GPU learner, half
+    as many without one (at least 1)."""
     if k is None:
         return None
     return k if gpu else max(1, k // 2)
@@ -118,11 +111,13 @@ def _round_up(k: int, step: int) -> int:
     return -(-k // step) * step
 
 
-def size_run(cores: int, gpu: bool, agent: str, package: str, defaults: dict, given: dict, games: int = 1) -> Sizing:
+def size_run(cores: int, gpu: bool, agent: str, envs_per_server: int | None, defaults: dict, given: dict,
+             games: int = 1) -> Sizing:
     """(num_servers, num_actors, batch_size, reason) for a run.
 
-    ``defaults``: the package's values for ``agent`` of num_servers, num_actors, batch_size,
-    unroll_length and total_steps; ``given``: the flags written on the command line (any subset,
+    ``envs_per_server``: the package's ``ENVS_PER_SERVER``, the envs a server steps with a GPU learner (None:
+    the package has none, its envs are too cheap for more servers to pay); ``defaults``: the package's
+    values for ``agent`` of num_servers, num_actors, batch_size, unroll_length and total_steps; ``given``: the flags written on the command line (any subset,
     their values); ``games``: num_actors must be a multiple of it (Procgen's --multi_env)."""
     value = {k: given.get(k, defaults[k]) for k in (*SIZED_FLAGS, "unroll_length", "total_steps")}
     auto = tuple(k for k in SIZED_FLAGS if k not in given)
@@ -136,21 +131,20 @@ def size_run(cores: int, gpu: bool, agent: str, package: str, defaults: dict, gi
         return result(value["num_servers"], value["num_actors"], value["batch_size"],
                       f"the package's defaults ({machine}: {why}); {OVERRIDE}")
 
-    k = envs_per_server(package, gpu)
+    k = _envs_per_server(envs_per_server, gpu)
     if cores <= BASE_CORES:
         return keep("what they were sized for")
     if k is None:
         return keep("its envs take microseconds a step: more servers would add round trips, not speed")
-    from rl_core.agents import ON_POLICY
-
-    if agent not in SCALED_AGENTS and agent not in ON_POLICY:
+    traits = agent_traits(agent)
+    if traits.sizing == "fixed":
         return keep("its env steps are bound by learner updates at --replay_ratio")
     why = []
     servers, actors = value["num_servers"], value["num_actors"]
     if {"num_servers", "num_actors"} & set(auto):
         free = free_cores(cores, gpu)
         room = max(defaults["num_servers"], free)  # servers the machine has a core for, never fewer than the defaults
-        if agent in SCALED_AGENTS:
+        if traits.sizing == "scaled":
             servers, actors = _scaled_layout(value, given, defaults, room, free * k, k, games)
             why.append(f"{_layout(servers, actors)}"
                        + (f" (a core each, {cores - free} left to the learner)" if servers == free else ""))
@@ -159,19 +153,19 @@ def size_run(cores: int, gpu: bool, agent: str, package: str, defaults: dict, gi
             why.append(f"{_layout(servers, actors)}, within one --batch_size of {value['batch_size']} unrolls "
                        f"(more envs would act on a stale policy)")
     batch = value["batch_size"]
-    if agent == "impala" and "batch_size" in auto:
+    if traits.grows_batch_with_envs and "batch_size" in auto:
         fits = max(defaults["batch_size"], value["total_steps"] // max(1, value["unroll_length"]))
-        batch = min(max(defaults["batch_size"], math.ceil(actors / IMPALA_MAX_LAG)), fits)
+        batch = min(max(defaults["batch_size"], math.ceil(actors / MAX_LAG)), fits)
         if batch != value["batch_size"]:
-            why.append(f"--batch_size {batch} = num_actors / {IMPALA_MAX_LAG}: an unroll waits at most "
-                       f"~{IMPALA_MAX_LAG} learner steps")
+            why.append(f"--batch_size {batch} = num_actors / {MAX_LAG}: an unroll waits at most "
+                       f"~{MAX_LAG} learner steps")
     if (servers, actors, batch) == (value["num_servers"], value["num_actors"], value["batch_size"]):
         return keep("no more to gain on this machine")
     return result(servers, actors, batch, f"chosen for {machine}: {'; '.join(why)}; {OVERRIDE}")
 
 
 def _scaled_layout(value, given, defaults, room, target, k, games) -> tuple[int, int]:
-    """IMPALA, R2D2: ``room`` servers of ``k`` envs (at least the defaults' envs)."""
+    """The "scaled" agents (IMPALA, R2D2): ``room`` servers of ``k`` envs (at least the defaults' envs)."""
     if "num_actors" in given:
         actors = value["num_actors"]
         return _largest_divisor(actors, room), actors
@@ -186,7 +180,7 @@ def _scaled_layout(value, given, defaults, room, target, k, games) -> tuple[int,
 
 
 def _on_policy_layout(value, given, defaults, room, target, games) -> tuple[int, int]:
-    """The on-policy agents: at most a batch of envs (or the defaults' envs), on as many servers as fit."""
+    """The "on_policy" agents: at most a batch of envs (or the defaults' envs), on as many servers as fit."""
     cap = max(defaults["num_actors"], value["batch_size"])
     if "num_actors" in given:
         actors = value["num_actors"]

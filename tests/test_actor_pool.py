@@ -18,7 +18,8 @@ from rl_core.runtime import transport as tp
 from rl_core.runtime.actor_pool import ActorThread, RunStats, answer, connect_server, inference_loop
 from rl_core.runtime.batcher import InferenceBatcher, Request
 from rl_core.runtime.env_server import EnvServer
-from rl_core.runtime.learner import POLICY_VERSION, Publisher, UnrollBatcher, inference_copy
+from rl_core.runtime.learner import Publisher, inference_copy
+from rl_core.unroll_batcher import POLICY_VERSION, UnrollBatcher
 from rl_core.runtime.threads import ErrorBox, start_thread
 
 T, K = 5, 3

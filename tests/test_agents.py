@@ -380,3 +380,14 @@ def test_ppo_clip_decays_linearly_with_the_schedule(batches):
     undecayed_loss, undecayed_stats = next(undecayed.updates(model, batch, ()))
     assert undecayed_stats["ppo_clip"] == 0.2
     assert (batches == 0) == torch.allclose(loss, undecayed_loss)  # the clip binds on this batch
+
+
+def test_every_agent_declares_its_traits():
+    """What the core asks of an agent before it is built (rl_core/agents/traits.py), for every --agent."""
+    from rl_core import agents
+
+    assert set(agents.TRAITS) == set(agents.AGENTS)
+    assert agents.agent_traits(make_parser().parse_args(["--agent=sac"])) is agents.TRAITS["sac"]
+    assert [name for name in agents.AGENTS if agents.agent_traits(name).replays] == list(agents.REPLAY)
+    assert set(agents.rank_shares()) == {name for t in agents.TRAITS.values() for name in t.rank_shares} | {
+        "rnd_init_steps"}

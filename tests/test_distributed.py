@@ -43,11 +43,11 @@ def run_dirs(tmp_path) -> list[str]:
 
 # ------------------------------------------------------------------------ rank flags
 def test_each_rank_takes_its_share_of_the_runs_totals():
-    import argparse
+    from rl_core.flags import make_parser
 
-    flags = argparse.Namespace(num_actors=16, num_servers=4, batch_size=8, replay_buffer_size=1001,
-                               replay_buffer_min_size=200, random_init_steps=0, rnd_init_steps=1024,
-                               num_learner_threads=1, checkpoint_replay=False)
+    flags = make_parser().parse_args(["--num_actors=16", "--num_servers=4", "--batch_size=8",
+                                      "--replay_buffer_size=1001", "--replay_buffer_min_size=200",
+                                      "--random_init_steps=0", "--rnd_init_steps=1024"])
     world = distributed.WorldEnv(rank=1, world_size=2, local_rank=1, local_world_size=2)
     mine = distributed.rank_flags(flags, world)
     assert (mine.num_actors, mine.num_servers, mine.batch_size) == (8, 2, 4)
@@ -62,11 +62,12 @@ def test_the_learning_rate_decays_with_the_global_steps():
     """A rank's batch is 1/W of the run's: its schedule still reaches 0 at --total_steps of all ranks' steps."""
     import argparse
 
+    from rl_core.flags import make_parser
     from rl_core.optim import make_optimizer
 
-    flags = argparse.Namespace(num_actors=8, num_servers=2, batch_size=8, unroll_length=10, total_steps=800,
-                               learning_rate=1e-3, epsilon=1e-8, optimizer="adam", lr_decay="linear",
-                               num_learner_threads=1, checkpoint_replay=False)
+    flags = make_parser().parse_args(["--num_actors=8", "--num_servers=2", "--batch_size=8", "--unroll_length=10",
+                                      "--total_steps=800", "--learning_rate=1e-3", "--epsilon=1e-8",
+                                      "--optimizer=adam", "--lr_decay=linear"])
     mine = distributed.rank_flags(flags, distributed.WorldEnv(0, 2, 0, 2))
     rates = []
     for f in (flags, mine):
@@ -77,7 +78,7 @@ def test_the_learning_rate_decays_with_the_global_steps():
         rates.append(scheduler.get_last_lr()[0])
     assert rates == [pytest.approx(5e-4), pytest.approx(5e-4)]
     with pytest.raises(UserError, match=r"--num_minibatches 8 > each rank's batch of 4 unrolls"):
-        distributed.rank_flags(argparse.Namespace(**vars(flags), num_minibatches=8, batch_mode="shuffle"),
+        distributed.rank_flags(argparse.Namespace(**{**vars(flags), "num_minibatches": 8, "batch_mode": "shuffle"}),
                                distributed.WorldEnv(0, 2, 0, 2))
 
 

@@ -1,6 +1,6 @@
 """--load_conv_net_from / --not_load_fc / --freeze_conv / --freeze_fc: one meaning for every core."""
 
-import types
+import argparse
 
 import pytest
 import torch
@@ -10,19 +10,21 @@ from models.pretrained import apply_flags
 from rl_core import checkpoint
 from rl_core.agents.impala import ImpalaAgent
 from rl_core.errors import UserError
+from rl_core.flags import make_parser
 
 SPEC = {"obs_shape": [4, 84, 84], "obs_dtype": "|u1", "action": {"kind": "discrete", "n": 6}}
 CORES = {"none": {}, "lstm": {"use_lstm": True}, "elstm": {"use_quasi_lstm": True}, "rtrl": {"use_rtrl": True}}
 
 
 def flags(**kw):
+    """The shared parser's flags, with these values."""
     base = dict(model="atari", use_lstm=False, use_quasi_lstm=False, use_rtrl=False, hidden_size=32,
                 mlp_sizes="64,64", value_net="shared", load_conv_net_from=None, not_load_fc=False,
                 freeze_conv=False, freeze_fc=False, reward_clipping="abs_one", discounting=0.99,
                 baseline_cost=0.5, entropy_cost=0.01, clip_rho_threshold=1.0, clip_pg_rho_threshold=1.0,
                 clip_c_threshold=1.0, vtrace_lambda=1.0)
     base.update(kw)
-    return types.SimpleNamespace(**base)
+    return argparse.Namespace(**{**vars(make_parser().parse_args([])), **base})
 
 
 def stem_params(model, part):

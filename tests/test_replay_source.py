@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 import torch
 
-from rl_core.runtime.learner import POLICY_VERSION
-from rl_core.runtime.replay_source import ReplaySource
+from rl_core.replay_source import ReplaySource
 from rl_core.runtime.threads import ErrorBox, start_thread
+from rl_core.unroll_batcher import POLICY_VERSION
 from tests.proc_utils import wait_for
 
 L1, K, B, T = 7, 4, 8, 4  # sequences of 7 steps from 4 envs; batches of 8 sequences, 4 trained steps each

@@ -427,7 +427,7 @@ def test_windows_draw_every_transition_uniformly():
 def test_windows_of_frame_stacks_decode_to_the_stored_stacks():
     import queue
 
-    from rl_core.runtime.replay_source import ReplaySource
+    from rl_core.replay_source import ReplaySource
 
     f = flags("--replay_frame_stack", "--unroll_length=6", "--replay_buffer_size=64", "--batch_size=16",
               "--replay_ratio=100")

@@ -20,6 +20,11 @@ def package(name):
     return importlib.import_module(f"{name}.env")
 
 
+def envs_per_server(name):
+    """What the package asks of the sizing (its ENVS_PER_SERVER; None: none)."""
+    return getattr(package(name), "ENVS_PER_SERVER", None)
+
+
 def defaults_of(name, argv):
     """The package's defaults for the command line ``argv`` (its agent, core, --rnd)."""
     pkg = package(name)
@@ -60,59 +65,61 @@ def test_two_cores_give_the_package_defaults_for_every_agent(name, monkeypatch):
         for gpu in (False, True):  # the pure function, with or without a GPU learner
             agent = argv[0].split("=")[1]
             for cores in (1, 2):
-                got = sizing.size_run(cores, gpu, agent, name, expected, {})
+                got = sizing.size_run(cores, gpu, agent, envs_per_server(name), expected, {})
                 assert got.values() == {k: expected[k] for k in sizing.SIZED_FLAGS}, (argv, cores, gpu)
 
 
 def test_sixteen_cores_with_a_gpu_size_impala_on_atari_as_found_by_hand():
     defaults = defaults_of("torchbeast_atari", [])
-    got = sizing.size_run(16, True, "impala", "torchbeast_atari", defaults, {})
+    got = sizing.size_run(16, True, "impala", envs_per_server("torchbeast_atari"), defaults, {})
     assert (got.num_servers, got.num_actors) == (14, 448)  # the hand-found 57k frames/s layout on an H100
     assert got.batch_size == 56  # 448 / 8: an unroll waits at most ~8 learner steps
     assert "16 usable cores, learner on cuda, --agent impala: 14 env servers x 32 envs = 448" in got.reason
     assert got.reason.endswith("set --num_servers/--num_actors/--batch_size to override")
     # without a GPU the learner keeps half the cores and servers step half as many envs
-    cpu = sizing.size_run(16, False, "impala", "torchbeast_atari", defaults, {})
+    cpu = sizing.size_run(16, False, "impala", envs_per_server("torchbeast_atari"), defaults, {})
     assert (cpu.num_servers, cpu.num_actors, cpu.batch_size) == (8, 128, 32)
 
 
 def test_other_agents_on_a_big_machine():
     atari = {agent: defaults_of("torchbeast_atari", [f"--agent={agent}"]) for agent in ("ppo", "r2d2", "sac")}
-    r2d2 = sizing.size_run(16, True, "r2d2", "torchbeast_atari", atari["r2d2"], {})
+    r2d2 = sizing.size_run(16, True, "r2d2", envs_per_server("torchbeast_atari"), atari["r2d2"], {})
     assert (r2d2.num_servers, r2d2.num_actors, r2d2.batch_size) == (14, 448, 64)  # the paper's batch
     # PPO's batch is 8 unrolls: its 8 envs are spread over 8 servers, never more envs than a batch
-    ppo = sizing.size_run(16, True, "ppo", "torchbeast_atari", atari["ppo"], {})
+    ppo = sizing.size_run(16, True, "ppo", envs_per_server("torchbeast_atari"), atari["ppo"], {})
     assert (ppo.num_servers, ppo.num_actors, ppo.batch_size) == (8, 8, 8)
     assert "stale policy" in ppo.reason
-    bigger = sizing.size_run(16, True, "ppo", "torchbeast_atari", atari["ppo"], {"batch_size": 64})
+    bigger = sizing.size_run(16, True, "ppo", envs_per_server("torchbeast_atari"), atari["ppo"],
+                             {"batch_size": 64})
     assert (bigger.num_servers, bigger.num_actors, bigger.batch_size) == (8, 64, 64)  # the envs follow the batch
-    mujoco_ppo = sizing.size_run(16, True, "ppo", "torchbeast_mujoco", defaults_of("torchbeast_mujoco", []), {})
+    mujoco_ppo = sizing.size_run(16, True, "ppo", envs_per_server("torchbeast_mujoco"),
+                                 defaults_of("torchbeast_mujoco", []), {})
     assert (mujoco_ppo.num_servers, mujoco_ppo.num_actors, mujoco_ppo.batch_size) == (8, 128, 128)
     # SAC and the small gym envs keep their defaults on any machine
     for cores, gpu in itertools.product((16, 64), (False, True)):
-        sac = sizing.size_run(cores, gpu, "sac", "torchbeast_atari", atari["sac"], {})
+        sac = sizing.size_run(cores, gpu, "sac", envs_per_server("torchbeast_atari"), atari["sac"], {})
         assert sac.values() == {k: atari["sac"][k] for k in sizing.SIZED_FLAGS}
         assert "--replay_ratio" in sac.reason
         for agent in ("impala", "ppo", "r2d2", "sac"):
             gym = defaults_of("torchbeast_gym", [f"--agent={agent}"])
-            got = sizing.size_run(cores, gpu, agent, "torchbeast_gym", gym, {})
+            got = sizing.size_run(cores, gpu, agent, envs_per_server("torchbeast_gym"), gym, {})
             assert got.values() == {k: gym[k] for k in sizing.SIZED_FLAGS}, (agent, cores, gpu)
 
 
 def test_explicit_flags_win():
     d = defaults_of("torchbeast_atari", [])
-    every = sizing.size_run(16, True, "impala", "torchbeast_atari", d,
+    every = sizing.size_run(16, True, "impala", envs_per_server("torchbeast_atari"), d,
                             {"num_servers": 3, "num_actors": 9, "batch_size": 4})
     assert (every.num_servers, every.num_actors, every.batch_size, every.auto, every.reason) == (3, 9, 4, (), "")
-    servers = sizing.size_run(16, True, "impala", "torchbeast_atari", d, {"num_servers": 4})
+    servers = sizing.size_run(16, True, "impala", envs_per_server("torchbeast_atari"), d, {"num_servers": 4})
     assert (servers.num_servers, servers.num_actors, servers.batch_size) == (4, 128, 32)  # 32 envs a server
-    actors = sizing.size_run(16, True, "impala", "torchbeast_atari", d, {"num_actors": 64})
+    actors = sizing.size_run(16, True, "impala", envs_per_server("torchbeast_atari"), d, {"num_actors": 64})
     assert (actors.num_servers, actors.num_actors) == (8, 64)  # the most servers (<= 14) that divide 64
-    batch = sizing.size_run(16, True, "impala", "torchbeast_atari", d, {"batch_size": 16})
+    batch = sizing.size_run(16, True, "impala", envs_per_server("torchbeast_atari"), d, {"batch_size": 16})
     assert (batch.num_servers, batch.num_actors, batch.batch_size) == (14, 448, 16)
     assert batch.auto == ("num_servers", "num_actors")
     # on 2 cores a flag given changes nothing else (today's behaviour, a bad pair refused by the checks)
-    two = sizing.size_run(2, False, "impala", "torchbeast_atari", d, {"num_servers": 3})
+    two = sizing.size_run(2, False, "impala", envs_per_server("torchbeast_atari"), d, {"num_servers": 3})
     assert (two.num_servers, two.num_actors, two.batch_size) == (3, 16, 32)
 
 
@@ -135,7 +142,7 @@ def test_constraints_hold_on_every_machine():
             d = defaults_of(name, [f"--agent={agent}"])
             for cores, gpu in itertools.product(range(3, 70), (False, True)):
                 for given in ({}, {"num_servers": 5}, {"num_actors": 60}, {"total_steps": 2000}):
-                    got = sizing.size_run(cores, gpu, agent, name, d, given, games)
+                    got = sizing.size_run(cores, gpu, agent, envs_per_server(name), d, given, games)
                     where = (name, games, agent, cores, gpu, given)
                     assert got.num_actors % got.num_servers == 0, where
                     if "num_actors" not in given:

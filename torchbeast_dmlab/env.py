@@ -428,6 +428,9 @@ def final_test_seeds(flags, run_index: int) -> list[int]:
 
 # ------------------------------------------------------- package interface
 
+# Envs a server steps on more than 2 cores (rl_core/sizing.py): R2AC's layout, one env per server process.
+ENVS_PER_SERVER = 1
+
 
 FLAG_RANGES = {"num_action_repeats": "[1, inf)"}  # checked at parse time (rl_core/flag_ranges.py)
 

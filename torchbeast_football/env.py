@@ -224,6 +224,10 @@ def create_env(scenario: str, seed: int | None = None, *, rewards: str = "scorin
 
 # ------------------------------------------------------- package interface
 
+# Envs a server steps with a GPU learner on more than 2 cores, half as many without one (rl_core/sizing.py):
+# Football steps ~350 times a second, so 16 already keep a core busy.
+ENVS_PER_SERVER = 16
+
 # Where the defaults come from (google-research/seed_rl):
 #   [sh]  gcp/train_football_scoring.sh: 11_vs_11_hard_stochastic, reward_experiment scoring, batch_size 32,
 #         unroll_length 32, inference_batch_size 64, 500M frames, discounting 0.997, entropy_cost 3.19e-5,

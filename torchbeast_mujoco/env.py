@@ -288,6 +288,9 @@ def create_env(env_id: str, seed: int | None = None, *, record: bool = False,
 
 # ------------------------------------------------------- package interface
 
+# Envs a server steps with a GPU learner on more than 2 cores, half as many without one (rl_core/sizing.py).
+ENVS_PER_SERVER = 32
+
 
 # Where the defaults come from (google-research/seed_rl):
 #   [sh]  mujoco/local_baseline_HalfCheetah-v2.sh: run_local.sh mujoco ppo 8 32 --total_environment_frames=2000000

@@ -385,6 +385,9 @@ LEVEL_SETS = final_test_level_sets  # the name the issue asks for
 
 # ------------------------------------------------------- package interface
 
+# Envs a server steps with a GPU learner on more than 2 cores, half as many without one (rl_core/sizing.py).
+ENVS_PER_SERVER = 32
+
 
 FLAG_RANGES = {"multi_env": "[1, inf)", "num_levels": "[0, inf)", "start_level": "[0, inf)",
                "valid_num_levels": "[0, inf)", "valid_start_level": "[0, inf)"}  # checked at parse time (rl_core/flag_ranges.py)

@@ -7,13 +7,16 @@ distributed Q-learning from prioritized sequence replay (Kapturowski et al. 2019
 soft actor-critic from uniform replay, box or discrete actions (Haarnoja et al. 2018,
 Christodoulou 2019).  ``--rnd`` wraps ``impala`` or an on-policy agent in the RND add-on
 (``rl_core/agents/rnd.py``: an intrinsic reward stream and its value head; Burda et al. 2018).
-A new agent is a module here and a line in ``AGENTS`` and ``ACTION_KINDS``; the runtime never names one.
+A new agent is a module here and a line in ``AGENTS``, ``ACTION_KINDS`` and ``TRAITS`` (what the core asks
+of it before it is built: ``rl_core/agents/traits.py``); the runtime never names one.
 """
 
 from __future__ import annotations
 
 import argparse
 from typing import TYPE_CHECKING
+
+from rl_core.agents.traits import AgentTraits
 
 if TYPE_CHECKING:  # flags are parsed in env servers too, which never import torch
     from rl_core.agents.base import Agent
@@ -24,6 +27,50 @@ AGENTS = ("impala", *ON_POLICY, *REPLAY)
 # The action spaces each agent takes ("box": a Box of shape [D]).
 ACTION_KINDS = {"impala": ("discrete",), **{name: ("discrete", "box") for name in ON_POLICY},
                 "r2d2": ("discrete",), "sac": ("discrete", "box")}
+_REPLAY_SIZES = ("replay_buffer_size", "replay_buffer_min_size")
+TRAITS = {
+    "impala": AgentTraits(replays=False, sizing="scaled", grows_batch_with_envs=True),
+    **{name: AgentTraits(replays=False, sizing="on_policy") for name in ON_POLICY},
+    "r2d2": AgentTraits(replays=True, sizing="scaled", rank_shares=_REPLAY_SIZES),
+    "sac": AgentTraits(replays=True, sizing="fixed", rank_shares=(*_REPLAY_SIZES, "random_init_steps")),
+}
+RND_RANK_SHARES = ("rnd_init_steps",)  # --rnd's run totals (its random start), beside the inner agent's
+
+
+def agent_traits(flags_or_name) -> AgentTraits:
+    """The traits of ``--agent`` (its name, or the flags)."""
+    return TRAITS[flags_or_name if isinstance(flags_or_name, str) else flags_or_name.agent]
+
+
+def rank_shares() -> tuple[str, ...]:
+    """Every flag an agent (or --rnd) counts as a run total: under torchrun each rank takes 1/W of it, whatever
+    the run's agent (one that does not read a flag is unaffected by its share)."""
+    names = [name for traits in TRAITS.values() for name in traits.rank_shares] + list(RND_RANK_SHARES)
+    return tuple(dict.fromkeys(names))
+
+
+def check_rank_flags(flags, share, world_size: int) -> None:
+    """One rank's share of the run's flags (``share``: its 1/W of --batch_size) that the agent cannot learn from:
+    a UserError naming the flags and the fix (``check_flags`` checks the run's own)."""
+    from rl_core.errors import UserError
+
+    minibatches = flags.num_minibatches
+    if minibatches > share.batch_size and not flags.batch_mode.startswith("split"):
+        raise UserError(f"--num_minibatches {minibatches} > each rank's batch of {share.batch_size} unrolls "
+                        f"(--batch_size {flags.batch_size} over {world_size} ranks), and --batch_mode "
+                        f"{flags.batch_mode} keeps unrolls whole: raise --batch_size to {minibatches * world_size} "
+                        f"or more, or lower --num_minibatches")
+
+
+# The flags a checkpoint's state depends on beyond the model's shape: under other values it does not load (or
+# fails at its first step: Adam's 'betas' in RMSprop's state).
+STATE_FLAGS = ("agent", "rnd", "optimizer")
+
+
+def describe_agent(values: dict, optimizer: bool = False) -> str:
+    """``--agent NAME [--rnd] [--optimizer X]`` of the flag values ``values`` (``optimizer``: name it too)."""
+    text = f"--agent {values.get('agent')}" + (" --rnd" if values.get("rnd") else "")
+    return text + (f" --optimizer {values['optimizer']}" if optimizer else "")
 
 
 def agents_for(action_kind: str, rnd: bool = False) -> list[str]:
@@ -35,10 +82,10 @@ def check_action_space(flags, spec: dict) -> None:
     """One line naming every agent that fits when ``--agent`` does not take the env's action space."""
     from rl_core.errors import UserError
 
-    name, action = getattr(flags, "agent", "impala"), spec["action"]
+    name, action = flags.agent, spec["action"]
     if action["kind"] in ACTION_KINDS.get(name, (action["kind"],)):
         return
-    rnd = bool(getattr(flags, "rnd", False))
+    rnd = bool(flags.rnd)
     fits = agents_for(action["kind"], rnd)
     takes = " or ".join(ACTION_KINDS[name])
     has = "discrete actions" if action["kind"] == "discrete" else f"a Box action space of shape {list(action['shape'])}"
@@ -103,7 +150,7 @@ def published_defaults(name: str) -> dict:
 def make_agent(flags, spec: dict) -> Agent:
     check_action_space(flags, spec)  # every agent, from ACTION_KINDS: one line naming the agents that fit
     agent = _make_agent(flags, spec)
-    if getattr(flags, "rnd", False):
+    if flags.rnd:
         from rl_core.agents.rnd import RNDAgent
 
         return RNDAgent(flags, spec, agent)
@@ -111,7 +158,7 @@ def make_agent(flags, spec: dict) -> Agent:
 
 
 def _make_agent(flags, spec: dict) -> Agent:
-    name = getattr(flags, "agent", "impala")
+    name = flags.agent
     if name == "impala":
         from rl_core.agents.impala import ImpalaAgent
 

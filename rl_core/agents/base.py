@@ -17,8 +17,9 @@ knows no agent by name.  It asks the agent for:
 * ``sequence()``: ``(length, stride)``: the actors hand over ``length + 1`` steps every
   ``stride`` steps (IMPALA: unrolls of T+1 sharing one step; R2D2: burn-in + T + 1 steps
   overlapping by half);
-* ``make_data_source(learner_queue)``: how those reach the learner: batches of B unrolls
-  (``UnrollBatcher``) or samples of a replay (``rl_core.runtime.replay_source``), and
+* ``make_data_source(learner_queue, pin)``: how those reach the learner: batches of B unrolls
+  (``UnrollBatcher``) or samples of a replay (``rl_core.replay_source``; ``pin``: sampled ahead into
+  pinned memory, for a learner on CUDA), and
   ``learner_queue_size(K)``: how many chunks of K envs' sequences may wait for it;
 * ``make_optimizer(model)``: optimizer and learning-rate schedule;
 * ``updates(model, batch, state)``: how the learner consumes one batch [T+1, B]: a
@@ -104,8 +105,8 @@ class Agent:
         T = self.flags.unroll_length
         return T, T
 
-    def make_data_source(self, learner_queue):
-        from rl_core.runtime.learner import UnrollBatcher
+    def make_data_source(self, learner_queue, pin: bool = False):
+        from rl_core.unroll_batcher import UnrollBatcher
 
         return UnrollBatcher(learner_queue, self.flags.batch_size, self.flags.unroll_length)
 

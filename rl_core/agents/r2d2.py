@@ -6,7 +6,7 @@ Learning"): recurrent n-step double Q-learning from prioritized sequence replay.
   requests; validation and the final test use ``--eval_epsilon``.
 * Data: every ``--sequence_stride`` steps (default unroll_length / 2) an env hands over a
   sequence of burn_in + unroll_length + 1 steps with the recurrent state at its first step;
-  sequences go into a prioritized replay (``rl_core.runtime.replay_source``).
+  sequences go into a prioritized replay (``rl_core.replay_source``).
 * Learning: the stored state is burned in over the first ``--burn_in`` steps without gradient
   (online and target networks alike); on the remaining T + 1 steps the n-step double-Q targets
   y_t with value rescaling h give the TD errors delta_t = h(y_t) - Q(s_t, a_t) of transitions
@@ -81,10 +81,11 @@ class R2D2Agent(Agent):
         return torch.where(explore, random_action, action), {}, state
 
     # ---------------------------------------------------------- learning
-    def make_data_source(self, learner_queue):
-        from rl_core.runtime.replay_source import ReplaySource
+    def make_data_source(self, learner_queue, pin: bool = False):
+        from rl_core.replay_source import ReplaySource
 
-        self.source = ReplaySource(learner_queue, self.flags, stride=self.sequence()[1], seed=self.flags.seed)
+        self.source = ReplaySource(learner_queue, self.flags, stride=self.sequence()[1], seed=self.flags.seed,
+                                   pin=pin)
         return self.source
 
     def loss(self, model, batch: dict, state: tuple):

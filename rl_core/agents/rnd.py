@@ -33,8 +33,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from rl_core import collectives
 from rl_core.agents.base import Agent, ValueStream, extrinsic_stream
-from rl_core.runtime import distributed
 from rl_core.losses import rnd as rnd_lib
 from rl_core.losses.scan import discounted_scan
 
@@ -79,7 +79,7 @@ class RNDAgent(Agent):
         f = self.flags
         model = self.inner.build_model()
         head = nn.Linear(model.baseline.in_features, 1)
-        if getattr(f, "init", "default") == "orthogonal":
+        if f.init == "orthogonal":
             from models.init import orthogonal_weight
 
             orthogonal_weight(head.weight, 1.0)
@@ -139,8 +139,8 @@ class RNDAgent(Agent):
     def sequence(self):
         return self.inner.sequence()
 
-    def make_data_source(self, learner_queue):
-        return self.inner.make_data_source(learner_queue)
+    def make_data_source(self, learner_queue, pin: bool = False):
+        return self.inner.make_data_source(learner_queue, pin)
 
     def learner_queue_size(self, chunk_envs):
         return self.inner.learner_queue_size(chunk_envs)
@@ -151,7 +151,7 @@ class RNDAgent(Agent):
         rnd.obs_rms.update(rnd.newest(batch["obs"][1:]))
         if not bool(model.rnd_ready):
             # on every rank alike: a rank that trains while another does not would leave its all-reduce alone
-            if distributed.any_rank(bool((batch["random_action"][1:] > 0).any())):
+            if collectives.any_rank(bool((batch["random_action"][1:] > 0).any())):
                 self._init_steps_seen += batch["reward"][1:].numel()
                 return  # the random initialisation: statistics only, no optimizer step
             model.rnd_ready.fill_(True)
@@ -160,7 +160,7 @@ class RNDAgent(Agent):
         x = rnd.normalized_input(batch["obs"][1:])  # [T*B, ...]: the next observation of each transition
         int_reward, stats = self.intrinsic_rewards(model, x, batch)
         batch = dict(batch, int_reward=torch.cat([torch.zeros_like(int_reward[:1]), int_reward]))
-        shares = 1 if self.flags.agent == "impala" else max(1, int(getattr(self.flags, "num_minibatches", 1)))
+        shares = 1 if self.flags.agent == "impala" else max(1, int(self.flags.num_minibatches))
         n = x.shape[0]
         size = max(1, round(n * self.flags.rnd_update_proportion / shares))
         for loss, inner_stats in self.inner.updates(model, batch, state):

@@ -9,7 +9,7 @@ with discrete actions as in Christodoulou 2019 ("Soft Actor-Critic for Discrete 
   and the final test take its mode, the squashed mean (or the most likely action).  With
   ``--random_init_steps N`` a fresh run's first N steps are uniform random actions.
 * Data: every ``--unroll_length`` steps an env hands over its last T + 1 steps; they go into a
-  uniform replay (``rl_core.runtime.replay_source`` over the prioritized buffer with priority
+  uniform replay (``rl_core.replay_source`` over the prioritized buffer with priority
   exponent 0: every sequence, then every transition of it, equally likely) of
   ``--replay_buffer_size`` transitions; a batch is ``--batch_size`` transitions (windows of
   2 steps); each inserted transition is sampled ``--replay_ratio`` times on average; learning
@@ -58,7 +58,7 @@ class SACAgent(Agent):
     def __init__(self, flags, spec=None):
         super().__init__(flags, spec)
         self.source = None
-        self.random_steps_left = getattr(flags, "random_init_steps", 0)
+        self.random_steps_left = flags.random_init_steps
         self._bounds: dict = {}  # the box's (low, high) per device
         if spec is not None:
             self.discrete = spec["action"]["kind"] == "discrete"
@@ -120,14 +120,14 @@ class SACAgent(Agent):
         return action, {}, state
 
     # ---------------------------------------------------------- learning
-    def make_data_source(self, learner_queue):
-        from rl_core.runtime.replay_source import ReplaySource
+    def make_data_source(self, learner_queue, pin: bool = False):
+        from rl_core.replay_source import ReplaySource
 
         f = self.flags
         T = f.unroll_length
         self.source = ReplaySource(
             learner_queue, f, stride=T, seed=f.seed, capacity=math.ceil(f.replay_buffer_size / T),
-            min_size=math.ceil(f.replay_buffer_min_size / T), trained_per_batch=f.batch_size,
+            min_size=math.ceil(f.replay_buffer_min_size / T), trained_per_batch=f.batch_size, pin=pin,
             priority_exponent=0.0, importance_sampling_exponent=0.0, window=2, unit=("transitions", T))
         return self.source
 

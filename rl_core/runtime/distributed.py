@@ -17,7 +17,8 @@ rank; the main thread only joins those of the start):
   because an agent's update may call parts of the model that a DDP wrapper's forward does not see
   (SAC's critics, RND's predictor) and skip parameters in some losses), so each rank's optimizer takes
   the same step;
-* statistics: ``Group.all_reduce_sum`` (through ``active()``) merges the moments of RunningMeanStd and ValueNormalizer (PopArt)
+* statistics: ``Group.all_reduce_sum`` (through ``rl_core.collectives``, where ``start`` makes the group
+  the active one) merges the moments of RunningMeanStd and ValueNormalizer (PopArt)
   updates, and ``any_rank`` the decisions an agent takes from its batch (RND's random start);
 * every learner batch: ``agree`` sums the ranks' new env steps and ORs their wish to stop, so every
   rank leaves its loop after the same batch (a signal, an error, ``--total_steps``).
@@ -40,14 +41,16 @@ import time
 import torch
 from torch import nn
 
+from rl_core import agents
+from rl_core.collectives import set_active
 from rl_core.errors import RunFailure, UserError
 from rl_core.runtime.transport import Stopped
 
 log = logging.getLogger("learner")
 
-# The run's totals that each rank takes 1/W of.  The first three must divide by W.
+# The run's totals that each rank takes 1/W of: these must divide by W; the agents' own are rounded up
+# (``rl_core.agents.rank_shares``).
 EXACT_SHARES = ("num_actors", "num_servers", "batch_size")
-ROUNDED_SHARES = ("replay_buffer_size", "replay_buffer_min_size", "random_init_steps", "rnd_init_steps")
 # How long a collective waits for a peer: longer than any startup or learner batch, short enough that
 # a job whose peer hangs ends on its own.  $POLYBEAST_DIST_TIMEOUT (seconds) overrides.
 DEFAULT_TIMEOUT_S = 600.0
@@ -88,18 +91,14 @@ def rank_flags(flags, world: WorldEnv):
             raise UserError(f"--{name} {value} does not divide among the {W} ranks of this torchrun job: give a "
                             f"multiple of {W} (it is the run's total; each rank takes 1/{W})")
         setattr(mine, name, value // W)
-    for name in ROUNDED_SHARES:
-        if getattr(flags, name, None):
+    for name in agents.rank_shares():
+        if getattr(flags, name):
             setattr(mine, name, max(1, math.ceil(getattr(flags, name) / W)))
-    minibatches = getattr(flags, "num_minibatches", None)
-    if minibatches and not str(getattr(flags, "batch_mode", "")).startswith("split") and minibatches > mine.batch_size:
-        raise UserError(f"--num_minibatches {minibatches} > each rank's batch of {mine.batch_size} unrolls "
-                        f"(--batch_size {flags.batch_size} over {W} ranks), and --batch_mode {flags.batch_mode} keeps "
-                        f"unrolls whole: raise --batch_size to {minibatches * W} or more, or lower --num_minibatches")
-    if getattr(flags, "num_learner_threads", 1) != 1:
+    agents.check_rank_flags(flags, mine, W)
+    if flags.num_learner_threads != 1:
         raise UserError("--num_learner_threads must be 1 under torchrun: each rank's learner thread runs the "
                         "job's collectives in order (drop the flag)")
-    if getattr(flags, "checkpoint_replay", False):
+    if flags.checkpoint_replay:
         raise UserError("--checkpoint_replay is not supported under torchrun: each rank's replay is its own "
                         "(drop the flag; a resumed run refills its replays)")
     mine.server_offset = world.rank * mine.num_servers  # this rank's servers: global indices from here
@@ -316,24 +315,6 @@ class Group:
             self.dist.destroy_process_group()
         except Exception:  # noqa: BLE001 - the job is ending; a peer that died already broke the group
             pass
-
-
-_ACTIVE: Group | None = None
-
-
-def active() -> Group | None:
-    """The job's Group while one is open (what statistics all-reduce through), else None."""
-    return _ACTIVE
-
-
-def set_active(group: Group | None) -> None:
-    global _ACTIVE
-    _ACTIVE = group
-
-
-def any_rank(flag: bool) -> bool:
-    """True when ``flag`` is true on any rank of the active group; ``flag`` itself without one."""
-    return bool(flag) if _ACTIVE is None else _ACTIVE.any_rank(flag)
 
 
 def start(world: WorldEnv, device: torch.device) -> Group:

@@ -97,16 +97,17 @@ def apply_sizing(env_pkg, parser, argv):
         games = env_pkg.num_actors_multiple(known) if hasattr(env_pkg, "num_actors_multiple") else 1
         gpu = select_device(known).type == "cuda"
         world = world_from_environ()
+        envs_per_server = getattr(env_pkg, "ENVS_PER_SERVER", None)
         if world is None:
-            sizing = sizing_lib.size_run(sizing_lib.usable_cores(), gpu, known.agent, env_pkg.__package__,
+            sizing = sizing_lib.size_run(sizing_lib.usable_cores(), gpu, known.agent, envs_per_server,
                                          defaults, given, games)
         else:
-            sizing = _sized_per_rank(sizing_lib, world, gpu, known.agent, env_pkg.__package__, defaults, given, games)
+            sizing = _sized_per_rank(sizing_lib, world, gpu, known.agent, envs_per_server, defaults, given, games)
     parser.set_defaults(**{k: v for k, v in sizing.values().items() if k in sizing.auto})
     return sizing
 
 
-def _sized_per_rank(sizing_lib, world, gpu, agent, package, defaults, given, games):
+def _sized_per_rank(sizing_lib, world, gpu, agent, envs_per_server, defaults, given, games):
     """Sizing under torchrun: one rank's share of the machine (its cores / LOCAL_WORLD_SIZE) sized from the
     package's values divided among the ranks (rounded up), times the world size: the run's totals, each a
     multiple of the world size (on 2 cores a rank, the package's defaults, rounded up to such a multiple)."""
@@ -116,7 +117,7 @@ def _sized_per_rank(sizing_lib, world, gpu, agent, package, defaults, given, gam
     share = {k: (-(-v // W) if k in sizing_lib.SIZED_FLAGS else v) for k, v in defaults.items()}
     given_share = {k: (-(-v // W) if k in sizing_lib.SIZED_FLAGS else v) for k, v in given.items()}
     cores = max(1, sizing_lib.usable_cores() // max(1, world.local_world_size))
-    per_rank = sizing_lib.size_run(cores, gpu, agent, package, share, given_share, games)
+    per_rank = sizing_lib.size_run(cores, gpu, agent, envs_per_server, share, given_share, games)
     totals = {k: (v * W if k in per_rank.auto else given[k]) for k, v in per_rank.values().items()}
     reason = (f"{per_rank.reason}; " if per_rank.reason else "") + (
         f"per rank of the {W} of this torchrun job (each takes 1/{W} of the run's totals)")

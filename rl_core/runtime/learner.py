@@ -12,7 +12,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
-import queue
 import threading
 import time
 
@@ -22,6 +21,7 @@ from torch import nn
 
 from rl_core.errors import TrainingDiverged
 from rl_core.runtime.transport import Stopped
+from rl_core.unroll_batcher import POLICY_VERSION, UnrollBatcher
 
 
 def inference_copy(model: nn.Module) -> nn.Module:
@@ -38,12 +38,6 @@ def inference_copy(model: nn.Module) -> nn.Module:
     finally:
         for name, part in parts.items():
             setattr(model, name, part)
-
-
-# The unroll store's runtime field (rl_core/runtime/actor_pool.py): per step, the version of the weights
-# whose inference chose its action.  The learner takes it off every batch (``Learner.to_device``): no agent
-# sees it.
-POLICY_VERSION = "policy_version"
 
 
 def publish(model: nn.Module, inference_model: nn.Module, lock: threading.Lock, version: int = 0) -> None:
@@ -155,71 +149,6 @@ class StepStats:
         for j, k in enumerate(["grad_norm"] + (self.keys or []), start=1):
             out[k] = sum(r[j] for r in rows) / n
         return out
-
-
-class UnrollBatcher:
-    """Joins (unroll [T+1, K, ...], state [K, ...]) chunks into batches of B columns.
-
-    A data source: ``next_batch(stop) -> (batch, state)``, and ``take_new_steps()``, the env
-    steps that reached the learner since the last call (here T per column of each batch)."""
-
-    def __init__(self, learner_queue: queue.Queue, batch_size: int, unroll_length: int | None = None):
-        self.queue = learner_queue
-        self.batch_size = batch_size
-        self.unroll_length = unroll_length
-        self._new_steps = 0
-        self._lock = threading.Lock()
-        self._leftover: list[tuple[dict, tuple, int]] = []
-
-    def _get(self, stop: threading.Event):
-        while True:
-            try:
-                unroll, state = self.queue.get(timeout=0.5)
-                return unroll, state, next(iter(unroll.values())).shape[1]
-            except queue.Empty:
-                if stop.is_set():
-                    raise Stopped()
-
-    def next_batch(self, stop: threading.Event) -> tuple[dict, tuple]:
-        with self._lock:
-            chunks, total = self._leftover, sum(c[2] for c in self._leftover)
-            self._leftover = []
-            while total < self.batch_size:
-                chunk = self._get(stop)
-                chunks.append(chunk)
-                total += chunk[2]
-        B = self.batch_size
-        keys = chunks[0][0].keys()
-        batch = {k: torch.cat([c[0][k] for c in chunks], dim=1) for k in keys}
-        n_state = len(chunks[0][1])
-        state = tuple(torch.cat([c[1][i] for c in chunks], dim=0) for i in range(n_state))
-        if total > B:
-            rest = ({k: v[:, B:] for k, v in batch.items()}, tuple(s[B:] for s in state), total - B)
-            with self._lock:
-                self._leftover.insert(0, rest)
-            batch = {k: v[:, :B] for k, v in batch.items()}
-            state = tuple(s[:B] for s in state)
-        T = self.unroll_length if self.unroll_length is not None else next(iter(batch.values())).shape[0] - 1
-        self._new_steps += T * B
-        return batch, state
-
-    def ready_batch(self) -> tuple[dict, tuple] | None:
-        """The next batch if the queued chunks fill one, else None, without waiting (--deterministic's
-        learner, rl_core/runtime/lockstep.py)."""
-        with self._lock:
-            while True:
-                try:
-                    unroll, state = self.queue.get_nowait()
-                except queue.Empty:
-                    break
-                self._leftover.append((unroll, state, next(iter(unroll.values())).shape[1]))
-            if sum(c[2] for c in self._leftover) < self.batch_size:
-                return None
-        return self.next_batch(threading.Event())
-
-    def take_new_steps(self) -> int:
-        steps, self._new_steps = self._new_steps, 0
-        return steps
 
 
 def policy_lag(versions: torch.Tensor, learner_steps: int) -> dict[str, float]:

@@ -145,9 +145,8 @@ def build_parts(flags, links: ServerLinks, connections: list, device: torch.devi
     learner_queue = queue.Queue(maxsize=0 if f.deterministic else queue_size)
     stats = RunStats()
     batcher = InferenceBatcher(f.max_inference_batch_size or f.num_actors, f.inference_batch_timeout_ms / 1000.0)
-    data_source = agent.make_data_source(learner_queue)
-    if device.type == "cuda" and hasattr(data_source, "pin"):
-        data_source.pin = True  # sampled batches in pinned memory: the copy to the GPU is async
+    # (a replay's batches sampled ahead in pinned memory: the copy to the GPU is async)
+    data_source = agent.make_data_source(learner_queue, pin=device.type == "cuda")
     checkpoints.restore_data_source(data_source)
     learner = Learner(
         f, agent, Weights(model, optimizer, scheduler, inference_model, inference_lock), data_source, device, stop,

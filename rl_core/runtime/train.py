@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from rl_core import checkpoint
+from rl_core.agents import agent_traits
 from rl_core.errors import CheckpointWriteError, RunFailure, UserError
 from rl_core.run_dir import open_run_dir, put_back_meta, read_meta
 from rl_core.run_log import RunLog, setup_logging
@@ -156,9 +157,7 @@ class Training:
         else:
             announce_rank(self.group, self.device, f, self.global_flags)
         set_torch_threads(f, self.device)
-        from rl_core.agents import REPLAY
-
-        announce_sizing(self.global_flags, self.sizing, self.global_flags.agent in REPLAY)
+        announce_sizing(self.global_flags, self.sizing, agent_traits(self.global_flags).replays)
 
     def _train(self) -> Outcome:
         """Train until done, stopped or failed, then shut down (the final checkpoint on rank 0)."""

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rl_core.errors import UserError
+from rl_core.errors import Stopped, UserError
 
 MAGIC = b"PB"
 VERSION = 1
@@ -84,10 +84,6 @@ class AuthenticationFailed(ProtocolError):
 
 class ConnectionClosed(Exception):
     """The peer closed the connection at a message boundary."""
-
-
-class Stopped(Exception):
-    """A wait was abandoned because the caller's stop event was set."""
 
 
 # ---------------------------------------------------------------- addresses

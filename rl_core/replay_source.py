@@ -38,10 +38,9 @@ import numpy as np
 import torch
 
 from rl_core import checkpoint, frame_stacks
-from rl_core.errors import RunFailure, UserError
+from rl_core.errors import RunFailure, Stopped, UserError
 from rl_core.replay import PrioritizedReplay
-from rl_core.runtime.learner import POLICY_VERSION
-from rl_core.runtime.transport import Stopped
+from rl_core.unroll_batcher import POLICY_VERSION
 
 log = logging.getLogger("replay")
 
@@ -54,10 +53,11 @@ class ReplaySource:
     def __init__(self, learner_queue: queue.Queue, flags, stride: int, seed: int = 0, *,
                  capacity: int | None = None, min_size: int | None = None, trained_per_batch: int | None = None,
                  priority_exponent: float | None = None, importance_sampling_exponent: float | None = None,
-                 window: int | None = None, unit: tuple[str, int] = ("sequences", 1)):
+                 window: int | None = None, unit: tuple[str, int] = ("sequences", 1), pin: bool = False):
         """Sizes in sequences and exponents default to R2D2's flags; ``trained_per_batch`` (steps
         trained per batch, for the replay ratio) to batch_size x unroll_length; ``unit``: what
-        --replay_buffer_size counts and how many of those a sequence holds, for the log."""
+        --replay_buffer_size counts and how many of those a sequence holds, for the log; ``pin``: batches
+        sampled ahead into pinned memory (a learner on CUDA: an async copy)."""
         self.queue = learner_queue
         self.flags = flags
         self.batch_size = flags.batch_size
@@ -83,7 +83,7 @@ class ReplaySource:
         # Batches sampled ahead by the prefetch thread (sampling and batch assembly are off the learner
         # thread's critical path); pinned when the learner is on CUDA (``pin``), for an async copy.
         self.prefetched: queue.Queue = queue.Queue(maxsize=PREFETCH)
-        self.pin = False
+        self.pin = pin
         self._prefetching = False  # without the thread (a test driving the source), next_batch samples
         self._versions = True  # False once a replay.tar saved without POLICY_VERSION is restored
 
