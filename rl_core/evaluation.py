@@ -35,6 +35,7 @@ import numpy as np
 import torch
 
 from rl_core import seen_sets
+from rl_core.env_spec import ActionSpace, DiscreteActions, EnvSpec, Observation
 from rl_core.runtime.env_server import env_seed
 
 log = logging.getLogger("evaluation")
@@ -140,7 +141,9 @@ def play(
         if agent is None:
             from rl_core.agents.impala import ImpalaAgent
 
-            agent = ImpalaAgent(None, {"action": {"kind": "discrete", "n": model.num_actions}})
+            first = np.asarray(obs[0])
+            spec = EnvSpec(Observation(first.shape, first.dtype.str), DiscreteActions(model.num_actions))
+            agent = ImpalaAgent(None, spec)
         reward = np.zeros(n, np.float32)
         done = np.ones(n, np.bool_)
         action_shape, action_dtype = action_field(agent.spec)
@@ -173,7 +176,7 @@ def play(
             for i, env in enumerate(envs):
                 if not active[i]:
                     continue
-                o, r, terminated, truncated, info = env.step(step_action(actions[i], agent.spec["action"]))
+                o, r, terminated, truncated, info = env.step(step_action(actions[i], agent.spec.action))
                 d = bool(terminated or truncated)
                 ep_return[i] += r
                 ep_length[i] += 1
@@ -230,14 +233,11 @@ def validate(model, env_pkg, flags, device="cpu", record_frames: list | None = N
     return {"mean_return": float(np.mean(means)), "episodes": played, "tasks": tasks}
 
 
-def step_action(action: np.ndarray, action_spec: dict):
+def step_action(action: np.ndarray, space: ActionSpace):
     """What env.step takes: an int for discrete actions, a box action clipped to the bounds."""
-    if action_spec["kind"] == "discrete":
+    if isinstance(space, DiscreteActions):
         return int(action)
-    shape = tuple(action_spec["shape"])
-    low = np.asarray(action_spec["low"], np.float32).reshape(shape)
-    high = np.asarray(action_spec["high"], np.float32).reshape(shape)
-    return np.clip(action, low, high)
+    return np.clip(action, *space.bounds())
 
 
 def summarize(returns: list[float]) -> dict:

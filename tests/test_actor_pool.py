@@ -283,7 +283,7 @@ def test_handshake_reset_by_a_dying_server_is_retried(tmp_path):
     client.join(20)
     stop.set()
     assert "error" not in result, result.get("error")
-    assert result["spec"]["num_envs"] == 2
+    assert result["spec"].num_envs == 2
     result["conn"].close()
 
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # flags are parsed in env servers too, which never import torch
     from rl_core.agents.base import Agent
+    from rl_core.env_spec import EnvSpec
 
 ON_POLICY = ("vpg", "ppo", "awr", "vmpo", "vtrace")
 REPLAY = ("r2d2", "sac")
@@ -31,17 +32,17 @@ def agents_for(action_kind: str, rnd: bool = False) -> list[str]:
     return [name for name in AGENTS if action_kind in ACTION_KINDS[name] and not (rnd and name in REPLAY)]
 
 
-def check_action_space(flags, spec: dict) -> None:
+def check_action_space(flags, spec: EnvSpec) -> None:
     """One line naming every agent that fits when ``--agent`` does not take the env's action space."""
     from rl_core.errors import UserError
 
-    name, action = getattr(flags, "agent", "impala"), spec["action"]
-    if action["kind"] in ACTION_KINDS.get(name, (action["kind"],)):
+    name, action = getattr(flags, "agent", "impala"), spec.action
+    if action.kind in ACTION_KINDS.get(name, (action.kind,)):
         return
     rnd = bool(getattr(flags, "rnd", False))
-    fits = agents_for(action["kind"], rnd)
+    fits = agents_for(action.kind, rnd)
     takes = " or ".join(ACTION_KINDS[name])
-    has = "discrete actions" if action["kind"] == "discrete" else f"a Box action space of shape {list(action['shape'])}"
+    has = "discrete actions" if spec.discrete else f"a Box action space of shape {list(action.shape)}"
     choices = ", ".join(fits[:-1]) + f" or {fits[-1]}" if len(fits) > 1 else fits[0]
     raise UserError(f"--agent {name} takes {takes} actions; this env has {has}: use --agent {choices}"
                     + (" (with --rnd)" if rnd else ""))
@@ -100,7 +101,7 @@ def published_defaults(name: str) -> dict:
     return dict({"r2d2": R2D2_DEFAULTS, "sac": SAC_DEFAULTS}.get(name, {}))
 
 
-def make_agent(flags, spec: dict) -> Agent:
+def make_agent(flags, spec: EnvSpec) -> Agent:
     check_action_space(flags, spec)  # every agent, from ACTION_KINDS: one line naming the agents that fit
     agent = _make_agent(flags, spec)
     if getattr(flags, "rnd", False):
@@ -110,7 +111,7 @@ def make_agent(flags, spec: dict) -> Agent:
     return agent
 
 
-def _make_agent(flags, spec: dict) -> Agent:
+def _make_agent(flags, spec: EnvSpec) -> Agent:
     name = getattr(flags, "agent", "impala")
     if name == "impala":
         from rl_core.agents.impala import ImpalaAgent
