@@ -101,6 +101,19 @@ def published_defaults(name: str) -> dict:
     return dict({"r2d2": R2D2_DEFAULTS, "sac": SAC_DEFAULTS}.get(name, {}))
 
 
+def on_policy_defaults(agent: str, ppo: dict, ppo_only: tuple[str, ...] = (), vtrace_advantages: bool = True) -> dict:
+    """A package's defaults for an on-policy ``agent`` from its PPO defaults ``ppo``: PPO takes them; vpg, awr,
+    vmpo and vtrace take them less ``ppo_only`` with one pass per batch (vtrace: V-trace advantages, unless
+    ``vtrace_advantages`` is False); any other agent: none."""
+    if agent == "ppo":
+        return dict(ppo)
+    if agent not in ON_POLICY:
+        return {}
+    variant = {k: v for k, v in ppo.items() if k not in ppo_only}
+    return dict(variant, num_epochs=1, num_minibatches=1,
+                **({"advantage": "vtrace"} if agent == "vtrace" and vtrace_advantages else {}))
+
+
 def make_agent(flags, spec: EnvSpec) -> Agent:
     check_action_space(flags, spec)  # every agent, from ACTION_KINDS: one line naming the agents that fit
     agent = _make_agent(flags, spec)
