@@ -25,7 +25,7 @@ T, K = 5, 3
 
 
 def flags(**kw):
-    base = dict(unroll_length=T, connect_timeout=5, max_message_bytes=1 << 20)
+    base = dict(unroll_length=T, connect_timeout=5, max_message_bytes=1 << 20, env_timeout=300.0, num_actors=K)
     base.update(kw)
     return types.SimpleNamespace(**base)
 

@@ -418,7 +418,7 @@ def make_env(flags, seed: int) -> MujocoEnv:
 def make_test_env(flags, seed: int, record: bool = False) -> MujocoEnv:
     """The training env; with ``record``, rendering ``--render_size`` RGB frames for the video."""
     return create_env(_env_name(flags), seed, record=record,
-                      render_size=getattr(flags, "render_size", DEFAULT_RENDER_SIZE))
+                      render_size=flags.render_size)
 
 
 def test_protocol(flags) -> list[dict]:

@@ -126,7 +126,7 @@ class ActorThread:
         self.conn = conn
         self.spec = spec
         self.flags = flags
-        self.env_timeout = float(getattr(flags, "env_timeout", 300.0))
+        self.env_timeout = float(flags.env_timeout)
         self._warned_silent = False
         self.secret = secret
         self.batcher = batcher
@@ -139,7 +139,7 @@ class ActorThread:
         self.fields = {"action": (action_shape, action_dtype), **agent.unroll_fields()}
         self.length, self.stride = agent.sequence()
         env_ids = np.arange(index * self.K, (index + 1) * self.K)
-        self.constant_inputs = agent.actor_inputs(env_ids, getattr(flags, "num_actors", (index + 1) * self.K))
+        self.constant_inputs = agent.actor_inputs(env_ids, flags.num_actors)
 
     # ------------------------------------------------------------ buffers
     def _new_store(self) -> dict[str, np.ndarray]:
