@@ -89,21 +89,21 @@ def _num(x) -> float:
 
 
 # ------------------------------------------------------------------ standalone
-def synthetic_unroll(agent, spec: dict, K: int, rng: np.random.Generator) -> dict:
+def synthetic_unroll(agent, spec, K: int, rng: np.random.Generator) -> dict:
     """An actor's handover as the actor thread stores it (``rl_core.runtime.actor_pool``), filled at random."""
     from rl_core.agents.base import action_field
     from rl_core.unroll_batcher import POLICY_VERSION
 
     L1 = agent.sequence()[0] + 1
-    obs_dtype = np.dtype(spec["obs_dtype"])
-    obs = rng.standard_normal((L1, K, *spec["obs_shape"])) if obs_dtype.kind == "f" else \
-        rng.integers(0, 255, (L1, K, *spec["obs_shape"]))
+    obs_dtype = np.dtype(spec.obs.dtype)
+    obs = rng.standard_normal((L1, K, *spec.obs.shape)) if obs_dtype.kind == "f" else \
+        rng.integers(0, 255, (L1, K, *spec.obs.shape))
     unroll = {"obs": obs.astype(obs_dtype), "reward": rng.standard_normal((L1, K)).astype(np.float32),
               "done": rng.random((L1, K)) < 0.02, "truncated": np.zeros((L1, K), np.bool_),
               POLICY_VERSION: np.zeros((L1, K), np.int32)}
     for name, (shape, dtype) in {"action": action_field(spec), **agent.unroll_fields()}.items():
-        if name == "action" and spec["action"]["kind"] == "discrete":
-            value = rng.integers(0, int(spec["action"]["n"]), (L1, K))
+        if name == "action" and spec.discrete:
+            value = rng.integers(0, spec.num_actions, (L1, K))
         elif name == "action":
             value = rng.uniform(-1, 1, (L1, K, *shape))
         else:  # behaviour fields: zeros (a std: ones)

@@ -58,17 +58,18 @@ import torch
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-ATARI = {"obs_shape": [4, 84, 84], "obs_dtype": "|u1", "action": {"kind": "discrete", "n": 6}}
+from rl_core.env_spec import BoxActions, DiscreteActions, EnvSpec, Observation  # noqa: E402
+
+ATARI = EnvSpec(Observation((4, 84, 84), "|u1"), DiscreteActions(6))
 # name -> (package, argv, env spec): the model each builds with the package's defaults
 MODELS = {
     "AtariNet (atari)": ("torchbeast_atari", [], ATARI),
     "ResNet (atari --model resnet)": ("torchbeast_atari", ["--model", "resnet"], ATARI),
     "MLP (gym CartPole)": ("torchbeast_gym", [],
-                           {"obs_shape": [4], "obs_dtype": "<f4", "action": {"kind": "discrete", "n": 2}}),
+                           EnvSpec(Observation((4,), "<f4"), DiscreteActions(2))),
     "SAC MLPs (gym Pendulum)": ("torchbeast_gym", ["--agent", "sac", "--env", "Pendulum-v1",  # a small replay
                                                    "--replay_buffer_min_size", "1"],  # to time updates on
-                                {"obs_shape": [3], "obs_dtype": "<f4",
-                                 "action": {"kind": "box", "shape": [1], "low": [-2.0], "high": [2.0]}}),
+                                EnvSpec(Observation((3,), "<f4"), BoxActions((1,), (-2.0,), (2.0,)))),
 }
 
 

@@ -24,8 +24,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 def batch_for(agent, spec, T, B, seed=0):
     g = torch.Generator().manual_seed(seed)
-    n = spec["action"]["n"]
-    batch = {"obs": torch.randint(0, 255, (T + 1, B, *spec["obs_shape"]), dtype=torch.uint8, generator=g),
+    n = spec.num_actions
+    batch = {"obs": torch.randint(0, 255, (T + 1, B, *spec.obs.shape), dtype=torch.uint8, generator=g),
              "reward": torch.zeros(T + 1, B), "done": torch.zeros(T + 1, B, dtype=torch.bool),
              "truncated": torch.zeros(T + 1, B, dtype=torch.bool),
              "action": torch.randint(0, n, (T + 1, B), generator=g)}
@@ -40,10 +40,11 @@ def batch_for(agent, spec, T, B, seed=0):
 def update_seconds(argv, repeats):
     import torchbeast_atari.env as atari
     from rl_core.agents import make_agent
+    from rl_core.env_spec import DiscreteActions, EnvSpec, Observation
     from rl_core.runtime.entry import parse_flags
 
     f = parse_flags(atari, argv)
-    spec = {"obs_shape": [4, 84, 84], "obs_dtype": "|u1", "action": {"kind": "discrete", "n": 18}}
+    spec = EnvSpec(Observation((4, 84, 84), "|u1"), DiscreteActions(18))
     agent = make_agent(f, spec)
     torch.manual_seed(0)
     model = agent.build_model()

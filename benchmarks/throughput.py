@@ -91,8 +91,9 @@ def model_flags(model: str, **kw):
 
 def build(setup: Setup, model: str, device: str):
     from models import build_model
+    from rl_core.env_spec import DiscreteActions, EnvSpec, Observation
 
-    spec = {"obs_shape": setup.obs_shape, "obs_dtype": "|u1", "action": {"kind": "discrete", "n": setup.num_actions}}
+    spec = EnvSpec(Observation(tuple(setup.obs_shape), "|u1"), DiscreteActions(setup.num_actions))
     flags = model_flags(model, **setup.model_kw)
     return flags, build_model(flags, spec).to(device)
 

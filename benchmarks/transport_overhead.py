@@ -66,6 +66,7 @@ def _serve(kind: str, k: int, path: str) -> None:
 
 
 def through_transport(kind: str, k: int, seconds: float) -> float:
+    from rl_core.env_spec import EnvSpec
     from rl_core.runtime import transport as tp
 
     path = os.path.join(tempfile.mkdtemp(), "bench.0")
@@ -75,7 +76,7 @@ def through_transport(kind: str, k: int, seconds: float) -> float:
         sock = tp.connect(tp.Address("unix", path=path), timeout=60)
         conn = tp.Connection(sock)
         _, hello = conn.recv()
-        n_actions = tp.field_json(hello["spec"])["action"]["n"]
+        n_actions = EnvSpec.from_json(tp.field_json(hello["spec"])).num_actions
         conn.recv()  # the reset step
         rng = np.random.default_rng(0)
         steps, start = 0, time.perf_counter()

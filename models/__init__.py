@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rl_core.env_spec import ActionSpace, DiscreteActions, EnvSpec
 from rl_core.errors import UserError
 
 
@@ -46,16 +47,16 @@ def build_stem(flags, obs_shape: tuple):
     raise UserError(f"observation shape {obs_shape} has no stem: vectors take the MLP, [C, H, W] images the CNNs")
 
 
-def action_size(action: dict) -> int:
+def action_size(action: ActionSpace) -> int:
     """Width of an action: A for discrete actions (fed one-hot), D for a box of shape [D]."""
-    if action["kind"] == "discrete":
-        return int(action["n"])
-    if action["kind"] == "box" and len(action["shape"]) == 1:
-        return int(action["shape"][0])
-    raise UserError(f"action space {action} is not supported: Discrete, or a Box of shape [D]")
+    if isinstance(action, DiscreteActions):
+        return action.n
+    if len(action.shape) == 1:
+        return action.shape[0]
+    raise UserError(f"action space {action.to_json()} is not supported: Discrete, or a Box of shape [D]")
 
 
-def build_model(flags, spec: dict):
+def build_model(flags, spec: EnvSpec):
     """The actor-critic for the env spec: a categorical head for discrete actions, a Gaussian
     one for box actions; observation / value normalizers and orthogonal init if the flags ask."""
     from functools import partial
@@ -64,8 +65,8 @@ def build_model(flags, spec: dict):
     from models.policy import ActorCritic, core_input_size
     from models.recurrent import make_core
 
-    obs_shape = tuple(spec["obs_shape"])
-    action = spec["action"]
+    obs_shape = spec.obs.shape
+    action = spec.action
     n = action_size(action)
     stem = build_stem(flags, obs_shape)
     kind = core_kind(flags)
@@ -79,7 +80,7 @@ def build_model(flags, spec: dict):
     if flags.value_net == "separate" and kind is None and len(obs_shape) == 1:
         value_stem = build_stem(flags, obs_shape)
     head = None
-    if action["kind"] == "box":
+    if not spec.discrete:
         head = partial(GaussianHead, action_dim=n, std_kind=flags.std_kind,
                        min_std=flags.min_std, initial_std=flags.initial_std,
                        state_dependent=flags.state_dependent_std)

@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from models.policy import ActorCritic
+from rl_core.env_spec import EnvSpec
 
 
 class DuelingHead(nn.Module):
@@ -74,13 +75,13 @@ class QNetwork(ActorCritic):
         return {"q_values": self.q_head(x)}, state
 
 
-def build_q_network(flags, spec: dict) -> QNetwork:
+def build_q_network(flags, spec: EnvSpec) -> QNetwork:
     from models import action_size, build_stem, core_kind
     from models.policy import core_input_size
     from models.recurrent import make_core
 
-    n = action_size(spec["action"])
-    stem = build_stem(flags, tuple(spec["obs_shape"]))
+    n = action_size(spec.action)
+    stem = build_stem(flags, spec.obs.shape)
     kind = core_kind(flags)
     last_action_input = not flags.no_last_action
     core = None

@@ -24,6 +24,8 @@ import math
 import torch
 from torch import nn
 
+from rl_core.env_spec import EnvSpec
+
 
 class Torso(nn.Module):
     """obs [N, ...] -> features [N, F]: a CNN stem for images (or nothing), then a ReLU MLP."""
@@ -174,13 +176,13 @@ class SACModel(nn.Module):
         polyak_update(self.target_critics.parameters(), self.critics.parameters(), tau)
 
 
-def build_sac_model(flags, spec: dict) -> SACModel:
+def build_sac_model(flags, spec: EnvSpec) -> SACModel:
     from models import action_size, build_stem
     from models.heads import GaussianHead
 
-    obs_shape = tuple(spec["obs_shape"])
-    action = spec["action"]
-    discrete = action["kind"] == "discrete"
+    obs_shape = spec.obs.shape
+    action = spec.action
+    discrete = spec.discrete
     n = action_size(action)
     hidden = tuple(int(s) for s in str(flags.mlp_sizes).split(",") if s)
     image = len(obs_shape) == 3

@@ -32,6 +32,8 @@ from typing import Optional, Sequence, Tuple, Union
 import torch
 import torch.nn.functional as F
 
+from rl_core.env_spec import ActionSpace, BoxActions, DiscreteActions
+
 # Squashed log_prob(a) inverts a = loc + scale * tanh(u) with u = atanh(y),
 # y = (a - loc) / scale clamped to [-1 + SQUASH_EPS, 1 - SQUASH_EPS].  Actions
 # on (or numerically beyond) the bounds thus get the density of
@@ -297,34 +299,32 @@ def std_from_param(x: torch.Tensor, kind: str = "softplus", min_std: float = 1e-
     raise ValueError(f"std_from_param: unknown kind {kind!r}; use 'softplus' or 'exp'")
 
 
-def make_distribution(action_spec: dict, params: dict, squash: bool = False) -> Union[Categorical, Gaussian]:
-    """The policy's distribution for an action spec.
+def make_distribution(action: ActionSpace, params: dict, squash: bool = False) -> Union[Categorical, Gaussian]:
+    """The policy's distribution for an action space.
 
     Args:
-        action_spec: ``{"kind": "discrete", "n": A}`` or
-            ``{"kind": "box", "shape": [D], "low": [...], "high": [...]}``.
+        action: ``DiscreteActions(A)`` or ``BoxActions((D,), low, high)`` (rl_core/env_spec.py).
         params: ``{"policy_logits": [..., A]}`` for discrete, or
             ``{"policy_mean": [..., D], "policy_std": [..., D]}`` for box.
         squash: tanh-squash the Gaussian into [low, high] (box only; an error
             for a discrete spec).
     """
-    kind = action_spec.get("kind")
-    if kind == "discrete":
+    if isinstance(action, DiscreteActions):
         if squash:
             raise ValueError("squash applies to box (continuous) action spaces only, not to a discrete one")
         logits = params["policy_logits"]
-        n = int(action_spec["n"])
+        n = action.n
         if logits.dim() < 1 or logits.shape[-1] != n:
             raise ValueError(f"policy_logits must be [..., {n}] for a discrete({n}) action space; got {tuple(logits.shape)}")
         return Categorical(logits)
-    if kind == "box":
-        shape = list(action_spec["shape"])
+    if isinstance(action, BoxActions):
+        shape = list(action.shape)
         if len(shape) != 1:
             raise ValueError(f"box action spaces must be 1-D, shape [D]; got shape {shape}")
         mean, std = params["policy_mean"], params["policy_std"]
         dim = int(shape[0])
         if mean.dim() < 1 or mean.shape[-1] != dim:
             raise ValueError(f"policy_mean must be [..., {dim}] for a box of shape [{dim}]; got {tuple(mean.shape)}")
-        # Lists go in as they are: Gaussian checks them on the CPU, then moves them.
-        return Gaussian(mean, std, squash=squash, low=action_spec.get("low"), high=action_spec.get("high"))
-    raise ValueError(f"unknown action spec kind {kind!r}; expected 'discrete' or 'box'")
+        # Sequences go in as they are: Gaussian checks them on the CPU, then moves them.
+        return Gaussian(mean, std, squash=squash, low=action.low, high=action.high)
+    raise ValueError(f"unknown action space {action!r}; expected DiscreteActions or BoxActions")

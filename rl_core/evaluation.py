@@ -1,6 +1,6 @@
 """Playing whole episodes with a frozen model: validation, the final test, eval-only runs.
 
-An environment package may define:
+``env_pkg`` is an ``EnvPackage`` (rl_core/env_package.py); its package may define:
 
 * ``test_protocol(flags) -> list[dict]``: the runs of its final test, each
   ``{"name", "episodes", "group", "overrides"}`` (``overrides``: flag values for
@@ -35,6 +35,8 @@ import numpy as np
 import torch
 
 from rl_core import seen_sets
+from rl_core.env_package import EnvPackage
+from rl_core.env_spec import ActionSpace, DiscreteActions, EnvSpec, Observation
 from rl_core.runtime.env_server import env_seed
 
 log = logging.getLogger("evaluation")
@@ -51,18 +53,14 @@ def test_seeds(flags, run_index: int) -> list[int]:
     return [env_seed(flags.seed, TEST_SEED_OFFSET + run_index, slot) for slot in range(flags.test_num_envs)]
 
 
-def default_protocol(flags) -> list[dict]:
-    return [{"name": "test", "episodes": 100, "group": "test", "overrides": {}}]
-
-
 def set_of(run: dict) -> str:
     """The set of levels a final-test run belongs to (its name, unless it is one task of a set)."""
     return run.get("set", run["name"])
 
 
-def protocol(env_pkg, flags) -> list[dict]:
+def protocol(env_pkg: EnvPackage, flags) -> list[dict]:
     """The package's final-test runs, with --test_runs (sets per group) / --test_episodes (per run) applied."""
-    runs = getattr(env_pkg, "test_protocol", default_protocol)(flags)
+    runs = env_pkg.test_protocol(flags)
     if flags.test_runs:
         kept: dict[str, list[str]] = {}
         for run in runs:
@@ -75,20 +73,16 @@ def protocol(env_pkg, flags) -> list[dict]:
     return runs
 
 
-def validation_runs(env_pkg, flags) -> list[dict]:
+def validation_runs(env_pkg: EnvPackage, flags) -> list[dict]:
     """The validation's runs: the package's ``validation_protocol``, else --valid_num_episodes on the training envs."""
-    if hasattr(env_pkg, "validation_protocol"):
-        return env_pkg.validation_protocol(flags)
-    return [{"name": "valid", "episodes": flags.valid_num_episodes, "overrides": {}}]
+    return env_pkg.validation_protocol(flags)
 
 
-def make_test_env_fn(env_pkg, flags, overrides: dict, record: bool) -> Callable[[int], object]:
+def make_test_env_fn(env_pkg: EnvPackage, flags, overrides: dict, record: bool) -> Callable[[int], object]:
     run_flags = copy.copy(flags)
     for key, value in overrides.items():
         setattr(run_flags, key, value)
-    if hasattr(env_pkg, "make_test_env"):
-        return lambda seed: env_pkg.make_test_env(run_flags, seed, record=record)
-    return lambda seed: env_pkg.make_env(run_flags, seed)
+    return lambda seed: env_pkg.make_test_env(run_flags, seed, record=record)
 
 
 def frame_of(env, obs) -> np.ndarray | None:
@@ -140,7 +134,9 @@ def play(
         if agent is None:
             from rl_core.agents.impala import ImpalaAgent
 
-            agent = ImpalaAgent(None, {"action": {"kind": "discrete", "n": model.num_actions}})
+            first = np.asarray(obs[0])
+            spec = EnvSpec(Observation(first.shape, first.dtype.str), DiscreteActions(model.num_actions))
+            agent = ImpalaAgent(None, spec)
         reward = np.zeros(n, np.float32)
         done = np.ones(n, np.bool_)
         action_shape, action_dtype = action_field(agent.spec)
@@ -173,7 +169,7 @@ def play(
             for i, env in enumerate(envs):
                 if not active[i]:
                     continue
-                o, r, terminated, truncated, info = env.step(step_action(actions[i], agent.spec["action"]))
+                o, r, terminated, truncated, info = env.step(step_action(actions[i], agent.spec.action))
                 d = bool(terminated or truncated)
                 ep_return[i] += r
                 ep_length[i] += 1
@@ -230,14 +226,11 @@ def validate(model, env_pkg, flags, device="cpu", record_frames: list | None = N
     return {"mean_return": float(np.mean(means)), "episodes": played, "tasks": tasks}
 
 
-def step_action(action: np.ndarray, action_spec: dict):
+def step_action(action: np.ndarray, space: ActionSpace):
     """What env.step takes: an int for discrete actions, a box action clipped to the bounds."""
-    if action_spec["kind"] == "discrete":
+    if isinstance(space, DiscreteActions):
         return int(action)
-    shape = tuple(action_spec["shape"])
-    low = np.asarray(action_spec["low"], np.float32).reshape(shape)
-    high = np.asarray(action_spec["high"], np.float32).reshape(shape)
-    return np.clip(action, low, high)
+    return np.clip(action, *space.bounds())
 
 
 def summarize(returns: list[float]) -> dict:

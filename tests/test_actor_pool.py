@@ -26,7 +26,7 @@ T, K = 5, 3
 
 
 def flags(**kw):
-    base = dict(unroll_length=T, connect_timeout=5, max_message_bytes=1 << 20)
+    base = dict(unroll_length=T, connect_timeout=5, max_message_bytes=1 << 20, env_timeout=300.0, num_actors=K)
     base.update(kw)
     return types.SimpleNamespace(**base)
 
@@ -284,7 +284,7 @@ def test_handshake_reset_by_a_dying_server_is_retried(tmp_path):
     client.join(20)
     stop.set()
     assert "error" not in result, result.get("error")
-    assert result["spec"]["num_envs"] == 2
+    assert result["spec"].num_envs == 2
     result["conn"].close()
 
 

@@ -11,12 +11,12 @@ import torch
 from torch.nn import functional as F
 
 from rl_core.agents import make_agent
+from rl_core.env_spec import BoxActions, DiscreteActions, EnvSpec, Observation
 from rl_core.flags import make_parser
 
 T, B = 6, 5
-DISCRETE = {"obs_shape": [4], "obs_dtype": "<f4", "action": {"kind": "discrete", "n": 3}}
-BOX = {"obs_shape": [3], "obs_dtype": "<f4",
-       "action": {"kind": "box", "shape": [2], "low": [-1.0, -2.0], "high": [1.0, 2.0]}}
+DISCRETE = EnvSpec(Observation((4,), "<f4"), DiscreteActions(3))
+BOX = EnvSpec(Observation((3,), "<f4"), BoxActions((2,), (-1.0, -2.0), (1.0, 2.0)))
 
 
 def flags(*args):
@@ -26,11 +26,11 @@ def flags(*args):
 def random_batch(spec, agent, model, seed=0, truncate=True):
     """A [T+1, B] batch as the actor pool stores it: behaviour fields from a perturbed policy."""
     g = torch.Generator().manual_seed(seed)
-    obs = torch.randn(T + 1, B, *spec["obs_shape"], generator=g)
+    obs = torch.randn(T + 1, B, *spec.obs.shape, generator=g)
     done = torch.rand(T + 1, B, generator=g) < 0.2
     truncated = done & (torch.rand(T + 1, B, generator=g) < 0.5) if truncate else torch.zeros_like(done)
     batch = {"obs": obs, "reward": 3 * torch.randn(T + 1, B, generator=g), "done": done, "truncated": truncated}
-    if spec["action"]["kind"] == "discrete":
+    if spec.discrete:
         batch["action"] = torch.randint(0, 3, (T + 1, B), generator=g)
         logits = torch.randn(T + 1, B, 3, generator=g)
         batch["policy_logits"] = logits
@@ -232,18 +232,16 @@ def test_each_package_builds_and_updates_its_default_model_for_each_agent(packag
     if package == "torchbeast_mujoco" and agent_name == "impala":
         pytest.skip("IMPALA takes discrete actions")
     f = parse_flags(pkg, [f"--agent={agent_name}", "--unroll_length=3", "--batch_size=2", "--num_minibatches=2"])
-    spec = {"torchbeast_atari": {"obs_shape": [4, 84, 84], "obs_dtype": "|u1", "action": {"kind": "discrete", "n": 6}},
-            "torchbeast_procgen": {"obs_shape": [3, 64, 64], "obs_dtype": "|u1",
-                                   "action": {"kind": "discrete", "n": 15}},
-            "torchbeast_football": {"obs_shape": [16, 72, 96], "obs_dtype": "|u1",
-                                    "action": {"kind": "discrete", "n": 19}},
+    spec = {"torchbeast_atari": EnvSpec(Observation((4, 84, 84), "|u1"), DiscreteActions(6)),
+            "torchbeast_procgen": EnvSpec(Observation((3, 64, 64), "|u1"), DiscreteActions(15)),
+            "torchbeast_football": EnvSpec(Observation((16, 72, 96), "|u1"), DiscreteActions(19)),
             "torchbeast_gym": DISCRETE, "torchbeast_mujoco": BOX}[package]
     agent = make_agent(f, spec)
     model = agent.build_model()
     optimizer, _ = agent.make_optimizer(model)
     T1, B2 = 4, 2
-    obs = (torch.randint(0, 255, (T1, B2, *spec["obs_shape"]), dtype=torch.uint8) if spec["obs_dtype"] == "|u1"
-           else torch.randn(T1, B2, *spec["obs_shape"]))
+    obs = (torch.randint(0, 255, (T1, B2, *spec.obs.shape), dtype=torch.uint8) if spec.obs.dtype == "|u1"
+           else torch.randn(T1, B2, *spec.obs.shape))
     inputs = {"obs": obs, "reward": torch.zeros(T1, B2), "done": torch.zeros(T1, B2, dtype=torch.bool),
               "last_action": torch.zeros((T1, B2, 2) if spec is BOX else (T1, B2), dtype=torch.float32 if spec is BOX
                                          else torch.int64)}
@@ -319,9 +317,8 @@ def test_each_package_builds_and_updates_r2d2_with_its_defaults(package, core):
     args = ["--agent=r2d2", "--unroll_length=3", "--burn_in=2", "--batch_size=2", "--replay_buffer_min_size=2",
             "--hidden_size=16", "--dueling_hidden_size=16", *([core] if core else [])]
     f = parse_flags(pkg, args)
-    spec = {"torchbeast_atari": {"obs_shape": [4, 84, 84], "obs_dtype": "|u1", "action": {"kind": "discrete", "n": 6}},
-            "torchbeast_procgen": {"obs_shape": [3, 64, 64], "obs_dtype": "|u1",
-                                   "action": {"kind": "discrete", "n": 15}},
+    spec = {"torchbeast_atari": EnvSpec(Observation((4, 84, 84), "|u1"), DiscreteActions(6)),
+            "torchbeast_procgen": EnvSpec(Observation((3, 64, 64), "|u1"), DiscreteActions(15)),
             "torchbeast_gym": DISCRETE, "torchbeast_mujoco": BOX}[package]
     if package == "torchbeast_mujoco":  # refused when the agent is made, before any model is built
         with pytest.raises(UserError, match="discrete actions"):
@@ -332,8 +329,8 @@ def test_each_package_builds_and_updates_r2d2_with_its_defaults(package, core):
     model = agent.build_model()
     optimizer, _ = agent.make_optimizer(model)
     T1, B2 = 6, 2
-    obs = (torch.randint(0, 255, (T1, B2, *spec["obs_shape"]), dtype=torch.uint8) if spec["obs_dtype"] == "|u1"
-           else torch.randn(T1, B2, *spec["obs_shape"]))
+    obs = (torch.randint(0, 255, (T1, B2, *spec.obs.shape), dtype=torch.uint8) if spec.obs.dtype == "|u1"
+           else torch.randn(T1, B2, *spec.obs.shape))
     done = torch.zeros(T1, B2, dtype=torch.bool)
     inputs = {"obs": obs[:1], "reward": torch.zeros(1, B2), "done": done[:1],
               "last_action": torch.zeros(1, B2, dtype=torch.int64), "epsilon": torch.full((1, B2), 0.5)}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -9,6 +10,7 @@ import pytest
 import torch
 
 from rl_core import distributions as D
+from rl_core.env_spec import BoxActions, DiscreteActions, action_space_from_json
 
 
 def _softmax_row(row):
@@ -270,14 +272,14 @@ def test_std_from_param_min_std_and_range():
 
 def test_make_distribution():
     logits = torch.zeros(3, 2, 5)
-    dist = D.make_distribution({"kind": "discrete", "n": 5}, {"policy_logits": logits})
+    dist = D.make_distribution(DiscreteActions(5), {"policy_logits": logits})
     assert isinstance(dist, D.Categorical) and dist.sample().shape == (3, 2)
     with pytest.raises(ValueError):
-        D.make_distribution({"kind": "discrete", "n": 4}, {"policy_logits": logits})
+        D.make_distribution(DiscreteActions(4), {"policy_logits": logits})
     with pytest.raises(ValueError):
-        D.make_distribution({"kind": "discrete", "n": 5}, {"policy_logits": logits}, squash=True)
+        D.make_distribution(DiscreteActions(5), {"policy_logits": logits}, squash=True)
 
-    spec = {"kind": "box", "shape": [2], "low": [-1.0, 0.0], "high": [1.0, 4.0]}
+    spec = BoxActions((2,), (-1.0, 0.0), (1.0, 4.0))
     params = {"policy_mean": torch.zeros(3, 2, 2, dtype=torch.float64), "policy_std": torch.ones(3, 2, 2)}
     for squash in (False, True):
         dist = D.make_distribution(spec, params, squash=squash)
@@ -286,11 +288,11 @@ def test_make_distribution():
         assert dist.low.device == params["policy_mean"].device
         assert torch.equal(dist.high, torch.tensor([1.0, 4.0], dtype=torch.float64))
         assert dist.sample().shape == (3, 2, 2) and dist.log_prob(dist.sample()).shape == (3, 2)
-    unbounded = dict(spec, low=[-math.inf, 0.0], high=[math.inf, 4.0])
+    unbounded = dataclasses.replace(spec, low=(-math.inf, 0.0), high=(math.inf, 4.0))
     assert not D.make_distribution(unbounded, params).squash
     with pytest.raises(ValueError):
         D.make_distribution(unbounded, params, squash=True)
     with pytest.raises(ValueError):
-        D.make_distribution(dict(spec, shape=[3]), params)
+        D.make_distribution(dataclasses.replace(spec, shape=(3,)), params)
     with pytest.raises(ValueError):
-        D.make_distribution({"kind": "multi_binary"}, params)
+        D.make_distribution(action_space_from_json({"kind": "multi_binary"}), params)

@@ -277,12 +277,13 @@ def test_the_refusal_with_rnd_names_the_agents_rnd_wraps():
     import pytest
 
     from rl_core.agents import check_action_space
+    from rl_core.env_spec import BoxActions, DiscreteActions, EnvSpec, Observation
     from rl_core.errors import UserError
 
-    box = {"action": {"kind": "box", "shape": [6], "low": [-1.0] * 6, "high": [1.0] * 6}}
+    box = EnvSpec(Observation((17,), "<f4"), BoxActions((6,), (-1.0,) * 6, (1.0,) * 6))
     with pytest.raises(UserError, match=r"^--agent impala takes discrete actions; this env has a Box action space "
                                         r"of shape \[6\]: use --agent vpg, ppo, awr, vmpo or vtrace \(with --rnd\)$"):
         check_action_space(types.SimpleNamespace(agent="impala", rnd=True), box)
     for agent in ("ppo", "sac"):
         check_action_space(types.SimpleNamespace(agent=agent, rnd=False), box)  # they take it
-    check_action_space(types.SimpleNamespace(agent="r2d2", rnd=False), {"action": {"kind": "discrete", "n": 3}})
+    check_action_space(types.SimpleNamespace(agent="r2d2", rnd=False), EnvSpec(Observation((4,), "<f4"), DiscreteActions(3)))

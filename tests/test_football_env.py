@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from rl_core.env_spec import DiscreteActions, EnvSpec, Observation
 from rl_core.errors import UserError
 from rl_core.runtime.entry import parse_flags
 from tests.proc_utils import csv_rows, flag_error_line, run
@@ -94,8 +95,7 @@ def test_the_network_is_seeds_four_stage_resnet_sized_from_the_observation():
     from models import build_model
 
     f = flags_of()
-    model = build_model(f, {"obs_shape": list(OBS_SHAPE), "obs_dtype": "|u1",
-                            "action": {"kind": "discrete", "n": NUM_ACTIONS}})
+    model = build_model(f, EnvSpec(Observation(OBS_SHAPE, "|u1"), DiscreteActions(NUM_ACTIONS)))
     assert len(model.stem.stages) == 4
     assert model.stem.conv_out_size == 32 * 5 * 6  # 72 x 96 halved four times (rounding up)
 

@@ -248,11 +248,12 @@ def controller_checkpoint(path, sign=1.0):
     and whose optimizer has learning rate 0, so that training on leaves the weights as they are."""
     from rl_core import checkpoint
     from rl_core.agents import make_agent
+    from rl_core.env_spec import DiscreteActions, EnvSpec, Observation
     from rl_core.runtime.entry import parse_flags
     import torchbeast_gym.env as gym_pkg
 
     flags = parse_flags(gym_pkg, ["--env=CartPole-v1", "--learning_rate=0"])
-    spec = {"obs_shape": [4], "obs_dtype": "<f4", "action": {"kind": "discrete", "n": 2}}
+    spec = EnvSpec(Observation((4,), "<f4"), DiscreteActions(2))
     agent = make_agent(flags, spec)
     model = agent.build_model()
     with torch.no_grad():

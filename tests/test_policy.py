@@ -9,9 +9,10 @@ import pytest
 import torch
 
 from models import build_model
+from rl_core.env_spec import DiscreteActions, EnvSpec, Observation
 from rl_core.flags import make_parser
 
-SPEC = {"obs_shape": [3], "action": {"kind": "discrete", "n": 4}}
+SPEC = EnvSpec(Observation((3,), "<f4"), DiscreteActions(4))
 
 
 def outputs(model, last_action):
@@ -92,7 +93,7 @@ def test_bfloat16_stem_inference_copy(model_flags):
     float32; the copy follows the float32 weights the learner publishes into it."""
     torch.manual_seed(0)
     image = "--value_net=separate" not in model_flags
-    spec = {"obs_shape": [4, 84, 84], "obs_dtype": "|u1", "action": {"kind": "discrete", "n": 6}} if image else SPEC
+    spec = EnvSpec(Observation((4, 84, 84), "|u1"), DiscreteActions(6)) if image else SPEC
     model = build_model(make_parser().parse_args(model_flags), spec)
     inference = copy.deepcopy(model)
     inference.set_stem_dtype(torch.bfloat16)
@@ -103,7 +104,7 @@ def test_bfloat16_stem_inference_copy(model_flags):
     T, B = 3, 2
     obs = (torch.randint(0, 256, (T, B, 4, 84, 84), dtype=torch.uint8) if image else torch.rand(T, B, 3))
     inputs = {"obs": obs, "reward": torch.randn(T, B), "done": torch.tensor([[True, False]] * T),
-              "last_action": torch.randint(0, spec["action"]["n"], (T, B))}
+              "last_action": torch.randint(0, spec.num_actions, (T, B))}
     state = tuple(torch.randn_like(s) for s in model.initial_state(B))
     with torch.no_grad():
         full, full_state = model(inputs, state)

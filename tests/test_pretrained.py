@@ -9,10 +9,11 @@ from models import build_model
 from models.pretrained import apply_flags
 from rl_core import checkpoint
 from rl_core.agents.impala import ImpalaAgent
+from rl_core.env_spec import DiscreteActions, EnvSpec, Observation
 from rl_core.errors import UserError
 from rl_core.flags import make_parser
 
-SPEC = {"obs_shape": [4, 84, 84], "obs_dtype": "|u1", "action": {"kind": "discrete", "n": 6}}
+SPEC = EnvSpec(Observation((4, 84, 84), "|u1"), DiscreteActions(6))
 CORES = {"none": {}, "lstm": {"use_lstm": True}, "elstm": {"use_quasi_lstm": True}, "rtrl": {"use_rtrl": True}}
 
 
@@ -90,7 +91,7 @@ def test_freeze_keeps_exactly_those_weights_fixed(core, freeze_conv, freeze_fc):
 
 def test_bad_uses_are_one_clear_error(tmp_path, pretrained):
     _, path = pretrained
-    mlp_spec = {"obs_shape": [4], "obs_dtype": "<f4", "action": {"kind": "discrete", "n": 2}}
+    mlp_spec = EnvSpec(Observation((4,), "<f4"), DiscreteActions(2))
     with pytest.raises(UserError, match="need an image stem"):
         apply_flags(build_model(flags(), mlp_spec), flags(freeze_conv=True))
     with pytest.raises(UserError, match="does not fit this model"):

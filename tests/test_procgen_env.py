@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 
+from rl_core.env_package import EnvPackage
 from rl_core.errors import UserError
 from rl_core.runtime.entry import parse_flags
 from rl_core.runtime.env_server import env_seed
@@ -313,21 +314,21 @@ def test_multi_task_final_test_plays_every_game_on_every_set(n):
 
     f = flags_of("--multi_env", str(n), "--num_levels", "500")
     games = multi_env_games(n)
-    runs = evaluation.protocol(procgen, f)
+    runs = evaluation.protocol(EnvPackage(procgen), f)
     sets = final_test_level_sets(f)
     assert [(r["set"], r["task"]) for r in runs] == [(s.name, g) for s in sets for g in games]
     assert {r["episodes"] for r in runs} == {200}
     # the env each run builds, for every seed the final test gives it, is the run's game on the set's levels
     for r, run in enumerate(runs):
         level_set = sets[[s.name for s in sets].index(run["set"])]
-        env_fn = evaluation.make_test_env_fn(procgen, f, run["overrides"], record=False)
+        env_fn = evaluation.make_test_env_fn(EnvPackage(procgen), f, run["overrides"], record=False)
         seeds = evaluation.test_seeds(f, r)
         for seed in (seeds[0], seeds[-1]) if n == 16 else seeds:
             assert _built_env_facts(env_fn, seed) == (run["task"], level_set.start_level, level_set.num_levels,
                                                       "hard")
     # --test_runs keeps whole sets (every game of the first set of each group)
     f1 = flags_of("--multi_env", str(n), "--num_levels", "500", "--test_runs", "1", "--test_episodes", "3")
-    kept = evaluation.protocol(procgen, f1)
+    kept = evaluation.protocol(EnvPackage(procgen), f1)
     assert [(r["set"], r["task"], r["episodes"]) for r in kept] == [
         (s, g, 3) for s in ("train", "test_1000") for g in games]
 
@@ -372,10 +373,10 @@ def test_multi_task_validation_plays_every_game_on_the_valid_levels(n, episodes,
             "--valid_distribution_mode", "easy", "--valid_num_episodes", str(episodes), "--test_num_envs", "2"]
     f = flags_of(*argv)
     games = multi_env_games(n)
-    runs = evaluation.validation_runs(procgen, f)
+    runs = evaluation.validation_runs(EnvPackage(procgen), f)
     assert [(r["task"], r["episodes"]) for r in runs] == [(g, each) for g in games]
     for run in runs:
-        env_fn = evaluation.make_test_env_fn(procgen, f, run["overrides"], record=False)
+        env_fn = evaluation.make_test_env_fn(EnvPackage(procgen), f, run["overrides"], record=False)
         for seed in evaluation.test_seeds(f, -1):
             assert _built_env_facts(env_fn, seed) == (run["task"], 5000, 7, "easy")
     if n != 2:
@@ -398,15 +399,16 @@ def test_multi_task_validation_plays_every_game_on_the_valid_levels(n, episodes,
         env.step = observed_step
         return env
 
-    pkg = types.SimpleNamespace(make_env=make_env, make_test_env=make_test_env,
-                                validation_protocol=procgen.validation_protocol)
+    pkg = EnvPackage(types.SimpleNamespace(add_flags=procgen.add_flags, make_env=make_env,
+                                           make_test_env=make_test_env, validation_protocol=procgen.validation_protocol))
     agent, model = _model_for(f)
     result = evaluation.validate(model, pkg, f, agent=agent)
     assert result["episodes"] == n * each and sorted(result["tasks"]) == sorted(games)
     assert levels == {g: each for g in games} and set(made) == set(games)
     assert result["mean_return"] == pytest.approx(np.mean(list(result["tasks"].values())))
     # single task: one run of --valid_num_episodes on the valid levels
-    single = evaluation.validation_runs(procgen, flags_of("--valid_start_level", "9", "--valid_num_episodes", "5"))
+    single = evaluation.validation_runs(EnvPackage(procgen),
+                                        flags_of("--valid_start_level", "9", "--valid_num_episodes", "5"))
     assert single == [{"name": "valid", "episodes": 5, "overrides": {"start_level": 9}}]
 
 

@@ -12,10 +12,11 @@ import pytest
 import torch
 
 from rl_core.agents import make_agent
+from rl_core.env_spec import DiscreteActions, EnvSpec, Observation
 from rl_core.flags import make_parser
 from rl_core.losses import r2d2 as lib
 
-SPEC = {"obs_shape": [4], "obs_dtype": "<f4", "action": {"kind": "discrete", "n": 3}}
+SPEC = EnvSpec(Observation((4,), "<f4"), DiscreteActions(3))
 
 
 def flags(*args):

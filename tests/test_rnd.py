@@ -14,6 +14,7 @@ import torch
 from torch.nn import functional as F
 
 from rl_core.agents import make_agent
+from rl_core.env_spec import BoxActions, DiscreteActions, EnvSpec, Observation
 from rl_core.flags import make_parser
 from rl_core.losses import impala as impala_lib
 from rl_core.losses import rnd as rnd_lib
@@ -501,15 +502,14 @@ def test_gym_ppo_takes_the_tuned_settings_and_with_rnd_those_the_corridor_measur
 
 
 @pytest.mark.parametrize("package, spec, rnd_in", [
-    ("torchbeast_atari", {"obs_shape": [4, 84, 84], "obs_dtype": "|u1", "action": {"kind": "discrete", "n": 18}},
+    ("torchbeast_atari", EnvSpec(Observation((4, 84, 84), "|u1"), DiscreteActions(18)),
      (1, 84, 84)),
-    ("torchbeast_procgen", {"obs_shape": [3, 64, 64], "obs_dtype": "|u1", "action": {"kind": "discrete", "n": 15}},
+    ("torchbeast_procgen", EnvSpec(Observation((3, 64, 64), "|u1"), DiscreteActions(15)),
      (3, 64, 64)),
-    ("torchbeast_football", {"obs_shape": [16, 72, 96], "obs_dtype": "|u1", "action": {"kind": "discrete", "n": 19}},
+    ("torchbeast_football", EnvSpec(Observation((16, 72, 96), "|u1"), DiscreteActions(19)),
      (4, 72, 96)),
     ("torchbeast_gym", DISCRETE, (4,)),
-    ("torchbeast_mujoco", {"obs_shape": [3], "obs_dtype": "<f4",
-                           "action": {"kind": "box", "shape": [2], "low": [-1.0, -2.0], "high": [1.0, 2.0]}}, (3,)),
+    ("torchbeast_mujoco", EnvSpec(Observation((3,), "<f4"), BoxActions((2,), (-1.0, -2.0), (1.0, 2.0))), (3,)),
 ], ids=lambda x: x if isinstance(x, str) else "")
 @pytest.mark.parametrize("agent_name", ["impala", "ppo"])
 def test_every_package_takes_rnd_with_its_defaults(package, spec, rnd_in, agent_name):
@@ -531,9 +531,9 @@ def test_every_package_takes_rnd_with_its_defaults(package, spec, rnd_in, agent_
     assert model.rnd.in_shape == rnd_in
     optimizer, _ = agent.make_optimizer(model)
     T1, B2 = 4, 2
-    obs = (torch.randint(0, 255, (T1, B2, *spec["obs_shape"]), dtype=torch.uint8) if spec["obs_dtype"] == "|u1"
-           else torch.randn(T1, B2, *spec["obs_shape"]))
-    box = spec["action"]["kind"] == "box"
+    obs = (torch.randint(0, 255, (T1, B2, *spec.obs.shape), dtype=torch.uint8) if spec.obs.dtype == "|u1"
+           else torch.randn(T1, B2, *spec.obs.shape))
+    box = not spec.discrete
     inputs = {"obs": obs[:1], "reward": torch.zeros(1, B2), "done": torch.ones(1, B2, dtype=torch.bool),
               "last_action": torch.zeros((1, B2, 2) if box else (1, B2), dtype=torch.float32 if box else torch.int64),
               **agent.actor_inputs(np.arange(B2), B2)}

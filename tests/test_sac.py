@@ -15,12 +15,12 @@ import torch
 from torch import distributions as D
 
 from rl_core.agents import make_agent
+from rl_core.env_spec import BoxActions, DiscreteActions, EnvSpec, Observation
 from rl_core.flags import make_parser
 from rl_core.losses import sac as lib
 
-BOX = {"obs_shape": [3], "obs_dtype": "<f4", "action": {"kind": "box", "shape": [2], "low": [-2.0, -1.0],
-                                                          "high": [2.0, 3.0]}}
-DISCRETE = {"obs_shape": [4], "obs_dtype": "<f4", "action": {"kind": "discrete", "n": 3}}
+BOX = EnvSpec(Observation((3,), "<f4"), BoxActions((2,), (-2.0, -1.0), (2.0, 3.0)))
+DISCRETE = EnvSpec(Observation((4,), "<f4"), DiscreteActions(3))
 
 
 def flags(*args):
@@ -139,11 +139,11 @@ def test_tanh_gaussian_log_prob_matches_torch_distributions():
 
 def batch_of(spec, B=8, seed=0, done=None, truncated=None):
     g = torch.Generator().manual_seed(seed)
-    obs = torch.randn(2, B, *spec["obs_shape"], generator=g)
-    if spec["action"]["kind"] == "discrete":
-        action = torch.randint(0, spec["action"]["n"], (2, B), generator=g)
+    obs = torch.randn(2, B, *spec.obs.shape, generator=g)
+    if spec.discrete:
+        action = torch.randint(0, spec.num_actions, (2, B), generator=g)
     else:
-        action = torch.rand(2, B, spec["action"]["shape"][0], generator=g) * 2 - 1
+        action = torch.rand(2, B, spec.action.shape[0], generator=g) * 2 - 1
     zeros = torch.zeros(2, B, dtype=torch.bool)
     batch = {"obs": obs, "action": action, "reward": torch.randn(2, B, generator=g),
              "done": zeros.clone(), "truncated": zeros.clone()}
@@ -282,7 +282,7 @@ def test_polyak_step_after_each_update_moves_targets_by_tau():
 # ------------------------------------------------------------------ acting
 
 def inputs_for(spec, B):
-    return {"obs": torch.randn(1, B, *spec["obs_shape"]), "reward": torch.zeros(1, B),
+    return {"obs": torch.randn(1, B, *spec.obs.shape), "reward": torch.zeros(1, B),
             "done": torch.zeros(1, B, dtype=torch.bool), "last_action": torch.zeros(1, B, 2)}
 
 

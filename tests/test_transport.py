@@ -405,7 +405,7 @@ def test_a_silent_peer_gives_way_to_a_learner(tmp_path):
     assert squat.recv()[0] == tp.HELLO  # served, then silent
     started = time.monotonic()
     conn, spec = connect_server(address, _learner_flags(120), None)
-    assert spec["num_envs"] == 2 and time.monotonic() - started < 60  # served, not at --connect_timeout 120
+    assert spec.num_envs == 2 and time.monotonic() - started < 60  # served, not at --connect_timeout 120
     conn.close()
     squatter.close()
     stop.set()

@@ -582,12 +582,9 @@ def agent_defaults(agent: str) -> dict:
         from rl_core.agents import SAC_DISCRETE_IMAGE_DEFAULTS
 
         return dict(SAC_DISCRETE_IMAGE_DEFAULTS, replay_frame_stack=True)
-    if agent == "ppo":
-        return dict(PPO_DEFAULTS)
-    if agent in ("vpg", "awr", "vmpo", "vtrace"):
-        return dict(PPO_DEFAULTS, num_epochs=1, num_minibatches=1,
-                    **({"advantage": "vtrace"} if agent == "vtrace" else {}))
-    return {}
+    from rl_core.agents import on_policy_defaults
+
+    return on_policy_defaults(agent, PPO_DEFAULTS)
 
 
 # RND on Atari (Burda et al. 2018, Table 5 and Appendix A; OpenAI's run_atari.py): the environment as

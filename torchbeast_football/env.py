@@ -272,12 +272,9 @@ _PPO_DEFAULTS = {
 def agent_defaults(agent: str) -> dict:
     """Defaults for ``--agent``: IMPALA takes SEED RL's Football V-trace settings (above); PPO
     the gfootball repository's; VPG, AWR, V-MPO and V-trace PPO's with one pass per batch."""
-    if agent == "ppo":
-        return dict(_PPO_DEFAULTS)
-    if agent in ("vpg", "awr", "vmpo", "vtrace"):
-        return dict(_PPO_DEFAULTS, num_epochs=1, num_minibatches=1,
-                    **({"advantage": "vtrace"} if agent == "vtrace" else {}))
-    return dict(_IMPALA_DEFAULTS)
+    from rl_core.agents import ON_POLICY, on_policy_defaults
+
+    return on_policy_defaults(agent, _PPO_DEFAULTS) if agent in ON_POLICY else dict(_IMPALA_DEFAULTS)
 
 
 def add_flags(parser) -> None:

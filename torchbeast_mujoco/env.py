@@ -353,7 +353,9 @@ _PPO_DEFAULTS = {
     "num_minibatches": 32,        # [sh] --batch_size_transitions=64: 2048 / 64 = 32 minibatches per epoch
 }
 
-_ON_POLICY = ("vpg", "awr", "vmpo", "vtrace")
+# What PPO alone takes: the other on-policy agents take the rest, with one pass per batch and (SEED's
+# agent) GAE advantages, V-trace too.
+_PPO_ONLY = ("ppo_clip", "num_epochs", "batch_mode", "num_minibatches")
 
 # SAC: the paper's MuJoCo settings (rl_core.agents.SAC_DEFAULTS: 256 x 256 ReLU networks, batches of
 # 256, one update per env step, 10,000 random steps, no gradient clipping) on 16 envs; 1M steps.
@@ -370,12 +372,12 @@ def agent_defaults(agent: str) -> dict:
     any other agent: the environment's
     defaults only.
     """
-    if agent == "ppo":
-        defaults = _PPO_DEFAULTS
+    from rl_core.agents import ON_POLICY, on_policy_defaults
+
+    if agent in ON_POLICY:
+        defaults = on_policy_defaults(agent, _PPO_DEFAULTS, _PPO_ONLY, vtrace_advantages=False)
     elif agent == "sac":
         defaults = _SAC_DEFAULTS
-    elif agent in _ON_POLICY:
-        defaults = _ON_POLICY_DEFAULTS
     else:
         defaults = _ENV_DEFAULTS
     return {"agent": agent, **defaults}
@@ -419,7 +421,7 @@ def make_env(flags, seed: int) -> MujocoEnv:
 def make_test_env(flags, seed: int, record: bool = False) -> MujocoEnv:
     """The training env; with ``record``, rendering ``--render_size`` RGB frames for the video."""
     return create_env(_env_name(flags), seed, record=record,
-                      render_size=getattr(flags, "render_size", DEFAULT_RENDER_SIZE))
+                      render_size=flags.render_size)
 
 
 def test_protocol(flags) -> list[dict]:

@@ -436,12 +436,9 @@ def agent_defaults(agent: str) -> dict:
         from rl_core.agents import SAC_DISCRETE_IMAGE_DEFAULTS
 
         return dict(SAC_DISCRETE_IMAGE_DEFAULTS)
-    if agent == "ppo":
-        return dict(PPO_DEFAULTS)
-    if agent in ("vpg", "awr", "vmpo", "vtrace"):
-        return dict(PPO_DEFAULTS, num_epochs=1, num_minibatches=1,
-                    **({"advantage": "vtrace"} if agent == "vtrace" else {}))
-    return {}
+    from rl_core.agents import on_policy_defaults
+
+    return on_policy_defaults(agent, PPO_DEFAULTS)
 
 
 def _games(flags) -> tuple[str, ...]:

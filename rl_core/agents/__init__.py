@@ -20,6 +20,7 @@ from rl_core.agents.traits import AgentTraits
 
 if TYPE_CHECKING:  # flags are parsed in env servers too, which never import torch
     from rl_core.agents.base import Agent
+    from rl_core.env_spec import EnvSpec
 
 ON_POLICY = ("vpg", "ppo", "awr", "vmpo", "vtrace")
 REPLAY = ("r2d2", "sac")
@@ -78,17 +79,17 @@ def agents_for(action_kind: str, rnd: bool = False) -> list[str]:
     return [name for name in AGENTS if action_kind in ACTION_KINDS[name] and not (rnd and name in REPLAY)]
 
 
-def check_action_space(flags, spec: dict) -> None:
+def check_action_space(flags, spec: EnvSpec) -> None:
     """One line naming every agent that fits when ``--agent`` does not take the env's action space."""
     from rl_core.errors import UserError
 
-    name, action = flags.agent, spec["action"]
-    if action["kind"] in ACTION_KINDS.get(name, (action["kind"],)):
+    name, action = flags.agent, spec.action
+    if action.kind in ACTION_KINDS.get(name, (action.kind,)):
         return
     rnd = bool(flags.rnd)
-    fits = agents_for(action["kind"], rnd)
+    fits = agents_for(action.kind, rnd)
     takes = " or ".join(ACTION_KINDS[name])
-    has = "discrete actions" if action["kind"] == "discrete" else f"a Box action space of shape {list(action['shape'])}"
+    has = "discrete actions" if spec.discrete else f"a Box action space of shape {list(action.shape)}"
     choices = ", ".join(fits[:-1]) + f" or {fits[-1]}" if len(fits) > 1 else fits[0]
     raise UserError(f"--agent {name} takes {takes} actions; this env has {has}: use --agent {choices}"
                     + (" (with --rnd)" if rnd else ""))
@@ -147,7 +148,20 @@ def published_defaults(name: str) -> dict:
     return dict({"r2d2": R2D2_DEFAULTS, "sac": SAC_DEFAULTS}.get(name, {}))
 
 
-def make_agent(flags, spec: dict) -> Agent:
+def on_policy_defaults(agent: str, ppo: dict, ppo_only: tuple[str, ...] = (), vtrace_advantages: bool = True) -> dict:
+    """A package's defaults for an on-policy ``agent`` from its PPO defaults ``ppo``: PPO takes them; vpg, awr,
+    vmpo and vtrace take them less ``ppo_only`` with one pass per batch (vtrace: V-trace advantages, unless
+    ``vtrace_advantages`` is False); any other agent: none."""
+    if agent == "ppo":
+        return dict(ppo)
+    if agent not in ON_POLICY:
+        return {}
+    variant = {k: v for k, v in ppo.items() if k not in ppo_only}
+    return dict(variant, num_epochs=1, num_minibatches=1,
+                **({"advantage": "vtrace"} if agent == "vtrace" and vtrace_advantages else {}))
+
+
+def make_agent(flags, spec: EnvSpec) -> Agent:
     check_action_space(flags, spec)  # every agent, from ACTION_KINDS: one line naming the agents that fit
     agent = _make_agent(flags, spec)
     if flags.rnd:
@@ -157,7 +171,7 @@ def make_agent(flags, spec: dict) -> Agent:
     return agent
 
 
-def _make_agent(flags, spec: dict) -> Agent:
+def _make_agent(flags, spec: EnvSpec) -> Agent:
     name = flags.agent
     if name == "impala":
         from rl_core.agents.impala import ImpalaAgent

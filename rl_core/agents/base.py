@@ -39,13 +39,14 @@ import numpy as np
 import torch
 from torch import nn
 
+from rl_core.env_spec import EnvSpec
 
-def action_field(spec: dict) -> tuple[tuple, np.dtype]:
+
+def action_field(spec: EnvSpec) -> tuple[tuple, np.dtype]:
     """Per-step shape and dtype of an action: int64 [] for discrete, float32 [D] for a box."""
-    action = spec["action"]
-    if action["kind"] == "discrete":
+    if spec.discrete:
         return (), np.dtype(np.int64)
-    return tuple(action["shape"]), np.dtype(np.float32)
+    return spec.action.shape, np.dtype(np.float32)
 
 
 @dataclass(frozen=True)
@@ -80,7 +81,7 @@ def extrinsic_stream(flags, coef: float = 1.0) -> ValueStream:
 class Agent:
     name = "agent"
 
-    def __init__(self, flags, spec: dict | None = None):
+    def __init__(self, flags, spec: EnvSpec | None = None):
         self.flags = flags
         self.spec = spec
 

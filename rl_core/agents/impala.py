@@ -44,7 +44,7 @@ class ImpalaAgent(Agent):
         self.streams = (extrinsic_stream(flags),) if flags is not None else ()
 
     def unroll_fields(self):
-        n = self.spec["action"]["n"]
+        n = self.spec.num_actions
         fields = {"policy_logits": ((n,), np.dtype(np.float32)), "baseline": ((), np.dtype(np.float32))}
         fields.update({s.value_key: ((), np.dtype(np.float32)) for s in self.streams})
         return fields

@@ -63,7 +63,7 @@ class PolicyGradientAgent(Agent):
         self.batch_explained_variance: dict | None = None  # by value key, from ``transitions``
         self.clip_share = lambda: 1.0  # the share of --ppo_clip in force (--ppo_clip_decay)
         if spec is not None:
-            self.discrete = spec["action"]["kind"] == "discrete"
+            self.discrete = spec.discrete
             self.param_keys = ("policy_logits",) if self.discrete else ("policy_mean", "policy_std")
 
     # ------------------------------------------------------------ model
@@ -90,14 +90,13 @@ class PolicyGradientAgent(Agent):
         return optimizer, scheduler
 
     def distribution(self, params: dict):
-        return make_distribution(self.spec["action"], params, squash=self.flags.squash)
+        return make_distribution(self.spec.action, params, squash=self.flags.squash)
 
     # ----------------------------------------------------------- acting
     def unroll_fields(self):
         f32 = np.dtype(np.float32)
-        action = self.spec["action"]
         if self.discrete:
-            fields = {"policy_logits": ((action["n"],), f32)}
+            fields = {"policy_logits": ((self.spec.num_actions,), f32)}
         else:
             shape, _ = action_field(self.spec)
             fields = {"policy_mean": (shape, f32), "policy_std": (shape, f32)}

@@ -86,7 +86,7 @@ class RNDAgent(Agent):
             nn.init.zeros_(head.bias)
         model.extra_values["int_baseline"] = head
         mlp_sizes = tuple(int(s) for s in str(f.rnd_mlp_sizes).split(",") if s)
-        model.rnd = RND(self.spec["obs_shape"], f.num_actors, channels=f.rnd_channels,
+        model.rnd = RND(self.spec.obs.shape, f.num_actors, channels=f.rnd_channels,
                         feature_size=f.rnd_feature_size, mlp_sizes=mlp_sizes)
         model.learner_only = (*getattr(model, "learner_only", ()), "rnd")
         # Published to the inference copy: set once the random initialisation is over, so that a
@@ -128,11 +128,11 @@ class RNDAgent(Agent):
         return action, extras, state
 
     def random_actions(self, like: torch.Tensor) -> torch.Tensor:
-        spec = self.spec["action"]
-        if spec["kind"] == "discrete":
-            return torch.randint(0, int(spec["n"]), like.shape, device=like.device)
-        low = torch.as_tensor(spec["low"], dtype=like.dtype, device=like.device)
-        high = torch.as_tensor(spec["high"], dtype=like.dtype, device=like.device)
+        action = self.spec.action
+        if self.spec.discrete:
+            return torch.randint(0, action.n, like.shape, device=like.device)
+        low = torch.as_tensor(action.low, dtype=like.dtype, device=like.device)
+        high = torch.as_tensor(action.high, dtype=like.dtype, device=like.device)
         return low + (high - low) * torch.rand_like(like)
 
     # ------------------------------------------------------ data path

@@ -37,19 +37,20 @@ from torch.nn import functional as F
 
 from rl_core.agents.base import Agent
 from rl_core.distributions import Gaussian, make_distribution
+from rl_core.env_spec import ActionSpace, DiscreteActions
 from rl_core.errors import UserError
 from rl_core.losses import sac as sac_lib
 
 log = logging.getLogger("sac")
 
 
-def target_entropy(flags, action: dict) -> float:
+def target_entropy(flags, action: ActionSpace) -> float:
     """H-bar: --target_entropy, else -|A| (box, Haarnoja et al.) or ratio x log|A| (discrete, Christodoulou)."""
     if flags.target_entropy is not None:
         return float(flags.target_entropy)
-    if action["kind"] == "discrete":
-        return flags.target_entropy_ratio * math.log(int(action["n"]))
-    return -float(math.prod(action["shape"]))
+    if isinstance(action, DiscreteActions):
+        return flags.target_entropy_ratio * math.log(action.n)
+    return -float(action.size)
 
 
 class SACAgent(Agent):
@@ -61,8 +62,8 @@ class SACAgent(Agent):
         self.random_steps_left = flags.random_init_steps
         self._bounds: dict = {}  # the box's (low, high) per device
         if spec is not None:
-            self.discrete = spec["action"]["kind"] == "discrete"
-            self.target_entropy = target_entropy(flags, spec["action"])
+            self.discrete = spec.discrete
+            self.target_entropy = target_entropy(flags, spec.action)
 
     # ------------------------------------------------------------ model
     def build_model(self):
@@ -82,13 +83,13 @@ class SACAgent(Agent):
 
     def distribution(self, params: dict):
         if self.discrete:
-            return make_distribution(self.spec["action"], params)
+            return make_distribution(self.spec.action, params)
         mean = params["policy_mean"]
         bounds = self._bounds.get(mean.device)
         if bounds is None:  # checked once (make_distribution), then kept on each device
-            make_distribution(self.spec["action"], params, squash=True)
-            action = self.spec["action"]
-            bounds = tuple(torch.as_tensor(action[k], dtype=torch.float32, device=mean.device) for k in ("low", "high"))
+            make_distribution(self.spec.action, params, squash=True)
+            action = self.spec.action
+            bounds = tuple(torch.as_tensor(b, dtype=torch.float32, device=mean.device) for b in (action.low, action.high))
             self._bounds[mean.device] = bounds
         return Gaussian(mean, params["policy_std"], squash=True, low=bounds[0], high=bounds[1], validate=False)
 
@@ -97,11 +98,11 @@ class SACAgent(Agent):
         return {}
 
     def random_actions(self, shape: torch.Size, device) -> torch.Tensor:
-        action = self.spec["action"]
+        action = self.spec.action
         if self.discrete:
-            return torch.randint(0, int(action["n"]), tuple(shape), device=device)
-        low = torch.as_tensor(action["low"], dtype=torch.float32, device=device)
-        high = torch.as_tensor(action["high"], dtype=torch.float32, device=device)
+            return torch.randint(0, action.n, tuple(shape), device=device)
+        low = torch.as_tensor(action.low, dtype=torch.float32, device=device)
+        high = torch.as_tensor(action.high, dtype=torch.float32, device=device)
         return low + (high - low) * torch.rand(*shape, low.numel(), device=device)
 
     def act(self, model, inputs, state, greedy=False):

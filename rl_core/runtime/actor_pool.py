@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from rl_core.agents.base import action_field
+from rl_core.env_spec import EnvSpec
 from rl_core.errors import EnvServerError, RunFailure, UserError
 from rl_core.runtime import transport as tp
 from rl_core.runtime.batcher import InferenceBatcher
@@ -58,7 +59,7 @@ class _NoAnswer(Exception):
 def connect_server(address: tp.Address, flags, secret: bytes | None, stop=None, on_retry=None):
     """Connect (retrying until --connect_timeout), authenticate over TCP, read HELLO.
 
-    Returns ``(connection, spec)``.
+    Returns ``(connection, EnvSpec)``; a malformed spec is a RunFailure.
     """
     deadline = time.monotonic() + flags.connect_timeout
 
@@ -92,12 +93,16 @@ def connect_server(address: tp.Address, flags, secret: bytes | None, stop=None, 
         if kind != tp.HELLO:
             conn.close()
             raise tp.ProtocolError(f"{address} sent {tp.KINDS[kind]} before HELLO")
-        return conn, tp.field_json(msg["spec"])
+        try:
+            return conn, EnvSpec.from_json(tp.field_json(msg["spec"]))
+        except (ValueError, tp.ProtocolError, KeyError) as e:
+            conn.close()
+            raise RunFailure(f"env server at {address} sent a malformed HELLO: {e}") from None
 
 
-def spec_key(spec: dict) -> tuple:
+def spec_key(spec: EnvSpec) -> tuple:
     """What every server of a run must agree on."""
-    return (tuple(spec["obs_shape"]), spec["obs_dtype"], str(spec["action"]), spec["num_envs"])
+    return (spec.obs, spec.action, spec.num_envs)
 
 
 class ActorThread:
@@ -106,7 +111,7 @@ class ActorThread:
         index: int,
         address: tp.Address,
         conn: tp.Connection,
-        spec: dict,
+        spec: EnvSpec,
         flags,
         secret: bytes | None,
         batcher: InferenceBatcher,
@@ -121,7 +126,7 @@ class ActorThread:
         self.conn = conn
         self.spec = spec
         self.flags = flags
-        self.env_timeout = float(getattr(flags, "env_timeout", 300.0))
+        self.env_timeout = float(flags.env_timeout)
         self._warned_silent = False
         self.secret = secret
         self.batcher = batcher
@@ -129,18 +134,18 @@ class ActorThread:
         self.initial_state_fn = initial_state_fn
         self.stats = stats
         self.stop = stop
-        self.K = spec["num_envs"]
+        self.K = spec.num_envs
         action_shape, action_dtype = action_field(spec)
         self.fields = {"action": (action_shape, action_dtype), **agent.unroll_fields()}
         self.length, self.stride = agent.sequence()
         env_ids = np.arange(index * self.K, (index + 1) * self.K)
-        self.constant_inputs = agent.actor_inputs(env_ids, getattr(flags, "num_actors", (index + 1) * self.K))
+        self.constant_inputs = agent.actor_inputs(env_ids, flags.num_actors)
 
     # ------------------------------------------------------------ buffers
     def _new_store(self) -> dict[str, np.ndarray]:
         T1, K = self.length + 1, self.K
         store = {
-            "obs": np.empty((T1, K, *self.spec["obs_shape"]), np.dtype(self.spec["obs_dtype"])),
+            "obs": np.empty((T1, K, *self.spec.obs.shape), np.dtype(self.spec.obs.dtype)),
             "reward": np.zeros((T1, K), np.float32),
             "done": np.zeros((T1, K), np.bool_),
             "truncated": np.zeros((T1, K), np.bool_),

@@ -1,9 +1,8 @@
 """The three entry points every environment package exposes, written once.
 
-An environment package is a module with ``add_flags(parser)``, optional
-``check_flags(parser, flags)``, and ``make_env(flags, seed) -> gymnasium.Env``;
-its ``polybeast.py``, ``polybeast_env.py`` and ``polybeast_learner.py`` call
-``launcher_main``, ``env_main`` and ``learner_main`` with it.
+An environment package's ``env.py`` (its interface: rl_core/env_package.py) is checked here once and
+wrapped in an ``EnvPackage``; its ``polybeast.py``, ``polybeast_env.py`` and ``polybeast_learner.py``
+call ``launcher_main``, ``env_main`` and ``learner_main`` with it.
 """
 
 from __future__ import annotations
@@ -25,6 +24,7 @@ import sys  # noqa: E402
 import threading  # noqa: E402
 
 from rl_core import flags as flags_lib
+from rl_core.env_package import EnvPackage, env_package
 from rl_core.errors import UserError
 from rl_core.run_log import setup_logging
 from rl_core.runtime import transport as tp
@@ -35,7 +35,7 @@ log = logging.getLogger("entry")
 
 def make_parser(env_pkg, prog=None):
     parser = flags_lib.make_parser(prog)
-    env_pkg.add_flags(parser)
+    env_package(env_pkg).add_flags(parser)
     return parser
 
 
@@ -45,26 +45,23 @@ def apply_agent_defaults(env_pkg, parser, argv) -> None:
     recurrent core, for that (``env_pkg.core_defaults(name, core)``), and with --rnd RND's
     (``rl_core.agents.RND_DEFAULTS``, then ``env_pkg.rnd_defaults(name)``), under the flags given on the
     command line: the agent and core are read first, then their defaults are set."""
+    from models import core_kind
     from rl_core.agents import published_defaults
 
+    env_pkg = env_package(env_pkg)
     # --help is left out here, so that the help printed by the full parse shows these defaults
     known, _ = parser.parse_known_args([a for a in argv if a not in ("-h", "--help")])
     defaults = published_defaults(known.agent)  # the agent's paper, under the package's own
-    if hasattr(env_pkg, "agent_defaults"):
-        defaults.update(env_pkg.agent_defaults(known.agent))
-    if hasattr(env_pkg, "core_defaults"):  # then those of its recurrent core, if any
-        from models import core_kind
-
-        defaults.update(env_pkg.core_defaults(known.agent, core_kind(known)))
-    if getattr(known, "rnd", False):  # then RND's: the paper's, and the package's for RND runs
+    defaults.update(env_pkg.agent_defaults(known.agent))
+    defaults.update(env_pkg.core_defaults(known.agent, core_kind(known)))  # then its recurrent core's, if any
+    if known.rnd:  # then RND's: the paper's, and the package's for RND runs
         from rl_core.agents import RND_DEFAULTS
 
         defaults.update(RND_DEFAULTS)
-        if hasattr(env_pkg, "rnd_defaults"):
-            defaults.update(env_pkg.rnd_defaults(known.agent))
+        defaults.update(env_pkg.rnd_defaults(known.agent))
     unknown = [k for k in defaults if not hasattr(known, k)]
     if unknown:
-        raise ValueError(f"{env_pkg.__name__}.agent_defaults({known.agent!r}) names unknown flags {unknown}")
+        raise ValueError(f"{env_pkg.name}.agent_defaults({known.agent!r}) names unknown flags {unknown}")
     parser.set_defaults(**defaults)
 
 
@@ -83,6 +80,7 @@ def apply_sizing(env_pkg, parser, argv):
     when it started.  Returns the ``Sizing``, or None for --mode test (the checkpoint's flags)."""
     from rl_core import sizing as sizing_lib
 
+    env_pkg = env_package(env_pkg)
     known, _ = parser.parse_known_args([a for a in argv if a not in ("-h", "--help")])
     if known.mode != "train":
         return None
@@ -94,10 +92,10 @@ def apply_sizing(env_pkg, parser, argv):
         from rl_core.runtime.distributed import world_from_environ
         from rl_core.runtime.device import select_device
 
-        games = env_pkg.num_actors_multiple(known) if hasattr(env_pkg, "num_actors_multiple") else 1
+        games = env_pkg.num_actors_multiple(known)
         gpu = select_device(known).type == "cuda"
         world = world_from_environ()
-        envs_per_server = getattr(env_pkg, "ENVS_PER_SERVER", None)
+        envs_per_server = env_pkg.ENVS_PER_SERVER
         if world is None:
             sizing = sizing_lib.size_run(sizing_lib.usable_cores(), gpu, known.agent, envs_per_server,
                                          defaults, given, games)
@@ -185,6 +183,7 @@ def parse_flags(env_pkg, argv=None, prog=None, parser=None):
 def _parse(env_pkg, argv=None, prog=None, parser=None, auto_size=False):
     """``parse_flags``; with ``auto_size`` (the launcher) the flags not given are sized to the machine first:
     ``(flags, Sizing or None)``."""
+    env_pkg = env_package(env_pkg)
     parser = parser or make_parser(env_pkg, prog)
     argv = sys.argv[1:] if argv is None else argv
     apply_agent_defaults(env_pkg, parser, argv)
@@ -192,10 +191,9 @@ def _parse(env_pkg, argv=None, prog=None, parser=None, auto_size=False):
     flags = parser.parse_args(argv)
     from rl_core.flag_ranges import check_ranges
 
-    check_ranges(parser, flags, getattr(env_pkg, "FLAG_RANGES", None))
+    check_ranges(parser, flags, env_pkg.FLAG_RANGES)
     flags_lib.check(parser, flags)
-    if hasattr(env_pkg, "check_flags"):
-        env_pkg.check_flags(parser, flags)
+    env_pkg.check_flags(parser, flags)
     if flags.dry_run:
         print(f"{parser.prog}: configuration")
         for key, value in sorted(vars(flags).items()):
@@ -233,8 +231,9 @@ def _fail(message: str) -> "NoReturn":  # noqa: F821
 
 def env_main(env_pkg, argv=None) -> None:
     """``python -m <pkg>.polybeast_env``: one server with --server_index, else all of them."""
+    env_pkg = _checked(env_pkg)
     argv = sys.argv[1:] if argv is None else argv
-    flags = parse_flags(env_pkg, argv, prog=f"python -m {env_pkg.__package__}.polybeast_env")
+    flags = parse_flags(env_pkg, argv, prog=f"python -m {env_pkg.package}.polybeast_env")
     flags.pipes_basename = flags.pipes_basename or SHARED_BASENAME
     setup_logging(None)
     if flags.server_index is None:
@@ -281,7 +280,7 @@ def _run_all_servers(env_pkg, flags, argv) -> None:
     """Start --num_servers single-server processes and keep them running until signalled."""
     from rl_core.runtime.supervisor import ServerSupervisor
 
-    module = f"{env_pkg.__package__}.polybeast_env"
+    module = f"{env_pkg.package}.polybeast_env"
     # The secret reaches the servers through the environment, not their command line.
     server_argv = _without_flag(argv, "--server_secret")
     supervisor = ServerSupervisor(module, server_argv, flags.num_servers, flags.pipes_basename, flags.server_secret)
@@ -302,8 +301,9 @@ def learner_main(env_pkg, argv=None) -> None:
     """``python -m <pkg>.polybeast_learner``: the learner alone, against running servers."""
     from rl_core.runtime.train import train
 
+    env_pkg = _checked(env_pkg)
     argv = sys.argv[1:] if argv is None else argv
-    parser = make_parser(env_pkg, prog=f"python -m {env_pkg.__package__}.polybeast_learner")
+    parser = make_parser(env_pkg, prog=f"python -m {env_pkg.package}.polybeast_learner")
     flags = parse_flags(env_pkg, argv, parser=parser)
     flags.pipes_basename = flags.pipes_basename or SHARED_BASENAME
     _hide_secrets_from_own_argv()
@@ -316,8 +316,9 @@ def launcher_main(env_pkg, argv=None) -> None:
     from rl_core.runtime.supervisor import ServerSupervisor
     from rl_core.runtime.train import train
 
+    env_pkg = _checked(env_pkg)
     argv = sys.argv[1:] if argv is None else argv
-    parser = make_parser(env_pkg, prog=f"python -m {env_pkg.__package__}.polybeast")
+    parser = make_parser(env_pkg, prog=f"python -m {env_pkg.package}.polybeast")
     flags, sizing = _parse(env_pkg, argv, parser=parser, auto_size=True)
     _hide_secrets_from_own_argv()
     _maybe_test_mode(env_pkg, flags, parser, argv)
@@ -333,7 +334,7 @@ def launcher_main(env_pkg, argv=None) -> None:
               f"{os.path.dirname(os.path.abspath(first.path))} does not exist: create it or choose another")
     if first.kind == "tcp" and not (flags.server_secret or os.environ.get("POLYBEAST_SECRET")):
         flags.server_secret = secrets.token_hex(32)
-    module = f"{env_pkg.__package__}.polybeast_env"
+    module = f"{env_pkg.package}.polybeast_env"
     # The secret reaches the servers through the environment, not their command line; what the
     # launcher sized (not on its command line) is added to theirs.
     server_argv = _without_flag(argv, "--server_secret")
@@ -349,6 +350,14 @@ def launcher_main(env_pkg, argv=None) -> None:
     supervisor = ServerSupervisor(module, server_argv, mine.num_servers, flags.pipes_basename, flags.server_secret,
                                   getattr(mine, "server_offset", 0))
     sys.exit(train(flags, env_pkg, supervisor, sizing))
+
+
+def _checked(env_pkg) -> EnvPackage:
+    """The package checked once, at an entry point: what it lacks ends the process in one line."""
+    try:
+        return env_package(env_pkg)
+    except UserError as e:
+        _fail(str(e))
 
 
 SHARED_BASENAME = "unix:/tmp/polybeast"  # where polybeast_env and polybeast_learner started apart meet

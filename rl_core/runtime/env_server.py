@@ -37,6 +37,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from rl_core.env_spec import DiscreteActions, EnvSpec, Observation, action_space_of
 from rl_core.runtime import transport as tp
 from rl_core.runtime.threads import name_os_thread
 
@@ -48,22 +49,6 @@ ENV_ERROR_EXIT_CODE = 3
 def env_seed(run_seed: int, server_index: int, slot: int) -> int:
     """A distinct, repeatable seed per (run, server, slot)."""
     return int(np.random.SeedSequence([run_seed, server_index, slot]).generate_state(1)[0])
-
-
-def space_spec(space) -> dict:
-    """A JSON description of a gymnasium action space."""
-    from gymnasium import spaces
-
-    if isinstance(space, spaces.Discrete):
-        return {"kind": "discrete", "n": int(space.n)}
-    if isinstance(space, spaces.Box):
-        return {
-            "kind": "box",
-            "shape": list(space.shape),
-            "low": np.asarray(space.low, np.float64).ravel().tolist(),
-            "high": np.asarray(space.high, np.float64).ravel().tolist(),
-        }
-    raise TypeError(f"action space {space} is not supported (Discrete or Box)")
 
 
 class RateLimitedWarning:
@@ -133,7 +118,7 @@ class EnvServer:
         self._first_obs0 = np.asarray(obs)
         self.obs_shape = self._first_obs0.shape
         self.obs_dtype = self._first_obs0.dtype
-        self.action_spec = space_spec(self.envs[0].action_space)
+        self.action_space = action_space_of(self.envs[0].action_space)
         self._listener: socket.socket | None = None
         self.connections_served = 0
         # A peer silent for idle_peer_s while another connection waits is dropped for it.
@@ -149,15 +134,9 @@ class EnvServer:
         self._drop_warning = RateLimitedWarning(10.0)  # malformed handshakes or messages
 
     # ------------------------------------------------------------- spec
-    def spec(self) -> dict:
-        return {
-            "num_envs": self.num_envs,
-            "obs_shape": list(self.obs_shape),
-            "obs_dtype": self.obs_dtype.str,
-            "action": self.action_spec,
-            "server_index": self.server_index,
-            "env_name": self.env_name,
-        }
+    def spec(self) -> EnvSpec:
+        return EnvSpec(Observation(tuple(self.obs_shape), self.obs_dtype.str), self.action_space, self.num_envs,
+                       self.server_index, self.env_name)
 
     # ----------------------------------------------------------- serving
     def serve_forever(self, stop: threading.Event | None = None) -> None:
@@ -256,7 +235,7 @@ class EnvServer:
 
     def _serve(self, conn: tp.Connection, stop) -> None:
         K = self.num_envs
-        conn.send(tp.HELLO, {"spec": tp.json_field(self.spec())})
+        conn.send(tp.HELLO, {"spec": tp.json_field(self.spec().to_json())})
         obs = np.empty((K, *self.obs_shape), self.obs_dtype)
         reward = np.zeros(K, np.float32)
         done = np.ones(K, np.bool_)
@@ -279,14 +258,12 @@ class EnvServer:
             "episode_return": out_return,
         }
         conn.send(tp.STEP, fields)
-        action_spec = self.action_spec
-        if action_spec["kind"] == "discrete":
-            n_actions, action_shape = action_spec["n"], (K,)
+        space = self.action_space
+        if isinstance(space, DiscreteActions):
+            n_actions, action_shape = space.n, (K,)
         else:  # a Gaussian policy's samples are clipped to the bounds here (gymnasium's ClipAction)
-            n_actions, action_shape = None, (K, *action_spec["shape"])
-            shape = tuple(action_spec["shape"])
-            low = np.asarray(action_spec["low"], np.float32).reshape(shape)
-            high = np.asarray(action_spec["high"], np.float32).reshape(shape)
+            n_actions, action_shape = None, (K, *space.shape)
+            low, high = space.bounds()
         while True:
             kind, msg = conn.recv(stop, on_idle=self._drop_if_superseded)
             if kind != tp.ACTION or "action" not in msg:

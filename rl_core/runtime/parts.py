@@ -13,6 +13,7 @@ import torch
 
 from rl_core import evaluation
 from rl_core.agents import make_agent
+from rl_core.env_spec import EnvSpec
 from rl_core.errors import UserError
 from rl_core.runtime import distributed
 from rl_core.runtime import transport as tp
@@ -37,7 +38,7 @@ class ServerLinks:
 
     addresses: list
     secret: bytes | None
-    spec: dict
+    spec: EnvSpec
 
 
 def connect_servers(flags, supervisor, stop: threading.Event, connections: list) -> ServerLinks:
@@ -57,21 +58,21 @@ def connect_servers(flags, supervisor, stop: threading.Event, connections: list)
         specs.append(spec)
     K = f.num_actors // f.num_servers
     for i, spec in enumerate(specs):
-        if spec["num_envs"] != K:
+        if spec.num_envs != K:
             raise UserError(
-                f"env server {offset + i} hosts {spec['num_envs']} envs but --num_actors/--num_servers = {K}: "
+                f"env server {offset + i} hosts {spec.num_envs} envs but --num_actors/--num_servers = {K}: "
                 f"start the servers with the learner's flags"
             )
         if spec_key(spec) != spec_key(specs[0]):
             raise UserError(f"env servers {offset} and {offset + i} host different environments: "
-                            f"{specs[0]} vs {spec}")
+                            f"{specs[0].to_json()} vs {spec.to_json()}")
     return ServerLinks(addresses, secret, specs[0])
 
 
-def check_num_actions(flags, spec: dict) -> None:
+def check_num_actions(flags, spec: EnvSpec) -> None:
     """--num_actions, if given, must be the env's; if not, it is set from the env."""
-    if spec["action"]["kind"] == "discrete":
-        n = spec["action"]["n"]
+    if spec.discrete:
+        n = spec.num_actions
         if flags.num_actions is None:
             flags.num_actions = n
         elif flags.num_actions != n:
@@ -139,7 +140,7 @@ def build_parts(flags, links: ServerLinks, connections: list, device: torch.devi
     if group is None or group.is_writer:  # (rank 0 alone under torchrun: the ranks' models are the same)
         log.info("model on %s: %s", device, model)
 
-    K = spec["num_envs"]
+    K = spec.num_envs
     queue_size = f.max_learner_queue_size or agent.learner_queue_size(K)
     # (--deterministic: the lockstep thread learns from what a round puts in before it acts again)
     learner_queue = queue.Queue(maxsize=0 if f.deterministic else queue_size)

@@ -6,13 +6,12 @@ import datetime
 import logging
 import os
 
-import numpy as np
 import torch
 
 from rl_core import checkpoint, evaluation
+from rl_core.env_spec import EnvSpec
 from rl_core.errors import UserError
 from rl_core.run_log import RunLog, setup_logging
-from rl_core.runtime.env_server import space_spec
 
 log = logging.getLogger("test_mode")
 
@@ -27,10 +26,10 @@ def explicit_dests(parser, argv: list[str]) -> set[str]:
     return given
 
 
-def local_spec(env) -> dict:
+def local_spec(env) -> EnvSpec:
+    """The spec of one local env (its first observation and action space)."""
     obs, _ = env.reset(seed=0)
-    obs = np.asarray(obs)
-    return {"obs_shape": list(obs.shape), "obs_dtype": obs.dtype.str, "action": space_spec(env.action_space)}
+    return EnvSpec.of_env(obs, env.action_space)
 
 
 def evaluate_checkpoint(flags, env_pkg, parser, argv: list[str]) -> int:

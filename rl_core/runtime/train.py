@@ -196,7 +196,7 @@ class Training:
         if f.record_video:
             check_can_record(self.env_pkg, f)
         if self.rundir is not None:
-            self.run_log.write_meta(flags=checkpoint.flags_dict(self.global_flags), env_spec=links.spec)
+            self.run_log.write_meta(flags=checkpoint.flags_dict(self.global_flags), env_spec=links.spec.to_json())
         self.parts = parts = build_parts(f, links, self.connections, self.device, self.checkpoints, self.group,
                                          self.stop)
         if parts.learner.step >= f.total_steps:

@@ -1,0 +1,108 @@
+"""The env package interface: what a package's ``env.py`` must provide, what it may, checked once.
+
+A package (``torchbeast_gym``, ``torchbeast_atari``, ...) hands its ``env.py`` module to the entry
+points (``rl_core/runtime/entry.py``), which wrap it in an :class:`EnvPackage`; the runtime then calls
+the package through that object only, its optional parts answered with the runtime's defaults.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+from typing import Any, Protocol
+
+from rl_core.errors import UserError
+
+
+class EnvPackageModule(Protocol):
+    """What an env package's ``env.py`` must define."""
+
+    def add_flags(self, parser) -> None:
+        """The package's flags and its defaults of the shared ones."""
+
+    def make_env(self, flags, seed: int) -> Any:
+        """A gymnasium env for training, seeded with ``seed``."""
+
+
+REQUIRED = ("add_flags", "make_env")
+# What it may define: functions, and two constants (FLAG_RANGES: flag -> range, checked at parse time;
+# ENVS_PER_SERVER: the envs one server steps when the launcher sizes a run to the machine).
+OPTIONAL_FUNCTIONS = ("agent_defaults", "core_defaults", "rnd_defaults", "num_actors_multiple", "check_flags",
+                      "test_protocol", "validation_protocol", "make_test_env")
+
+
+class EnvPackage:
+    """An env package, checked: its required functions, and its optional ones or their defaults."""
+
+    def __init__(self, module: ModuleType):
+        self.name = name = getattr(module, "__name__", repr(module))
+        missing = [f for f in REQUIRED if not callable(getattr(module, f, None))]
+        if missing:
+            raise UserError(f"env package {name} lacks {' and '.join(missing)}: an env package's env.py defines "
+                            f"add_flags(parser) and make_env(flags, seed) (rl_core/env_package.py)")
+        wrong = [f for f in OPTIONAL_FUNCTIONS if getattr(module, f, None) is not None
+                 and not callable(getattr(module, f))]
+        if wrong:
+            raise UserError(f"env package {name}: {' and '.join(wrong)} must be "
+                            f"{'a function' if len(wrong) == 1 else 'functions'} (rl_core/env_package.py)")
+        self.module = module
+        self.package = getattr(module, "__package__", None) or name  # the package whose polybeast_env module runs a server
+        self.FLAG_RANGES: dict | None = getattr(module, "FLAG_RANGES", None)
+        self.ENVS_PER_SERVER: int | None = getattr(module, "ENVS_PER_SERVER", None)
+        self._optional = {f: getattr(module, f) for f in OPTIONAL_FUNCTIONS if getattr(module, f, None) is not None}
+
+    def __repr__(self) -> str:
+        return f"EnvPackage({self.name})"
+
+    # ------------------------------------------------------------ required
+    def add_flags(self, parser) -> None:
+        self.module.add_flags(parser)
+
+    def make_env(self, flags, seed: int):
+        return self.module.make_env(flags, seed)
+
+    # ------------------------------------------------------------ optional
+    def agent_defaults(self, agent: str) -> dict:
+        """The package's flag defaults for ``--agent``; none without ``agent_defaults``."""
+        fn = self._optional.get("agent_defaults")
+        return dict(fn(agent)) if fn else {}
+
+    def core_defaults(self, agent: str, core: str | None) -> dict:
+        """Its defaults for the agent with a recurrent core (``models.core_kind``; None: feedforward)."""
+        fn = self._optional.get("core_defaults")
+        return dict(fn(agent, core)) if fn else {}
+
+    def rnd_defaults(self, agent: str) -> dict:
+        """Its defaults of ``--rnd`` runs, over the agent's and RND's published ones."""
+        fn = self._optional.get("rnd_defaults")
+        return dict(fn(agent)) if fn else {}
+
+    def num_actors_multiple(self, flags) -> int:
+        """--num_actors must be a multiple of this (1 unless the package says otherwise)."""
+        fn = self._optional.get("num_actors_multiple")
+        return fn(flags) if fn else 1
+
+    def check_flags(self, parser, flags) -> None:
+        """The package's own checks of the parsed flags (it may canonicalise them in place)."""
+        fn = self._optional.get("check_flags")
+        if fn:
+            fn(parser, flags)
+
+    def test_protocol(self, flags) -> list[dict]:
+        """The final test's runs (rl_core/evaluation.py); without ``test_protocol``: 100 episodes."""
+        fn = self._optional.get("test_protocol")
+        return fn(flags) if fn else [{"name": "test", "episodes": 100, "group": "test", "overrides": {}}]
+
+    def validation_protocol(self, flags) -> list[dict]:
+        """The validation's runs; without ``validation_protocol``: --valid_num_episodes on the training envs."""
+        fn = self._optional.get("validation_protocol")
+        return fn(flags) if fn else [{"name": "valid", "episodes": flags.valid_num_episodes, "overrides": {}}]
+
+    def make_test_env(self, flags, seed: int, record: bool = False):
+        """The env for testing; without ``make_test_env``: ``make_env``."""
+        fn = self._optional.get("make_test_env")
+        return fn(flags, seed, record=record) if fn else self.make_env(flags, seed)
+
+
+def env_package(pkg: ModuleType | EnvPackage) -> EnvPackage:
+    """``pkg`` checked and wrapped; an EnvPackage as it is."""
+    return pkg if isinstance(pkg, EnvPackage) else EnvPackage(pkg)
