@@ -8,6 +8,7 @@ import os
 import threading
 
 from rl_core import checkpoint
+from rl_core.agents import STATE_FLAGS, describe_agent
 from rl_core.errors import CheckpointWriteError, UserError
 
 log = logging.getLogger("learner")
@@ -46,17 +47,12 @@ class Checkpoints:
         """A checkpoint resumes only under the agent (and optimizer) that trained it: another one's
         state does not load (or fails at its first step: Adam's 'betas' in RMSprop's state)."""
         f = self.flags
-        keys = [k for k in ("agent", "rnd", "optimizer") if k in saved_flags and hasattr(f, k)]
+        keys = [k for k in STATE_FLAGS if k in saved_flags and hasattr(f, k)]
         differ = [k for k in keys if saved_flags[k] != getattr(f, k)]
         if not differ:
             return
-
-        def describe(values) -> str:
-            text = f"--agent {values.get('agent')}" + (" --rnd" if values.get("rnd") else "")
-            return text + (f" --optimizer {values['optimizer']}" if "optimizer" in differ else "")
-
-        ours = describe({k: getattr(f, k) for k in keys})
-        theirs = describe(saved_flags)
+        ours = describe_agent({k: getattr(f, k) for k in keys}, differ)
+        theirs = describe_agent(saved_flags, differ)
         raise UserError(
             f"{ours} cannot resume run {f.xpid}: its checkpoint {self.path} (step "
             f"{int(self.saved.get('step', 0)):,}) was trained with {theirs}; resume it with {theirs}, or start a new "
