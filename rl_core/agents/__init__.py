@@ -79,17 +79,6 @@ def agents_for(action_kind: str, rnd: bool = False) -> list[str]:
     return [name for name in AGENTS if action_kind in ACTION_KINDS[name] and not (rnd and name in REPLAY)]
 
 
-# The flags that decide what an agent's checkpoint holds: a run resumes only under the values that trained it
-# (another agent's state does not load, or fails at its first step: Adam's 'betas' in RMSprop's state).
-STATE_FLAGS = ("agent", "rnd", "optimizer")
-
-
-def describe_agent(values: dict, differ: list[str]) -> str:
-    """``values``' agent as its flags, for a refused resume (the optimizer where it is among ``differ``)."""
-    text = f"--agent {values.get('agent')}" + (" --rnd" if values.get("rnd") else "")
-    return text + (f" --optimizer {values['optimizer']}" if "optimizer" in differ else "")
-
-
 def check_action_space(flags, spec: EnvSpec) -> None:
     """One line naming every agent that fits when ``--agent`` does not take the env's action space."""
     from rl_core.errors import UserError

@@ -51,8 +51,8 @@ class Checkpoints:
         differ = [k for k in keys if saved_flags[k] != getattr(f, k)]
         if not differ:
             return
-        ours = describe_agent({k: getattr(f, k) for k in keys}, differ)
-        theirs = describe_agent(saved_flags, differ)
+        ours = describe_agent({k: getattr(f, k) for k in keys}, "optimizer" in differ)
+        theirs = describe_agent(saved_flags, "optimizer" in differ)
         raise UserError(
             f"{ours} cannot resume run {f.xpid}: its checkpoint {self.path} (step "
             f"{int(self.saved.get('step', 0)):,}) was trained with {theirs}; resume it with {theirs}, or start a new "
