@@ -24,8 +24,9 @@ class EnvPackageModule(Protocol):
 
 
 REQUIRED = ("add_flags", "make_env")
-# What it may define: functions, and two constants (FLAG_RANGES: flag -> range, checked at parse time;
-# ENVS_PER_SERVER: the envs one server steps when the launcher sizes a run to the machine).
+# What it may define: functions, and three constants (FLAG_RANGES: flag -> range, checked at parse time;
+# ENVS_PER_SERVER: the envs one server process steps when the launcher sizes a run to the machine;
+# SERVER_SPLITS: the --server_splits the sizing gives such a process, where measured to pay).
 OPTIONAL_FUNCTIONS = ("agent_defaults", "core_defaults", "rnd_defaults", "num_actors_multiple", "check_flags",
                       "test_protocol", "validation_protocol", "make_test_env")
 
@@ -48,6 +49,7 @@ class EnvPackage:
         self.package = getattr(module, "__package__", None) or name  # the package whose polybeast_env module runs a server
         self.FLAG_RANGES: dict | None = getattr(module, "FLAG_RANGES", None)
         self.ENVS_PER_SERVER: int | None = getattr(module, "ENVS_PER_SERVER", None)
+        self.SERVER_SPLITS: int = getattr(module, "SERVER_SPLITS", 1)
         self._optional = {f: getattr(module, f) for f in OPTIONAL_FUNCTIONS if getattr(module, f, None) is not None}
 
     def __repr__(self) -> str:

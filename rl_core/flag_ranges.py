@@ -18,7 +18,7 @@ COMMON_RANGES: dict[str, str] = {
     "save_extra_checkpoint": "[0, inf)", "test_runs": "[0, inf)", "test_episodes": "[0, inf)",
     "test_num_envs": "[1, inf)",
     # actors and env servers
-    "num_actors": "[1, inf)", "num_servers": "[1, inf)", "server_index": "[0, inf)",
+    "num_actors": "[1, inf)", "num_servers": "[1, inf)", "server_splits": "[1, inf)", "server_index": "[0, inf)",
     "connect_timeout": "(0, inf)", "env_timeout": "(0, inf)", "max_message_bytes": "[1, inf)", "num_actions": "[1, inf)",
     # learner
     "total_steps": "[1, inf)", "batch_size": "[1, inf)", "unroll_length": "[1, inf)",

@@ -85,7 +85,12 @@ def make_parser(prog: str | None = None) -> argparse.ArgumentParser:
                         "IMPALA's --batch_size) to the machine's cores, its GPU and the agent (rl_core/sizing.py; "
                         "the package's defaults on 2 cores); the run's first lines say what and why.")
     g.add_argument("--num_servers", type=int, default=2, metavar="S",
-                   help="Env server processes; each hosts num_actors/num_servers envs (not given: see --num_actors).")
+                   help="Env servers; each hosts num_actors/num_servers envs over its own connection, in a process of "
+                        "its own, or --server_splits of them to a process (not given: see --num_actors).")
+    g.add_argument("--server_splits", type=int, default=1, metavar="H",
+                   help="Env servers per process, stepped in turn: one steps its envs while the others' actions are "
+                        "in flight (sample-factory's double-buffered sampling); --num_servers / H processes.  Not "
+                        "given, polybeast chooses (rl_core/sizing.py).")
     g.add_argument("--pipes_basename", default=None,
                    help="unix:/path (server i at /path.i) or host:port (server i at port+i). Default: "
                         "polybeast: unix:/tmp/polybeast-<its pid>, its own per run; polybeast_env and "
@@ -184,6 +189,12 @@ def check(parser: argparse.ArgumentParser, flags: argparse.Namespace) -> None:
         )
     if flags.server_index is not None and not 0 <= flags.server_index < flags.num_servers:
         parser.error(f"--server_index {flags.server_index} is not in [0, --num_servers={flags.num_servers})")
+    if flags.num_servers % flags.server_splits:
+        parser.error(f"--num_servers ({flags.num_servers}) must be a multiple of --server_splits "
+                     f"({flags.server_splits}): each process hosts server_splits servers")
+    if flags.server_index is not None and flags.server_index % flags.server_splits:
+        parser.error(f"--server_index {flags.server_index} must be a multiple of --server_splits "
+                     f"({flags.server_splits}): a process hosts the servers from its index on")
     from models import resnet_channels
     from rl_core.errors import UserError
 

@@ -25,6 +25,13 @@ chose as parser defaults, so that explicit flags always win.  The rule:
   step feeds learner updates at --replay_ratio, so its speed is the learner's.  Packages of small envs
   (``torchbeast_gym``, or any package without an ``ENVS_PER_SERVER``) keep their defaults: an env step
   of microseconds gains nothing from more servers, only round trips.
+* On more than 2 cores, the "scaled" agents' server processes step their envs as the package's
+  ``SERVER_SPLITS`` servers in turn (``--server_splits``; sample-factory's double-buffered sampling): one
+  steps while the other's actions make the round trip through central inference, which left each Atari
+  server idle a quarter of the time on the H100 machine.  ``--num_servers`` counts the servers (the
+  learner's connections), so 14 processes x 2 servers of 16 envs = 448 there.  Two processes per core do
+  not do the same: the scheduler runs them side by side, not in turn (``benchmarks/server_overlap.py``).
+  Given --num_servers or --server_splits, the sizing splits nothing.
 * Constraints: ``num_actors`` a multiple of ``num_servers`` and of ``games`` (Procgen's --multi_env);
   IMPALA's batch never exceeds what --total_steps can fill (``flags.check_budget``).
 
@@ -54,12 +61,16 @@ class Sizing:
     num_actors: int
     batch_size: int
     reason: str  # why, for the run's sizing line ("" when every value was given)
-    auto: tuple[str, ...] = ()  # the flags of SIZED_FLAGS not given on the command line
+    auto: tuple[str, ...] = ()  # the flags of SIZED_FLAGS not given on the command line (and server_splits, if split)
     cores: int = 0
     gpu: bool = False
+    server_splits: int = 1  # servers per process (not a total: a torchrun rank's is the run's)
 
     def values(self) -> dict:
-        return {"num_servers": self.num_servers, "num_actors": self.num_actors, "batch_size": self.batch_size}
+        values = {"num_servers": self.num_servers, "num_actors": self.num_actors, "batch_size": self.batch_size}
+        if "server_splits" in self.auto:
+            values["server_splits"] = self.server_splits
+        return values
 
     def record(self) -> dict:
         """What meta.json keeps (``sizing``)."""
@@ -112,20 +123,22 @@ def _round_up(k: int, step: int) -> int:
 
 
 def size_run(cores: int, gpu: bool, agent: str, envs_per_server: int | None, defaults: dict, given: dict,
-             games: int = 1) -> Sizing:
+             games: int = 1, server_splits: int = 1) -> Sizing:
     """(num_servers, num_actors, batch_size, reason) for a run.
 
     ``envs_per_server``: the package's ``ENVS_PER_SERVER``, the envs a server steps with a GPU learner (None:
     the package has none, its envs are too cheap for more servers to pay); ``defaults``: the package's
     values for ``agent`` of num_servers, num_actors, batch_size, unroll_length and total_steps; ``given``: the flags written on the command line (any subset,
-    their values); ``games``: num_actors must be a multiple of it (Procgen's --multi_env)."""
+    their values); ``games``: num_actors must be a multiple of it (Procgen's --multi_env); ``server_splits``: the
+    package's ``SERVER_SPLITS``, the servers a process steps in turn on more than 2 cores."""
     value = {k: given.get(k, defaults[k]) for k in (*SIZED_FLAGS, "unroll_length", "total_steps")}
     auto = tuple(k for k in SIZED_FLAGS if k not in given)
     device = "cuda" if gpu else "cpu"
     machine = f"{cores} usable core{'s' if cores != 1 else ''}, learner on {device}, --agent {agent}"
 
-    def result(servers, actors, batch, why) -> Sizing:
-        return Sizing(servers, actors, batch, why if auto else "", auto, cores, gpu)
+    def result(servers, actors, batch, why, splits=1) -> Sizing:
+        chosen = auto + (("server_splits",) if splits > 1 else ())
+        return Sizing(servers, actors, batch, why if auto else "", chosen, cores, gpu, splits)
 
     def keep(why) -> Sizing:
         return result(value["num_servers"], value["num_actors"], value["batch_size"],
@@ -140,6 +153,7 @@ def size_run(cores: int, gpu: bool, agent: str, envs_per_server: int | None, def
     if traits.sizing == "fixed":
         return keep("its env steps are bound by learner updates at --replay_ratio")
     why = []
+    splits = 1
     servers, actors = value["num_servers"], value["num_actors"]
     if {"num_servers", "num_actors"} & set(auto):
         free = free_cores(cores, gpu)
@@ -148,6 +162,13 @@ def size_run(cores: int, gpu: bool, agent: str, envs_per_server: int | None, def
             servers, actors = _scaled_layout(value, given, defaults, room, free * k, k, games)
             why.append(f"{_layout(servers, actors)}"
                        + (f" (a core each, {cores - free} left to the learner)" if servers == free else ""))
+            if {"num_servers", "server_splits"}.isdisjoint(given) and server_splits > 1 \
+                    and actors % (servers * server_splits) == 0:
+                splits = server_splits
+                servers *= splits
+                why[-1] += (f", each process {splits} servers of {actors // servers} envs stepped in turn (one "
+                            f"steps while the other's actions are in flight): --num_servers {servers} "
+                            f"--server_splits {splits}")
         else:
             servers, actors = _on_policy_layout(value, given, defaults, room, free * k, games)
             why.append(f"{_layout(servers, actors)}, within one --batch_size of {value['batch_size']} unrolls "
@@ -161,7 +182,7 @@ def size_run(cores: int, gpu: bool, agent: str, envs_per_server: int | None, def
                        f"~{MAX_LAG} learner steps")
     if (servers, actors, batch) == (value["num_servers"], value["num_actors"], value["batch_size"]):
         return keep("no more to gain on this machine")
-    return result(servers, actors, batch, f"chosen for {machine}: {'; '.join(why)}; {OVERRIDE}")
+    return result(servers, actors, batch, f"chosen for {machine}: {'; '.join(why)}; {OVERRIDE}", splits)
 
 
 def _scaled_layout(value, given, defaults, room, target, k, games) -> tuple[int, int]:

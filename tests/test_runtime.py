@@ -1,5 +1,6 @@
 """The polybeast runtime end to end: real launcher, env server processes and sockets."""
 
+import collections
 import json
 import math
 import os
@@ -269,6 +270,35 @@ def test_env_exception_stops_the_run_with_its_traceback(tmp_path):
     meta = json.loads((tmp_path / "runs" / "run" / "meta.json").read_text())
     assert meta["success"] is False and "boom" in meta["reason"]
     assert not sockets_left(tmp_path)
+
+
+def test_split_servers_share_a_process_step_in_turn_and_train(tmp_path):
+    """--server_splits 2: 4 servers in 2 processes (2 each, sharing a step lock), the learner connected to all 4."""
+    result = run(GYM, *common(tmp_path, num_servers=4, server_splits=2, total_steps=4000), "--disable_final_test",
+                 output=str(tmp_path / "out"), timeout=120)
+    assert result.returncode == 0, result.stdout[-3000:]
+    served = re.findall(r"\[INFO:(\d+) env_server [^]]*\] env server (\d+): 2 envs at ", result.stdout)
+    assert sorted(int(i) for _, i in served) == [0, 1, 2, 3], served
+    by_process = collections.defaultdict(set)
+    for pid, i in served:
+        by_process[pid].add(int(i))
+    assert sorted(map(sorted, by_process.values())) == [[0, 1], [2, 3]]  # a process hosts consecutive servers
+    assert "8 envs on 4 env servers (2 each; 2 to a process, stepped in turn: 2 processes)" in result.stdout
+    assert not sockets_left(tmp_path)
+
+
+def test_an_env_exception_in_a_split_server_stops_the_run_with_its_traceback(tmp_path):
+    result = run(GYM, *common(tmp_path, env="tests.crashing_env:Crashing-v0", total_steps=10**9, num_servers=4,
+                              server_splits=2), output=str(tmp_path / "out"), timeout=60)
+    assert result.returncode == 1, result.stdout[-3000:]
+    assert "boom: the env broke at its step 300" in result.stdout and "crashing_env.py" in result.stdout
+    assert not sockets_left(tmp_path)
+
+
+def test_servers_that_do_not_divide_into_splits_are_one_line(tmp_path):
+    result = run(GYM, *common(tmp_path, num_servers=2, server_splits=4), output=str(tmp_path / "out"), timeout=60)
+    assert result.returncode == 2
+    assert "--num_servers (2) must be a multiple of --server_splits (4)" in result.stdout.strip().splitlines()[-1]
 
 
 def test_env_exception_in_reset_stops_the_run_with_its_traceback(tmp_path):

@@ -13,7 +13,7 @@ from rl_core.runtime import entry
 PACKAGES = ["torchbeast_gym", "torchbeast_atari", "torchbeast_procgen", "torchbeast_dmlab", "torchbeast_mujoco",
             "torchbeast_football"]
 AGENTS = ["impala", "vpg", "ppo", "awr", "vmpo", "vtrace", "r2d2", "sac"]
-KEYS = ("num_servers", "num_actors", "batch_size", "unroll_length", "total_steps")
+KEYS = ("num_servers", "num_actors", "batch_size", "unroll_length", "total_steps", "server_splits")
 
 
 def package(name):
@@ -129,7 +129,34 @@ def test_the_launcher_sees_flags_given_abbreviated_or_with_equals(monkeypatch):
     assert (values["num_servers"], values["num_actors"], values["batch_size"]) == (8, 24, 8)
     assert chosen.auto == ("num_servers",)
     values, _ = launcher_values("torchbeast_atari", ["--disable_cuda"])
-    assert (values["num_servers"], values["num_actors"], values["batch_size"]) == (8, 128, 32)
+    # 8 processes (a core each), each 2 servers of 8 envs stepped in turn (the package's SERVER_SPLITS)
+    assert (values["num_servers"], values["server_splits"], values["num_actors"], values["batch_size"]) == \
+        (16, 2, 128, 32)
+    values, chosen = launcher_values("torchbeast_atari", ["--disable_cuda", "--server_splits=1"])
+    assert (values["num_servers"], values["num_actors"], chosen.auto) == (8, 128, ("num_servers", "num_actors",
+                                                                                   "batch_size"))
+
+
+def test_big_machines_split_each_atari_server_process_in_two():
+    """More than 2 cores: each server process steps SERVER_SPLITS servers in turn; the envs and processes are
+    the unsplit layout's.  Given --num_servers or --server_splits, nothing is split; nor on 2 cores."""
+    d = defaults_of("torchbeast_atari", [])
+    k = envs_per_server("torchbeast_atari")
+    gpu = sizing.size_run(16, True, "impala", k, d, {}, 1, 2)
+    assert (gpu.num_servers, gpu.server_splits, gpu.num_actors, gpu.batch_size) == (28, 2, 448, 56)
+    assert gpu.auto == ("num_servers", "num_actors", "batch_size", "server_splits")
+    assert gpu.values()["server_splits"] == 2
+    assert "14 env servers x 32 envs = 448 (a core each, 2 left to the learner), each process 2 servers of 16 " \
+           "envs stepped in turn" in gpu.reason
+    r2d2 = sizing.size_run(16, True, "r2d2", k, defaults_of("torchbeast_atari", ["--agent=r2d2"]), {}, 1, 2)
+    assert (r2d2.num_servers, r2d2.server_splits, r2d2.num_actors) == (28, 2, 448)
+    ppo = sizing.size_run(16, True, "ppo", k, defaults_of("torchbeast_atari", ["--agent=ppo"]), {}, 1, 2)
+    assert (ppo.num_servers, ppo.server_splits, ppo.num_actors) == (8, 1, 8)  # one env a server: nothing to split
+    for given in ({"num_servers": 14}, {"server_splits": 1}, {"server_splits": 4}):
+        got = sizing.size_run(16, True, "impala", k, d, given, 1, 2)
+        assert got.server_splits == 1 and "server_splits" not in got.values(), given
+    two = sizing.size_run(2, False, "impala", k, d, {}, 1, 2)
+    assert (two.num_servers, two.server_splits, two.num_actors) == (2, 1, 16)
 
 
 def test_constraints_hold_on_every_machine():
@@ -210,15 +237,18 @@ def test_the_launcher_logs_its_sizing_records_it_and_its_servers_follow(tmp_path
     assert result.returncode == 0, result.stdout[-3000:]
     line = next(x for x in result.stdout.splitlines() if "] sizing: " in x)
     assert line.endswith(
-        "sizing: --agent impala, 32 envs on 2 env servers (16 each), learner batches of 32 x 5 = 160 steps "
-        "(~2 batches), --total_steps 320; chosen for 4 usable cores, learner on cpu, --agent impala: "
-        "2 env servers x 16 envs = 32 (a core each, 2 left to the learner); "
-        "set --num_servers/--num_actors/--batch_size to override"), line
+        "sizing: --agent impala, 32 envs on 4 env servers (8 each; 2 to a process, stepped in turn: 2 processes), "
+        "learner batches of 32 x 5 = 160 steps (~2 batches), --total_steps 320; chosen for 4 usable cores, learner "
+        "on cpu, --agent impala: 2 env servers x 16 envs = 32 (a core each, 2 left to the learner), each process 2 "
+        "servers of 8 envs stepped in turn (one steps while the other's actions are in flight): --num_servers 4 "
+        "--server_splits 2; set --num_servers/--num_actors/--batch_size to override"), line
     meta = json.loads((tmp_path / "runs" / "sized" / "meta.json").read_text())
-    assert meta["sizing"]["num_servers"] == 2 and meta["sizing"]["num_actors"] == 32
+    assert meta["sizing"]["num_servers"] == 4 and meta["sizing"]["num_actors"] == 32
+    assert meta["sizing"]["server_splits"] == 2
     assert meta["sizing"]["batch_size"] == 32 and meta["sizing"]["cores"] == 4 and meta["sizing"]["gpu"] is False
-    assert meta["sizing"]["auto"] == ["num_servers", "num_actors", "batch_size"]
-    assert (meta["flags"]["num_servers"], meta["flags"]["num_actors"], meta["flags"]["batch_size"]) == (2, 32, 32)
+    assert meta["sizing"]["auto"] == ["num_servers", "num_actors", "batch_size", "server_splits"]
+    assert (meta["flags"]["num_servers"], meta["flags"]["num_actors"], meta["flags"]["batch_size"]) == (4, 32, 32)
+    assert meta["flags"]["server_splits"] == 2
     assert meta["success"] is True
     assert not sockets_left(tmp_path)
 

@@ -53,7 +53,7 @@ def auto_torch_threads(flags) -> int:
     if world is not None:  # the ranks on this host share its cores
         cores = max(1, cores // max(1, world.local_world_size))
     if tp.parse_address(flags.pipes_basename).kind == "unix":
-        return max(1, cores - flags.num_servers)
+        return max(1, cores - flags.num_servers // flags.server_splits)  # a core per server process
     return cores
 
 

@@ -101,6 +101,10 @@ def rank_flags(flags, world: WorldEnv):
     if flags.checkpoint_replay:
         raise UserError("--checkpoint_replay is not supported under torchrun: each rank's replay is its own "
                         "(drop the flag; a resumed run refills its replays)")
+    if mine.num_servers % flags.server_splits:
+        raise UserError(f"--num_servers {flags.num_servers} gives each of the {W} ranks {mine.num_servers} servers, "
+                        f"not a multiple of --server_splits {flags.server_splits}: give a multiple of "
+                        f"{W * flags.server_splits}")
     mine.server_offset = world.rank * mine.num_servers  # this rank's servers: global indices from here
     mine.world_size = W  # (the learning-rate schedule counts the steps of all ranks' batches)
     return mine

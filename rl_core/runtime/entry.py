@@ -84,7 +84,7 @@ def apply_sizing(env_pkg, parser, argv):
     known, _ = parser.parse_known_args([a for a in argv if a not in ("-h", "--help")])
     if known.mode != "train":
         return None
-    keys = (*sizing_lib.SIZED_FLAGS, "unroll_length", "total_steps")
+    keys = (*sizing_lib.SIZED_FLAGS, "server_splits", "unroll_length", "total_steps")
     given = {k: v for k, v in given_flags(parser, argv).items() if k in keys}
     defaults = {k: parser.get_default(k) for k in keys}
     sizing = _resumed_sizing(known, given, defaults)
@@ -98,14 +98,15 @@ def apply_sizing(env_pkg, parser, argv):
         envs_per_server = env_pkg.ENVS_PER_SERVER
         if world is None:
             sizing = sizing_lib.size_run(sizing_lib.usable_cores(), gpu, known.agent, envs_per_server,
-                                         defaults, given, games)
+                                         defaults, given, games, env_pkg.SERVER_SPLITS)
         else:
-            sizing = _sized_per_rank(sizing_lib, world, gpu, known.agent, envs_per_server, defaults, given, games)
+            sizing = _sized_per_rank(sizing_lib, world, gpu, known.agent, envs_per_server, defaults, given, games,
+                                     env_pkg.SERVER_SPLITS)
     parser.set_defaults(**{k: v for k, v in sizing.values().items() if k in sizing.auto})
     return sizing
 
 
-def _sized_per_rank(sizing_lib, world, gpu, agent, envs_per_server, defaults, given, games):
+def _sized_per_rank(sizing_lib, world, gpu, agent, envs_per_server, defaults, given, games, server_splits=1):
     """Sizing under torchrun: one rank's share of the machine (its cores / LOCAL_WORLD_SIZE) sized from the
     package's values divided among the ranks (rounded up), times the world size: the run's totals, each a
     multiple of the world size (on 2 cores a rank, the package's defaults, rounded up to such a multiple)."""
@@ -115,8 +116,9 @@ def _sized_per_rank(sizing_lib, world, gpu, agent, envs_per_server, defaults, gi
     share = {k: (-(-v // W) if k in sizing_lib.SIZED_FLAGS else v) for k, v in defaults.items()}
     given_share = {k: (-(-v // W) if k in sizing_lib.SIZED_FLAGS else v) for k, v in given.items()}
     cores = max(1, sizing_lib.usable_cores() // max(1, world.local_world_size))
-    per_rank = sizing_lib.size_run(cores, gpu, agent, envs_per_server, share, given_share, games)
-    totals = {k: (v * W if k in per_rank.auto else given[k]) for k, v in per_rank.values().items()}
+    per_rank = sizing_lib.size_run(cores, gpu, agent, envs_per_server, share, given_share, games, server_splits)
+    totals = {k: (v * W if k in per_rank.auto and k in sizing_lib.SIZED_FLAGS else given.get(k, v))
+              for k, v in per_rank.values().items()}
     reason = (f"{per_rank.reason}; " if per_rank.reason else "") + (
         f"per rank of the {W} of this torchrun job (each takes 1/{W} of the run's totals)")
     return dataclasses.replace(per_rank, **totals, reason=reason)
@@ -142,6 +144,9 @@ def _resumed_sizing(known, given: dict, defaults: dict):
         return None
     values = {k: given.get(k, taken.get(k, defaults[k])) for k in sizing_lib.SIZED_FLAGS}
     auto = tuple(k for k in sizing_lib.SIZED_FLAGS if k not in given)
+    if "server_splits" in record.get("auto", ()) and "server_splits" not in given and "num_servers" in auto:
+        values["server_splits"] = int(record.get("server_splits", 1))  # the processes' split it started with
+        auto += ("server_splits",)
     device = "cuda" if record.get("gpu") else "cpu"
     reason = (f"resuming run {known.xpid}: {', '.join(f'--{k} {v}' for k, v in taken.items())} as it was sized when "
               f"it started ({record.get('cores')} usable cores, learner on {device})")
@@ -240,36 +245,42 @@ def env_main(env_pkg, argv=None) -> None:
         _run_all_servers(env_pkg, flags, argv)
         return
     from rl_core.runtime.env_server import (
-        ENV_ERROR_EXIT_CODE, EnvError, EnvServer, env_seed, install_termination_handlers, watch_parent,
+        ENV_ERROR_EXIT_CODE, EnvError, EnvServer, env_seed, install_termination_handlers, serve_splits, watch_parent,
     )
 
     install_termination_handlers()
-    i = flags.server_index
+    first = flags.server_index
     secret = flags.server_secret or os.environ.get("POLYBEAST_SECRET")
-    server = None
+    servers = []
     try:
-        address = tp.server_address(flags.pipes_basename, i)
-        if address.kind == "tcp" and not secret:
-            raise UserError("a TCP env server needs a shared secret: pass --server_secret or set POLYBEAST_SECRET")
         K = flags.num_actors // flags.num_servers
-        seeds = [env_seed(flags.seed, i, slot) for slot in range(K)]
-        fns = [(lambda s=s: env_pkg.make_env(flags, s)) for s in seeds]
-        try:
-            server = EnvServer(address, fns, seeds, server_index=i, secret=secret.encode() if secret else None,
-                               max_bytes=flags.max_message_bytes, env_name=flags.env or "",
-                               stall_warn_s=flags.env_timeout / 2)
-        except (UserError, EnvError):
-            raise
-        except Exception as e:  # noqa: BLE001 - before serving anything: the setup is at fault
-            first = (str(e).strip().splitlines() or [""])[0][:300]
-            raise UserError(f"{flags.env}: the environment could not be created ({type(e).__name__}: {first})"
-                            ) from None
+        lock = threading.Lock() if flags.server_splits > 1 else None  # the splits step in turn
+        for i in range(first, first + flags.server_splits):
+            address = tp.server_address(flags.pipes_basename, i)
+            if address.kind == "tcp" and not secret:
+                raise UserError("a TCP env server needs a shared secret: pass --server_secret or set POLYBEAST_SECRET")
+            seeds = [env_seed(flags.seed, i, slot) for slot in range(K)]
+            fns = [(lambda s=s: env_pkg.make_env(flags, s)) for s in seeds]
+            try:
+                servers.append(EnvServer(address, fns, seeds, server_index=i,
+                                         secret=secret.encode() if secret else None,
+                                         max_bytes=flags.max_message_bytes, env_name=flags.env or "",
+                                         stall_warn_s=flags.env_timeout / 2, step_lock=lock))
+            except (UserError, EnvError):
+                raise
+            except Exception as e:  # noqa: BLE001 - before serving anything: the setup is at fault
+                first_line = (str(e).strip().splitlines() or [""])[0][:300]
+                raise UserError(f"{flags.env}: the environment could not be created ({type(e).__name__}: "
+                                f"{first_line})") from None
         parent = os.environ.get("POLYBEAST_PARENT_PID")
         if parent:
-            watch_parent(int(parent), server.remove_socket_file)
-        server.serve_forever()
+            watch_parent(int(parent), lambda: [server.remove_socket_file() for server in servers])
+        if len(servers) == 1:
+            servers[0].serve_forever()
+        else:
+            serve_splits(servers)
     except UserError as e:
-        if server is not None:
+        for server in servers:
             server.close()
         _fail(str(e))
     except EnvError:
@@ -283,7 +294,8 @@ def _run_all_servers(env_pkg, flags, argv) -> None:
     module = f"{env_pkg.package}.polybeast_env"
     # The secret reaches the servers through the environment, not their command line.
     server_argv = _without_flag(argv, "--server_secret")
-    supervisor = ServerSupervisor(module, server_argv, flags.num_servers, flags.pipes_basename, flags.server_secret)
+    supervisor = ServerSupervisor(module, server_argv, flags.num_servers, flags.pipes_basename, flags.server_secret,
+                                  splits=flags.server_splits)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
@@ -348,7 +360,7 @@ def launcher_main(env_pkg, argv=None) -> None:
     except UserError as e:  # a total that does not divide among the ranks: before any server starts
         _fail(str(e))
     supervisor = ServerSupervisor(module, server_argv, mine.num_servers, flags.pipes_basename, flags.server_secret,
-                                  getattr(mine, "server_offset", 0))
+                                  getattr(mine, "server_offset", 0), flags.server_splits)
     sys.exit(train(flags, env_pkg, supervisor, sizing))
 
 

@@ -24,6 +24,7 @@ is sent to the learner as an ERROR carrying the traceback, and the server exits.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import select
@@ -101,6 +102,7 @@ class EnvServer:
         stall_warn_s: float = 150.0,
         frame_timeout_s: float = 30.0,
         auth_timeout_s: float = 10.0,
+        step_lock: threading.Lock | None = None,
     ):
         if address.kind == "tcp" and not secret:
             raise ValueError("a TCP env server needs a secret")
@@ -132,6 +134,9 @@ class EnvServer:
         self.auth_failures = 0
         self._auth_warning = RateLimitedWarning(10.0)
         self._drop_warning = RateLimitedWarning(10.0)  # malformed handshakes or messages
+        # Held while this server steps its envs: the splits of one process (``serve_splits``) share one, so they
+        # step in turn, each while the others' actions are in flight.
+        self._step_lock = step_lock if step_lock is not None else contextlib.nullcontext()
 
     # ------------------------------------------------------------- spec
     def spec(self) -> EnvSpec:
@@ -281,35 +286,36 @@ class EnvServer:
                 if actions.dtype.kind != "f":
                     raise tp.ProtocolError(f"box actions must be floats, got {actions.dtype}")
                 actions = np.clip(actions, low, high)
-            stats: dict[str, np.ndarray] = {}
-            for slot, env in enumerate(self.envs):
-                self._busy = ("step", slot, time.monotonic())
-                try:
-                    o, r, terminated, truncated, info = env.step(actions[slot])
-                except Exception:
-                    raise EnvError(slot, traceback.format_exc())
-                self._busy = None
-                d = bool(terminated or truncated)
-                episode_return[slot] += r
-                episode_step[slot] += 1
-                end = bool(info.get("episode_end", d)) if info else d
-                reward[slot] = r
-                done[slot] = d
-                truncated_out[slot] = bool(truncated) and not terminated
-                episode_end[slot] = end
-                out_step[slot] = episode_step[slot]
-                out_return[slot] = episode_return[slot]
-                if end:
-                    episode_step[slot] = 0
-                    episode_return[slot] = 0.0
-                    extra = info.get("episode_stats") if info else None
-                    if extra:
-                        for name, value in extra.items():
-                            arr = stats.get(name)
-                            if arr is None:
-                                arr = stats[name] = np.full(K, np.nan, np.float32)
-                            arr[slot] = value
-                obs[slot] = self._reset(slot) if d else o
+            with self._step_lock:
+                stats: dict[str, np.ndarray] = {}
+                for slot, env in enumerate(self.envs):
+                    self._busy = ("step", slot, time.monotonic())
+                    try:
+                        o, r, terminated, truncated, info = env.step(actions[slot])
+                    except Exception:
+                        raise EnvError(slot, traceback.format_exc())
+                    self._busy = None
+                    d = bool(terminated or truncated)
+                    episode_return[slot] += r
+                    episode_step[slot] += 1
+                    end = bool(info.get("episode_end", d)) if info else d
+                    reward[slot] = r
+                    done[slot] = d
+                    truncated_out[slot] = bool(truncated) and not terminated
+                    episode_end[slot] = end
+                    out_step[slot] = episode_step[slot]
+                    out_return[slot] = episode_return[slot]
+                    if end:
+                        episode_step[slot] = 0
+                        episode_return[slot] = 0.0
+                        extra = info.get("episode_stats") if info else None
+                        if extra:
+                            for name, value in extra.items():
+                                arr = stats.get(name)
+                                if arr is None:
+                                    arr = stats[name] = np.full(K, np.nan, np.float32)
+                                arr[slot] = value
+                    obs[slot] = self._reset(slot) if d else o
             if stats:
                 message = dict(fields)
                 message.update({f"stat/{k}": v for k, v in stats.items()})
@@ -337,6 +343,40 @@ class EnvServer:
             except Exception:
                 pass
         self.envs = []
+
+
+def serve_splits(servers: Sequence[EnvServer]) -> None:
+    """Serve one process's splits (``--server_splits``: EnvServers at consecutive indices sharing a step lock),
+    each in its own thread, until the process is stopped (SystemExit from the termination handlers) or one
+    of them fails, whose exception is raised here.  While one split steps its envs the others wait for
+    their actions (sample-factory's double-buffered sampling), so the core is not idle during the round trip.
+    """
+    sys.setswitchinterval(0.001)  # a split whose actions came in takes the GIL from a stepping one sooner
+    stop = threading.Event()
+    failures: list[BaseException] = []
+
+    def run(server: EnvServer) -> None:
+        try:
+            server.serve_forever(stop)
+        except BaseException as e:  # noqa: BLE001 - raised in the main thread below
+            failures.append(e)
+            stop.set()
+
+    threads = [threading.Thread(target=run, args=(s,), name=f"env-split-{s.server_index}", daemon=True)
+               for s in servers]
+    for t in threads:
+        t.start()
+    try:
+        while not stop.wait(0.5):
+            pass
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(5.0)
+        for server in servers:
+            server.close()
+    if failures:
+        raise failures[0]
 
 
 def _file_id(path: str) -> tuple[int, int] | None:

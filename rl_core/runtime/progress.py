@@ -41,15 +41,18 @@ def announce_sizing(f, sizing, replays: bool) -> None:
         batch = (f"learner batches of {f.batch_size} x {f.unroll_length} = {per:,} steps "
                  f"(~{math.ceil(f.total_steps / per):,} batches)")
     servers = f"{f.num_servers} env server" + ("s" if f.num_servers != 1 else "")
+    each = f"{K} each" + (f"; {f.server_splits} to a process, stepped in turn: {f.num_servers // f.server_splits} "
+                          f"processes" if f.server_splits > 1 else "")
     why = f"; {sizing.reason}" if sizing is not None and sizing.reason else ""
-    log.info("sizing: --agent %s, %d envs on %s (%d each), %s, --total_steps %s%s",
-             f.agent, f.num_actors, servers, K, batch, f"{f.total_steps:,}", why)
+    log.info("sizing: --agent %s, %d envs on %s (%s), %s, --total_steps %s%s",
+             f.agent, f.num_actors, servers, each, batch, f"{f.total_steps:,}", why)
 
 
 def sizing_record(f, sizing) -> dict:
     """meta.json's ``sizing``: the values used, which of them the launcher chose (``auto``) and why."""
     record = sizing.record() if sizing is not None else {"auto": [], "reason": ""}
-    return {**record, "num_servers": f.num_servers, "num_actors": f.num_actors, "batch_size": f.batch_size}
+    return {**record, "num_servers": f.num_servers, "num_actors": f.num_actors, "batch_size": f.batch_size,
+            "server_splits": f.server_splits}
 
 
 class Progress:

@@ -23,16 +23,20 @@ MAX_RESTARTS_PER_MINUTE = 5
 
 
 class ServerSupervisor:
-    """Runs ``python -m <module> <argv> --server_index first_index + i`` for i in range(num_servers)
-    (``first_index``: a torchrun rank's share of the run's servers starts there)."""
+    """Runs ``python -m <module> <argv> --server_index first_index + i * splits`` for i in range(num_servers //
+    splits): a process per ``splits`` servers (``--server_splits``; ``first_index``: a torchrun rank's share of
+    the run's servers starts there).  Process i is "env server i" in what it reports: with splits, the servers
+    from ``first_index + i * splits`` on."""
 
     def __init__(self, module: str, argv: list[str], num_servers: int, basename: str, secret: str | None,
-                 first_index: int = 0):
+                 first_index: int = 0, splits: int = 1):
         self.module = module
         self.argv = list(argv)
-        self.num_servers = num_servers
+        self.splits = splits
+        self.num_servers = num_servers // splits  # processes
         self.first_index = first_index
-        self.addresses = [tp.server_address(basename, first_index + i) for i in range(num_servers)]
+        self.addresses = [[tp.server_address(basename, first_index + i * splits + h) for h in range(splits)]
+                          for i in range(self.num_servers)]
         self.env = dict(os.environ, POLYBEAST_PARENT_PID=str(os.getpid()))
         if secret:
             self.env["POLYBEAST_SECRET"] = secret
@@ -44,7 +48,7 @@ class ServerSupervisor:
         self._terminated: set[int] = set()  # pids sent SIGTERM
 
     def _start(self, i: int) -> None:
-        cmd = [sys.executable, "-m", self.module, *self.argv, "--server_index", str(self.first_index + i)]
+        cmd = [sys.executable, "-m", self.module, *self.argv, "--server_index", str(self.first_index + i * self.splits)]
         env = dict(self.env, **{FAILURE_FILE_ENV: self._failure_path(i)})
         # Its own process group: a terminal's Ctrl-C (SIGINT to the foreground group) reaches
         # only the launcher, which stops the servers in order.  Not a new session: with the
@@ -100,7 +104,8 @@ class ServerSupervisor:
     def _cleanup_socket(self, i: int) -> None:
         """Remove server i's socket file if nobody listens on it (ours is dead); a file another
         process's server listens on (this run was refused its address) stays."""
-        tp.remove_stale_socket(self.addresses[i])
+        for address in self.addresses[i]:
+            tp.remove_stale_socket(address)
 
     def terminate_all(self) -> None:
         """SIGTERM every server still running, once (stop_all then waits for them): a second SIGTERM
