@@ -1,7 +1,8 @@
 """Every agent's speed in one table, measured in one run (issue 30).
 
 For impala, ppo, vmpo, r2d2, sac (discrete: CartPole; box: Pendulum) and ppo+rnd with the
-package's defaults on its default env:
+package's defaults on its default env (``--package torchbeast_atari``: every one of them but sac_box on
+the package's default env, Pong; its launcher sizes the runs to the machine, as with no flags):
 
 * end to end (the real launcher: env servers, sockets, batched inference, learner), once learning
   has started: agent steps/s, frames/s, optimizer updates/s, and the mean learner batch time
@@ -14,7 +15,8 @@ package's defaults on its default env:
 ``--old TREE`` also runs the end-to-end part on another checkout (e.g. a ``git worktree`` of an
 older commit), interleaved with this one, and prints new / old steps/s.
 
-    python benchmarks/agents.py [--seconds 40] [--agents impala,ppo,...] [--old /path/to/old/tree]
+    python benchmarks/agents.py [--package torchbeast_gym] [--seconds 40] [--agents impala,ppo,...]
+                                [--old /path/to/old/tree]
 """
 
 from __future__ import annotations
@@ -49,6 +51,17 @@ CONFIGS = {
     "ppo_rnd": ("torchbeast_gym", ["--agent", "ppo", "--rnd"]),
 }
 FRAMES_PER_STEP = {"torchbeast_atari": 4}
+# The table's columns, in order (benchmarks/gpu_suite.py reads the rows by them)
+COLUMNS = ("agent", "steps/s", "frames/s", "upd/s", "run ms", "alone ms", "ratio", "core-us/st", "ops/upd T",
+           "ops/upd 4T")
+
+
+def configs(package: str) -> dict[str, tuple[str, list[str]]]:
+    """CONFIGS for ``package``: torchbeast_gym's as they are; another package's are those on its default env
+    (a config naming its own env, sac_box's Pendulum, is left out)."""
+    if package == "torchbeast_gym":
+        return dict(CONFIGS)
+    return {name: (package, argv) for name, (_, argv) in CONFIGS.items() if "--env" not in argv}
 
 
 # ------------------------------------------------------------------ end to end
@@ -193,14 +206,22 @@ def standalone(package: str, argv: list[str], unroll_length: int | None, repeats
             "ops_per_update": ops / max(learner.optimizer_steps - before, 1), "T": f.unroll_length}
 
 
-def main() -> None:
+def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--agents", default=",".join(CONFIGS))
+    p.add_argument("--package", default="torchbeast_gym",
+                   help="The env package whose default env every agent runs on (e.g. torchbeast_atari).")
+    p.add_argument("--agents", default=None, help=f"Comma-separated (default: every one of the package's: "
+                                                  f"{','.join(CONFIGS)} for torchbeast_gym).")
     p.add_argument("--seconds", type=float, default=40.0, help="end-to-end seconds per run")
     p.add_argument("--repeats", type=int, default=20, help="standalone batches timed per agent")
     p.add_argument("--old", default=None, help="another checkout to compare end to end with (e.g. ed6d25c)")
     p.add_argument("--skip_e2e", action="store_true")
-    args = p.parse_args()
+    args = p.parse_args(argv)
+    table = configs(args.package)
+    names = args.agents.split(",") if args.agents else list(table)
+    unknown = [name for name in names if name not in table]
+    if unknown:
+        p.error(f"--agents {','.join(unknown)}: not one of {args.package}'s: {','.join(table)}")
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     torch.set_num_threads(1 if device.type == "cpu" else torch.get_num_threads())
     from rl_core.runtime.allocator import keep_freed_memory
@@ -208,15 +229,16 @@ def main() -> None:
     keep_freed_memory()  # as the learner process does, so that "alone" is measured as the run's learner runs
     cores = len(os.sched_getaffinity(0))
     print(f"# benchmarks/agents.py  {time.strftime('%Y-%m-%d %H:%M')}  {cores} cores, learner on {device}"
-          + (f" ({torch.cuda.get_device_name()})" if device.type == "cuda" else "") + f", torch {torch.__version__}")
-    head = (f"{'agent':<13} {'steps/s':>8} {'frames/s':>9} {'upd/s':>7} {'run ms':>8} {'alone ms':>9} {'ratio':>6} "
-            f"{'core-us/st':>10} {'ops/upd T':>10} {'ops/upd 4T':>10}")
+          + (f" ({torch.cuda.get_device_name()})" if device.type == "cuda" else "") + f", torch {torch.__version__}"
+          + ("" if args.package == "torchbeast_gym" else f", {args.package} on its default env"))
+    widths = (13, 8, 9, 7, 8, 9, 6, 10, 10, 10)
+    head = " ".join(f"{c:<{w}}" if i == 0 else f"{c:>{w}}" for i, (c, w) in enumerate(zip(COLUMNS, widths)))
     if args.old:
         head += f" {'old st/s':>9} {'new/old':>8}"
     print(head)
     print("-" * len(head))
-    for name in args.agents.split(","):
-        package, argv = CONFIGS[name]
+    for name in names:
+        package, argv = table[name]
         alone = standalone(package, argv, None, args.repeats, device)
         alone4 = standalone(package, argv, 4 * alone["T"], 3, device)
         e2e = {} if args.skip_e2e else end_to_end(REPO, package, argv, args.seconds)
