@@ -1,21 +1,22 @@
-"""Do env servers idle while their envs' actions are in flight, and do more server processes per core fix it?
+"""Do env servers idle while their envs' actions are in flight, and what keeps them stepping?
 
-    python benchmarks/server_overlap.py [--envs 16] [--layouts 1 2 4] [--seconds 20] [--server_cores 1]
-                                        [--inference_cores 0]
+    python benchmarks/server_overlap.py [--envs 16] [--layouts 1 2 4 1x2 1x4] [--seconds 20]
+                                        [--server_cores 1] [--inference_cores 0] [--latency_ms MS]
 
 Issue 40 measured it on a 16-core H100 machine: each of 14 Atari env servers (32 envs each) was busy 74% of
 the time, idle while its actions made the round trip through central inference.  This benchmark isolates
-that round trip on any machine: the real ``EnvServer`` processes (Pong, the package's preprocessing), pinned
-to ``--server_cores``, against one client process pinned to ``--inference_cores`` that answers every
-server as the learner's actors do: it receives the server's step, runs the package's AtariNet on the
-observations (a forward pass, one torch thread, behind one lock as central inference is) and sends sampled
-actions back.  Nothing trains, so the round trip is the only thing a server waits for.
+that round trip on any machine: real ``EnvServer`` processes (Pong, the package's preprocessing) pinned to
+``--server_cores``, and one client process pinned to ``--inference_cores`` that answers every server as the
+learner's actors do: it receives the server's step, runs the package's AtariNet on the observations (a
+forward pass behind one lock, as central inference is) and sends sampled actions back; or, with
+``--latency_ms``, sends random actions after that long: a GPU learner, whose inference takes no core from
+the servers.  Nothing trains, so the round trip is the only thing a server waits for.
 
-Each layout puts ``--envs`` envs on ``S`` server processes (``--envs / S`` each), all on the same server
-cores: with ``S`` greater than the cores, one process steps while another's actions are in flight (what
-sample-factory's double-buffered sampling does inside one process).  Printed per layout: agent steps/s
-of all envs together, its ratio to the first layout, and the servers' busy share (their CPU time over
-the wall time of the server cores).  ``rl_core/sizing.py`` takes its servers-per-core rule from this.
+A layout ``P`` puts the ``--envs`` envs on P server processes; ``PxH`` on P processes of H servers each
+(``--server_splits H``: a process's servers step in turn, each while the others' actions are in flight,
+sample-factory's double-buffered sampling).  All share the server cores.  Printed per layout: agent steps/s
+of all envs together, its ratio to the first layout, and the servers' busy share (their CPU time over the
+wall time of the server cores).  ``rl_core/sizing.py`` takes its splits from this (docs/results.md).
 """
 
 from __future__ import annotations

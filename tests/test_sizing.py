@@ -4,6 +4,7 @@
 import importlib
 import itertools
 import json
+import os
 
 import pytest
 
@@ -269,3 +270,23 @@ def test_env_ceiling_prints_steps_and_frames_per_process_count():
     assert [row[0] for row in rows] == ["1", "2"]
     for row in rows:
         assert int(row[1].replace(",", "")) > 0 and row[1] == row[2]  # frames = steps
+
+
+def test_server_overlap_prints_a_row_per_layout_of_processes_and_splits():
+    """benchmarks/server_overlap.py: real Pong servers, one process and one of two splits, answered after 1 ms."""
+    import subprocess
+    import sys
+
+    from tests.proc_utils import REPO
+
+    cores = sorted(os.sched_getaffinity(0))
+    out = subprocess.run([sys.executable, "benchmarks/server_overlap.py", "--envs", "2", "--layouts", "1", "1x2",
+                          "--seconds", "1", "--latency_ms", "1", "--server_cores", str(cores[-1]),
+                          "--inference_cores", str(cores[0])], cwd=REPO, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in out.stdout.splitlines()
+            if line.startswith("| 1 x")]
+    assert [row[:2] for row in rows] == [["1 x 1", "2"], ["1 x 2", "1"]]
+    for row in rows:
+        assert float(row[3].replace(",", "")) > 0 and row[5].endswith("%")
