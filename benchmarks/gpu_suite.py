@@ -1,9 +1,10 @@
 r"""The GPU suite (issue 40): a GPU machine's figures in one command, within a time budget.
 
     python benchmarks/gpu_suite.py [--budget_s 1500] [--savedir DIR]
-                                   [--stages ceiling,impala_pong,agents,ppo_pong,ppo_breakout]
+                                   [--stages ceiling,impala_pong,splits,agents,ppo_pong,ppo_breakout]
                                    [--impala_steps N] [--ppo_steps N] [--impala_max_s 720]
-                                   [--ceiling_seconds 5] [--agents_seconds 30] [--agents_repeats 10]
+                                   [--ceiling_seconds 5] [--splits_seconds 75] [--agents_seconds 30]
+                                   [--agents_repeats 10]
 
 Stages, one after another, each a subprocess of the project's own scripts and launcher:
 
@@ -15,15 +16,24 @@ Stages, one after another, each a subprocess of the project's own scripts and la
    learning-rate schedule is then the published one): the launcher sizes servers, envs and the batch to the
    machine.  The suite stops it (SIGINT: the launcher's clean stop, a checkpoint saved) as soon as logs.csv's
    last-100 return reaches 18, or when its share of the budget runs out.
-3. ``agents``: ``benchmarks/agents.py --package torchbeast_atari``: every agent's throughput on Pong (end to end
+3. ``splits``: the launcher's ``--server_splits`` end to end (docs/scaling.md, "Double-buffered servers"):
+   IMPALA Pong for ``--splits_seconds`` of wall time with no sizing flag (whatever the launcher sizes: on more
+   than 2 cores with a GPU, processes of 2 servers stepped in turn, e.g. 14 x 2 x 16 envs on 16 cores), then
+   as long with the same envs and batch unsplit (``--server_splits 1``, ``--num_servers`` the sized servers /
+   splits, the sized ``--num_actors`` and ``--batch_size``, read from the first run's meta.json ``sizing``).
+   Where the sizing does not split (2 cores), the second run is the split one: ``--server_splits 2
+   --num_servers`` twice the sized servers.  Each run's frames/s over the second half of its logs.csv rows,
+   against the unsplit run's and the env ceiling's.
+4. ``agents``: ``benchmarks/agents.py --package torchbeast_atari``: every agent's throughput on Pong (end to end
    with the launcher's sizing, and its learner alone), as many agents as the budget holds.
-4. ``ppo_pong``, ``ppo_breakout``: ``--agent ppo`` (torchbeast_atari's PPO defaults are cleanrl's ppo_atari
+5. ``ppo_pong``, ``ppo_breakout``: ``--agent ppo`` (torchbeast_atari's PPO defaults are cleanrl's ppo_atari
    settings, 10M steps) on Pong and Breakout for what is left, stopped the same way; cleanrl reaches 20.36 and
    415 at 10M steps.
 
 The budget.  Each stage gets what is left of ``--budget_s`` (less a margin for the suite's own start and its
-tables): the ceiling and the agents what they need (their measurement seconds and a start-up per process or
-agent), IMPALA up to ``--impala_max_s`` but never the agents' share, the PPO runs what is left, split between
+tables): the ceiling, the splits and the agents what they need (their measurement seconds and a start-up per
+process or agent; the splits 2 x (``--splits_seconds`` + 20 s for a clean stop)), IMPALA up to
+``--impala_max_s`` but never the splits' and the agents' share, the PPO runs what is left, split between
 them (whatever IMPALA saves by reaching 18 early goes to them).  A stage whose share is too short is printed
 as "skipped: budget"; a child still running at its share's end is stopped (SIGINT), then killed, so the suite
 never runs past ``--budget_s``.  A training stage needs at least a minute.  Ctrl-C (or SIGTERM) stops the
@@ -32,15 +42,19 @@ stage under way the same way, writes the tables of the stages done, and ends wit
 Output: markdown tables, ready for docs/results.md (the env ceiling; IMPALA Pong: the step and the minutes at
 which the last-100 return first reached 18, or "not reached" and the last-100 at the end, frames/s and their
 ratio to the ceiling, the goals met or not: >= 18 within 10 minutes of wall time, frames/s >= 0.9 of the
-ceiling; the agents' table; the PPO rows).  They are printed at the end and written to ``<savedir>/gpu_suite.md``
-after every stage; ``<savedir>/gpu_suite.json`` keeps each stage's result, so that runs of the suite with other
-``--stages`` and the same ``--savedir`` add up to one set of tables (a stage run again replaces its row).
-The run directories (logs.csv, out.log, model.tar) and each stage's console (``<stage>.out``) are in the
+ceiling; the splits: a row per layout, processes x splits x envs, its frames/s, their ratio to the unsplit
+layout's and to the ceiling; the agents' table; the PPO rows).  They are printed at the end and written to
+``<savedir>/gpu_suite.md`` after every stage; ``<savedir>/gpu_suite.json`` keeps each stage's result, so that
+runs of the suite with other ``--stages`` and the same ``--savedir`` add up to one set of tables (a stage run
+again replaces its row).  The run directories (logs.csv, out.log, model.tar) and each stage's console
+(``<stage>.out``; the splits': ``splits_sized.out``, ``splits_h1.out`` or ``splits_h2.out``) are in the
 savedir too.  The first line says the device, torch, Python and the usable cores found.
 
 How long: ``--budget_s`` (25 minutes by default) at most; on 16 cores about 45 s of ceiling, up to 12 minutes of
-IMPALA, 6 x 75 s of agents, the rest PPO.  On a CPU it runs too (the learner on the CPU), for checking:
-``--budget_s 100`` gives the ceiling and a minute of IMPALA and skips the rest.
+IMPALA, 190 s of splits (2 x 75 s runs and their stops: about 165 s used), 6 x 75 s of agents, the rest PPO (80 s
+of Pong if IMPALA takes its 12 minutes, more if it reaches 18 earlier).  On a CPU it runs too (the learner on
+the CPU), for checking: ``--budget_s 100`` gives the ceiling and a minute of IMPALA and skips the rest;
+``--stages splits --splits_seconds 40 --budget_s 200`` the splits alone.
 
 On a device machine (/work/.library/device/README.md: Python 3.12 with torch 2.11 + CUDA, no package
 registry, one command <= 10 minutes, 30 s warm between calls, 30 minutes of device time a session), from this
@@ -69,8 +83,9 @@ repository's root:
 
   (``--budget_s 1440``: 24 minutes, leaving the machine's start and the transfers inside the session's 30.)
   Or, stage by stage, one call each with the same ``--savedir`` and ``--budget_s 570``:
-  ``--stages ceiling,impala_pong``, then ``--stages agents``, then ``--stages ppo_pong,ppo_breakout``; the
-  last call's tables hold every stage (as long as the machine stayed warm; each call's output has its own).
+  ``--stages ceiling,impala_pong``, then ``--stages agents``, then ``--stages splits,ppo_pong,ppo_breakout``;
+  the last call's tables hold every stage (as long as the machine stayed warm; each call's output has its
+  own).
 """
 
 from __future__ import annotations
@@ -101,7 +116,7 @@ from rl_core.errors import UserError  # noqa: E402
 from rl_core.plot import read_columns  # noqa: E402
 
 PROG = "python benchmarks/gpu_suite.py"
-STAGES = ("ceiling", "impala_pong", "agents", "ppo_pong", "ppo_breakout")
+STAGES = ("ceiling", "impala_pong", "splits", "agents", "ppo_pong", "ppo_breakout")
 PACKAGE = "torchbeast_atari"
 PONG, BREAKOUT = "PongNoFrameskip-v4", "BreakoutNoFrameskip-v4"
 TRAINING = {"impala_pong": ("impala", PONG), "ppo_pong": ("ppo", PONG), "ppo_breakout": ("ppo", BREAKOUT)}
@@ -131,14 +146,19 @@ def agent_need_s(args) -> float:
     return args.agents_seconds + AGENT_OVERHEAD_S
 
 
+def splits_need_s(args) -> float:
+    """Two runs of --splits_seconds, each with its clean stop's grace."""
+    return 2 * (args.splits_seconds + STOP_GRACE_S)
+
+
 def allot(stage: str, left: float, later: list[str], args, cores: int) -> float:
     """The seconds ``stage`` gets of the ``left`` the budget still holds, ``later`` being the stages after it;
-    0: skipped for the budget.  The ceiling and the agents get what they need (the agents: as many as fit),
-    IMPALA up to --impala_max_s and never the share of the agents that would fit beside its minimum, the PPO
-    runs an equal part of what is left."""
+    0: skipped for the budget.  The ceiling, the splits and the agents get what they need (the agents: as many
+    as fit), IMPALA up to --impala_max_s and never the share of the splits and of the agents that would fit
+    beside its minimum, the PPO runs an equal part of what is left."""
     left = max(left, 0.0)
-    if stage == "ceiling":
-        need = ceiling_need_s(args, cores)
+    if stage in ("ceiling", "splits"):
+        need = ceiling_need_s(args, cores) if stage == "ceiling" else splits_need_s(args)
         return need if left >= need else 0.0
     if stage == "agents":
         return min(len(AGENTS), int(left // agent_need_s(args))) * agent_need_s(args)
@@ -146,8 +166,10 @@ def allot(stage: str, left: float, later: list[str], args, cores: int) -> float:
         return 0.0
     if stage == "impala_pong":
         reserve = 0.0
+        if "splits" in later and left - TRAIN_MIN_S >= splits_need_s(args):
+            reserve = splits_need_s(args)
         if "agents" in later:
-            reserve = min(len(AGENTS), int((left - TRAIN_MIN_S) // agent_need_s(args))) * agent_need_s(args)
+            reserve += min(len(AGENTS), int((left - TRAIN_MIN_S - reserve) // agent_need_s(args))) * agent_need_s(args)
         return min(args.impala_max_s, left - reserve)
     share = left / (1 + sum(s in TRAINING for s in later))
     return share if share >= TRAIN_MIN_S else left
@@ -337,7 +359,7 @@ def stage_training(ctx, stage: str, share: float) -> dict:
     steps = ctx.args.impala_steps if agent == "impala" else ctx.args.ppo_steps
     argv = ["--env", game, *([] if agent == "impala" else ["--agent", agent]), "--savedir", ctx.savedir,
             "--xpid", xpid, "--disable_final_test", *([] if steps is None else ["--total_steps", str(steps)])]
-    cmd = [sys.executable, "-m", f"{PACKAGE}.polybeast", *argv]
+    cmd = polybeast_cmd(argv)
     target = TARGET if stage == "impala_pong" else None
 
     def reached() -> bool:
@@ -362,6 +384,88 @@ def stage_training(ctx, stage: str, share: float) -> dict:
     if target is not None:
         result["reached_wall_s"] = ended.target_s
     return {**base, **result, "status": "done"}
+
+
+def polybeast_cmd(argv: list[str]) -> list[str]:
+    """The Atari launcher's command line (a test's fake launcher replaces it)."""
+    return [sys.executable, "-m", f"{PACKAGE}.polybeast", *argv]
+
+
+SPLIT_KEYS = ("num_servers", "num_actors", "batch_size", "server_splits")
+
+
+def run_layout(rundir: str) -> dict:
+    """The run's num_servers, num_actors, batch_size and server_splits: meta.json's ``sizing`` record (the values
+    used, whether sized or given), its flags where a record lacks one."""
+    with open(os.path.join(rundir, "meta.json")) as f:
+        meta = json.load(f)
+    record, flags = meta.get("sizing") or {}, meta.get("flags", {})
+    return {k: int(record.get(k, flags.get(k, 1))) for k in SPLIT_KEYS}
+
+
+def layout_name(values: dict) -> str:
+    """processes x splits x envs (a server's)."""
+    servers, splits = values["num_servers"], values["server_splits"]
+    return f"{servers // splits} x {splits} x {values['num_actors'] // servers}"
+
+
+def other_layout(sized: dict) -> tuple[dict | None, str]:
+    """The same envs and batch as ``sized`` in the layout it is compared with: unsplit (a process per
+    num_servers / server_splits, its envs as one server) where the sizing split, else 2 splits a process (twice
+    the servers, half the envs each); None and why where the envs do not divide so."""
+    servers, splits, actors = sized["num_servers"], sized["server_splits"], sized["num_actors"]
+    if splits > 1:
+        return {**sized, "num_servers": servers // splits, "server_splits": 1}, ""
+    if actors % (2 * servers):
+        return None, f"{actors} envs on {servers} servers do not split in 2 (not a multiple of {2 * servers})"
+    return {**sized, "num_servers": 2 * servers, "server_splits": 2}, ""
+
+
+def splits_run(ctx, xpid: str, given: dict | None, stop_at: float, kill_at: float) -> dict:
+    """One IMPALA Pong run of the splits stage, stopped (SIGINT) at ``stop_at``: its layout and frames/s (the
+    launcher's sizing where ``given`` is None, else those values as flags)."""
+    rundir = os.path.join(ctx.savedir, xpid)
+    extra = [] if given is None else [a for k in SPLIT_KEYS for a in (f"--{k}", str(given[k]))]
+    argv = ["--env", PONG, "--savedir", ctx.savedir, "--xpid", xpid, "--disable_final_test", *extra]
+    ended = run_child(polybeast_cmd(argv), os.path.join(ctx.savedir, f"{xpid}.out"), stop_at, kill_at, ctx.stopper)
+    command = f"python -m {PACKAGE}.polybeast {shlex.join(argv)}".replace(ctx.savedir, "SAVEDIR")
+    out = {"sized": given is None, "rundir": rundir, "command": command, "stopped": ended.why, "exit": ended.status,
+           "wall_s": ended.seconds}
+    if ended.why == "signal":
+        return {**out, "status": "stopped by signal"}
+    if ended.status != 0 and ended.why == "exited":
+        return {**out, "status": f"failed (exit status {ended.status}): {last_line(os.path.join(rundir, 'out.log'))}"}
+    try:
+        values = run_layout(rundir)
+        run = load_run(rundir)
+    except (OSError, ValueError, KeyError, UserError) as e:
+        return {**out, "status": f"no result ({ended.why} after {ended.seconds:.0f} s): {e}"}
+    return {**out, **values, "status": "done", "layout": layout_name(values), "steps": run.last_step,
+            "train_s": float(run.seconds[-1]), "frames_s": run.steps_per_s * run.frames_per_step,
+            "steady_frames_s": steady_frames_s(run)}
+
+
+def stage_splits(ctx, share: float) -> dict:
+    """IMPALA Pong for --splits_seconds with the launcher's sizing (its --server_splits), then for as long with
+    the same envs and batch in the other layout (unsplit where the sizing split, else split in 2)."""
+    seconds = ctx.args.splits_seconds
+    stage_end = time.monotonic() + share
+    base = {"game": PONG, "agent": "impala", "seconds": seconds, "share_s": share}
+    stop_at = min(time.monotonic() + seconds, stage_end - STOP_GRACE_S)
+    first = splits_run(ctx, free_name(ctx.savedir, "splits_sized"), None, stop_at, stop_at + STOP_GRACE_S)
+    runs = [first]
+    if first["status"] != "done":  # the second would compare with nothing
+        return {**base, "runs": runs, "status": first["status"]}
+    given, why = other_layout(first)
+    if given is None:
+        return {**base, "runs": runs, "status": f"not compared: {why}"}
+    stop_at = min(time.monotonic() + seconds, stage_end - STOP_GRACE_S)
+    xpid = free_name(ctx.savedir, f"splits_h{given['server_splits']}")
+    second = splits_run(ctx, xpid, given, stop_at, min(stop_at + STOP_GRACE_S, stage_end))
+    runs.append(second)
+    if second["status"] == "done" and layout_name(second) != layout_name(given):
+        second["status"] = f"no result: it ran {layout_name(second)}, not the {layout_name(given)} given"
+    return {**base, "runs": runs, "status": second["status"]}
 
 
 def stage_agents(ctx, share: float) -> dict:
@@ -445,6 +549,30 @@ def impala_table(r: dict, ceiling: dict | None) -> list[str]:
     return out
 
 
+def splits_table(r: dict, ceiling: dict | None) -> list[str]:
+    """The split layout against the unsplit one, the same envs and batch: frames/s over each run's second half."""
+    ceiling_fps = ceiling["frames_s"] if ceiling and ceiling.get("status") == "done" else None
+    runs = r["runs"]
+    unsplit = next((u["steady_frames_s"] for u in runs if u["status"] == "done" and u["server_splits"] == 1), None)
+    sized = runs[0]["command"]
+    against = "".join(f" against `{u['command']}`" for u in runs[1:])
+    how = "" if r["status"] == "done" else f"; {r['status']}"
+    out = [f"**Split env servers** (`--server_splits`, IMPALA Pong, {r['seconds']:g} s a run) {caption(r)}: "
+           f"`{sized}` (the sizing's){against}{how}", "",
+           "| layout (processes x splits x envs) | envs, batch | run | frames/s (2nd half) | / unsplit | / ceiling |",
+           "|---|---|---|---|---|---|"]
+    for u in runs:
+        who = "the sizing's" if u["sized"] else "given"
+        if u["status"] != "done":
+            out.append(f"| - | - | {who} | {u['status']} | - | - |")
+            continue
+        fps = u["steady_frames_s"]
+        out.append(f"| {u['layout']} | {u['num_actors']}, B={u['batch_size']} | {who} | {fmt(fps)} | "
+                   f"{fmt(fps / unsplit if unsplit else None, '.2f')} | "
+                   f"{fmt(fps / ceiling_fps if ceiling_fps else None, '.2f')} |")
+    return out
+
+
 def agents_table(r: dict) -> list[str]:
     how = f"; stopped: {r['unfinished']}" if r.get("unfinished") else ""
     out = [f"**Every agent on Atari** `{r['command']}` {caption(r)}{how}: {r.get('header', '').lstrip('# ')}", "",
@@ -481,6 +609,8 @@ def markdown(results: dict, machine: str) -> str:
             continue
         if stage.startswith("ppo"):
             out += ppo_rows(results) + [""]
+        elif stage == "splits" and r.get("runs"):
+            out += splits_table(r, results.get("ceiling")) + [""]
         elif r["status"] != "done":
             out += [f"**{stage}**: {r['status']} {caption(r)}", ""]
         elif stage == "ceiling":
@@ -553,6 +683,8 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--ppo_steps", type=int, default=None, help="PPO's --total_steps (default: the package's, 10M).")
     p.add_argument("--impala_max_s", type=float, default=720.0, help="IMPALA's share at most (seconds).")
     p.add_argument("--ceiling_seconds", type=float, default=5.0, help="Each env-ceiling measurement's seconds.")
+    p.add_argument("--splits_seconds", type=float, default=75.0,
+                   help="Each of the splits stage's two IMPALA runs (wall seconds from its launch).")
     p.add_argument("--agents_seconds", type=float, default=30.0, help="Each agent's end-to-end run (seconds).")
     p.add_argument("--agents_repeats", type=int, default=10, help="Learner batches timed alone per agent.")
     return p
@@ -566,8 +698,8 @@ def main(argv=None) -> int:
     if unknown or not stages:
         parser.error(f"--stages {args.stages}: give some of {','.join(STAGES)}")
     stages = [s for s in STAGES if s in stages]
-    if args.budget_s <= 0:
-        parser.error("--budget_s must be positive")
+    if args.budget_s <= 0 or args.splits_seconds <= 0:
+        parser.error("--budget_s and --splits_seconds must be positive")
     start = time.monotonic()
     stopper = Stopper()  # first: a Ctrl-C during torch's import is one line too
     savedir = os.path.abspath(os.path.expanduser(
@@ -603,6 +735,8 @@ def main(argv=None) -> int:
             result = stage_ceiling(ctx, share)
         elif stage == "agents":
             result = stage_agents(ctx, share)
+        elif stage == "splits":
+            result = stage_splits(ctx, share)
         else:
             result = stage_training(ctx, stage, share)
         if result["status"] != "stopped by signal":  # nothing measured: an earlier result stays

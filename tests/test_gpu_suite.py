@@ -1,7 +1,7 @@
 """benchmarks/gpu_suite.py without a GPU and without training: the budget's shares (what fits, what is "skipped:
 budget", never more than the budget), its stop of a child at a target or at the end of its share, the tables
-read from a synthetic run directory and from the measuring scripts' output, and the whole command with a budget
-too small for any stage."""
+read from a synthetic run directory and from the measuring scripts' output, the splits stage with a fake
+launcher, and the whole command with a budget too small for any stage."""
 
 import json
 import os
@@ -24,12 +24,13 @@ def args(*argv):
 def test_each_stage_gets_its_share_and_what_does_not_fit_is_skipped():
     a = args()
     # 16 cores, the default 25 minutes: the ceiling's 5 measurements of 5 + 4 s, IMPALA its 12 minutes at most,
-    # the 6 agents 75 s each, the PPO runs halves of the rest
+    # the splits 2 x (75 + 20) s, the 6 agents 75 s each, the rest to PPO on Pong (halves would be too short)
     assert gpu_suite.plan(1500, list(gpu_suite.STAGES), a, 16) == {
-        "ceiling": 45.0, "impala_pong": 720.0, "agents": 450.0, "ppo_pong": 135.0, "ppo_breakout": 135.0}
-    # 2 cores and 100 s: the ceiling (2 measurements) and IMPALA; the agents and PPO do not fit
+        "ceiling": 45.0, "impala_pong": 720.0, "splits": 190.0, "agents": 450.0, "ppo_pong": 80.0,
+        "ppo_breakout": 0.0}
+    # 2 cores and 100 s: the ceiling (2 measurements) and IMPALA; the splits, the agents and PPO do not fit
     assert gpu_suite.plan(100, list(gpu_suite.STAGES), a, 2) == {
-        "ceiling": 18.0, "impala_pong": 67.0, "agents": 0.0, "ppo_pong": 0.0, "ppo_breakout": 0.0}
+        "ceiling": 18.0, "impala_pong": 67.0, "splits": 0.0, "agents": 0.0, "ppo_pong": 0.0, "ppo_breakout": 0.0}
     # IMPALA leaves the agents that fit beside its minimum minute: here 3 of them
     shares = gpu_suite.plan(300, ["impala_pong", "agents"], a, 16)
     assert shares == {"impala_pong": 60.0, "agents": 225.0}
@@ -43,6 +44,26 @@ def test_each_stage_gets_its_share_and_what_does_not_fit_is_skipped():
             assert sum(shares.values()) <= max(budget - gpu_suite.MARGIN_S, 0) + 1e-9
             assert all(v == 0 or v >= gpu_suite.TRAIN_MIN_S for s, v in shares.items() if s in gpu_suite.TRAINING)
             assert shares["impala_pong"] <= a.impala_max_s
+            assert shares["splits"] in (0.0, 190.0)
+
+
+def test_the_splits_stage_gets_its_two_runs_or_is_skipped():
+    a = args("--splits_seconds", "40")
+    need = 2 * (40 + gpu_suite.STOP_GRACE_S)  # two runs, each with its clean stop's grace
+    assert gpu_suite.splits_need_s(a) == need == 120.0
+    assert gpu_suite.plan(200, ["splits"], a, 2) == {"splits": need}  # the CPU check's budget
+    assert gpu_suite.plan(gpu_suite.MARGIN_S + need - 1, ["splits"], a, 2) == {"splits": 0.0}
+    # IMPALA gives way to the splits and then to the agents that fit beside its minute
+    a = args()
+    assert gpu_suite.plan(570, ["ceiling", "impala_pong", "splits"], a, 16) == {
+        "ceiling": 45.0, "impala_pong": 320.0, "splits": 190.0}
+    assert gpu_suite.plan(600, ["impala_pong", "splits", "agents"], a, 16) == {
+        "impala_pong": 95.0, "splits": 190.0, "agents": 300.0}
+    # ... but not when the splits do not fit beside its minute: IMPALA takes what is left
+    assert gpu_suite.plan(200, ["impala_pong", "splits"], a, 16) == {"impala_pong": 185.0, "splits": 0.0}
+    # the stage-by-stage recipe's last call: the splits, then PPO halves
+    assert gpu_suite.plan(570, ["splits", "ppo_pong", "ppo_breakout"], a, 16) == {
+        "splits": 190.0, "ppo_pong": 182.5, "ppo_breakout": 182.5}
 
 
 CHILD = textwrap.dedent("""
@@ -137,6 +158,101 @@ def test_tables_from_a_synthetic_run_directory(tmp_path):
             if line.startswith("| 600,000")]
     assert rows == ["| 600,000 | not reached | not reached | not reached | 3.00 at the end | 8,000 | 8,000 | 0.29 "
                     "| no | no |"]
+
+
+FAKE_LAUNCHER = textwrap.dedent("""
+    # torchbeast_atari.polybeast's stand-in: meta.json as the launcher writes it (the sizing of a 16-core GPU
+    # machine, or of 2 cores, unless the flags are given), logs.csv rows of a fixed speed per layout, then it
+    # waits for the suite's SIGINT
+    import argparse, json, os, signal, sys, time
+    p = argparse.ArgumentParser()
+    for name in ("env", "savedir", "xpid"):
+        p.add_argument("--" + name)
+    p.add_argument("--disable_final_test", action="store_true")
+    for name in ("num_servers", "num_actors", "batch_size", "server_splits"):
+        p.add_argument("--" + name, type=int)
+    f = p.parse_args(sys.argv[2:])
+    sized = {"16": (28, 448, 56, 2), "2": (2, 16, 32, 1)}[sys.argv[1]]
+    given = (f.num_servers, f.num_actors, f.batch_size, f.server_splits)
+    servers, actors, batch, splits = sized if f.num_servers is None else given
+    rundir = os.path.join(f.savedir, f.xpid)
+    os.makedirs(rundir)
+    flags = {"env": f.env, "agent": "impala", "rnd": False, "seed": 1, "num_servers": servers, "num_actors": actors,
+             "batch_size": batch, "server_splits": splits, "unroll_length": 20}
+    record = {"num_servers": servers, "num_actors": actors, "batch_size": batch, "server_splits": splits,
+              "auto": [] if f.num_servers else ["num_servers", "num_actors", "batch_size"], "reason": ""}
+    with open(os.path.join(rundir, "meta.json"), "w") as out:
+        json.dump({"argv": [os.path.join(os.getcwd(), "torchbeast_atari", "polybeast.py")], "flags": flags,
+                   "sizing": record}, out)
+    per_row = {1: 50_000, 2: 60_000}[splits] * (1 if actors > 16 else 0.01)  # agent steps in 4 s
+    signal.signal(signal.SIGINT, lambda *_: sys.exit(0))
+    with open(os.path.join(rundir, "logs.csv"), "w") as out:
+        out.write("step,time,return_last_100\\n")
+        # the first row slow (start-up), then steady
+        out.write(f"{int(per_row / 2)},4.0,nan\\n")
+        for i in range(1, 8):
+            out.write(f"{int(per_row / 2 + i * per_row)},{4.0 + 4 * i},-20.0\\n")
+    time.sleep(60)
+""")
+
+
+@pytest.mark.parametrize("cores", [16, 2])
+def test_the_splits_stage_compares_the_sized_layout_with_the_other(tmp_path, monkeypatch, cores):
+    monkeypatch.setattr(gpu_suite, "polybeast_cmd",
+                        lambda argv: [sys.executable, "-c", FAKE_LAUNCHER, str(cores), *argv])
+    savedir = str(tmp_path)
+    ctx = gpu_suite.Context(args("--splits_seconds", "2"), savedir, time.monotonic() + 100,
+                            gpu_suite.Stopper(install=False))
+    start = time.monotonic()
+    result = gpu_suite.stage_splits(ctx, gpu_suite.splits_need_s(ctx.args))
+    assert time.monotonic() - start < 30
+    assert result["status"] == "done", result
+    sized, other = result["runs"]
+    assert sized["sized"] and not other["sized"]
+    assert "--num_servers" not in sized["command"] and "--server_splits" not in sized["command"]
+    if cores == 16:  # the sizing split: the same 448 envs and batch unsplit, 14 processes of 32
+        assert (sized["layout"], other["layout"]) == ("14 x 2 x 16", "14 x 1 x 32")
+        assert other["command"].endswith(
+            "--num_servers 14 --num_actors 448 --batch_size 56 --server_splits 1")
+        assert os.path.isdir(os.path.join(savedir, "splits_h1"))
+    else:  # no split on 2 cores: the same 16 envs split explicitly
+        assert (sized["layout"], other["layout"]) == ("2 x 1 x 8", "2 x 2 x 4")
+        assert other["command"].endswith("--num_servers 4 --num_actors 16 --batch_size 32 --server_splits 2")
+        assert os.path.isdir(os.path.join(savedir, "splits_h2"))
+    assert "--savedir SAVEDIR --xpid splits_sized" in sized["command"] and savedir not in sized["command"]
+    # frames/s of the second half (rows of 4 s from 16 s on), the split's 60k agent steps a row against 50k
+    scale = 1 if cores == 16 else 0.01
+    split, unsplit = (sized, other) if cores == 16 else (other, sized)
+    assert split["steady_frames_s"] == pytest.approx(60_000 * scale / 4 * 4)
+    assert unsplit["steady_frames_s"] == pytest.approx(50_000 * scale / 4 * 4)
+
+    ceiling = {"status": "done", "frames_s": 80_000.0 * scale}
+    rows = [line for line in gpu_suite.splits_table({**result, "date": "d", "machine": "m"}, ceiling)
+            if line.startswith("| ")]
+    if cores == 16:
+        assert rows[1:] == ["| 14 x 2 x 16 | 448, B=56 | the sizing's | 60,000 | 1.20 | 0.75 |",
+                            "| 14 x 1 x 32 | 448, B=56 | given | 50,000 | 1.00 | 0.62 |"]
+    else:
+        assert rows[1:] == ["| 2 x 1 x 8 | 16, B=32 | the sizing's | 500 | 1.00 | 0.62 |",
+                            "| 2 x 2 x 4 | 16, B=32 | given | 600 | 1.20 | 0.75 |"]
+
+
+def test_the_splits_table_without_a_ceiling_or_a_second_run():
+    split = {"sized": True, "status": "done", "command": "python -m torchbeast_atari.polybeast --env P",
+             "layout": "14 x 2 x 16", "num_servers": 28, "num_actors": 448, "batch_size": 56, "server_splits": 2,
+             "steady_frames_s": 60_000.0}
+    failed = {"sized": False, "status": "failed (exit status 1): boom", "command": "c --server_splits 1"}
+    r = {"status": failed["status"], "runs": [split, failed], "seconds": 75.0, "date": "d", "machine": "m"}
+    text = gpu_suite.markdown({"splits": r}, "m")
+    assert "| 14 x 2 x 16 | 448, B=56 | the sizing's | 60,000 | - | - |" in text  # no unsplit run, no ceiling
+    assert "| - | - | given | failed (exit status 1): boom | - | - |" in text
+    assert "**Split env servers** (`--server_splits`, IMPALA Pong, 75 s a run) (d, m)" in text
+    assert "; failed (exit status 1): boom" in text
+    # the other layout: unsplit where the sizing split, split in 2 where it did not, neither where envs do not divide
+    sized = {"num_servers": 28, "num_actors": 448, "batch_size": 56, "server_splits": 2}
+    assert gpu_suite.other_layout(sized)[0] == {**sized, "num_servers": 14, "server_splits": 1}
+    assert gpu_suite.other_layout({**sized, "num_servers": 14, "server_splits": 1})[0] == sized
+    assert gpu_suite.other_layout({**sized, "num_servers": 3, "num_actors": 9, "server_splits": 1})[0] is None
 
 
 def test_the_measuring_scripts_output_is_read():
