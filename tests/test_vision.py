@@ -71,3 +71,35 @@ def test_gradients_reach_first_conv():
     stem(torch.rand(2, 3, 72, 96)).sum().backward()
     first = stem.stages[0].conv.weight
     assert first.grad is not None and first.grad.abs().sum() > 0
+
+
+def test_the_atari_impala_default_init_lets_the_stem_see_pong():
+    """Issue 40: with PyTorch's default init the AtariNet stem is blind to Pong (its features hardly vary
+    across frames: the biases dominate after four ReLU layers), and IMPALA's value head stayed at 0.5%
+    explained variance for 1.4M steps.  The package's IMPALA default (orthogonal, gain sqrt 2, biases 0)
+    keeps the frames' differences: measured 36x the default init's spread."""
+    import numpy as np
+
+    from models import build_model
+    from rl_core.env_spec import DiscreteActions, EnvSpec, Observation
+    from rl_core.runtime import entry
+    from torchbeast_atari import env as atari
+
+    pong = atari.create_env("PongNoFrameskip-v4", 0)
+    pong.reset()
+    rng = np.random.default_rng(0)
+    frames = torch.from_numpy(np.stack([pong.step(int(rng.integers(6)))[0] for _ in range(80)]))
+    spec = EnvSpec(Observation((4, 84, 84), "|u1"), DiscreteActions(6))
+
+    def spread(argv):
+        parser = entry.make_parser(atari)
+        entry.apply_agent_defaults(atari, parser, argv)
+        flags = parser.parse_args(argv)
+        torch.manual_seed(0)
+        with torch.no_grad():
+            return build_model(flags, spec).stem(frames).std(0).mean().item(), flags.init
+
+    package, init = spread(["--agent=impala"])
+    torch_default, _ = spread(["--agent=impala", "--init=default"])
+    assert init == "orthogonal"
+    assert package > 10 * torch_default, (package, torch_default)
