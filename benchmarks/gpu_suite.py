@@ -236,6 +236,8 @@ def run_child(cmd: list[str], out_path: str, stop_at: float, kill_at: float, sto
                PYTHONPATH=os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH")) if p))
     start = time.monotonic()
     why, target_s = "exited", None
+    if stopper.signum is not None:  # the suite was stopped: start nothing more (a SIGINT sent while a child
+        return Ended(-signal.SIGINT, "signal", 0.0)  # starts can be lost, if it inherited SIGINT ignored)
     with open(out_path, "w") as out:
         proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=out,
                                 stderr=subprocess.STDOUT, start_new_session=True)
