@@ -51,10 +51,7 @@ def serve(addresses: list[str], first_index: int, num_envs: int, cores: list[int
         servers.append(EnvServer(tp.parse_address(address), [lambda s=s: create_env(ENV, s) for s in seeds], seeds,
                                  server_index=first_index + h, env_name=ENV, step_lock=lock))
     ready.set()
-    if len(servers) == 1:
-        servers[0].serve_forever()
-    else:
-        serve_splits(servers)
+    serve_splits(servers)
 
 
 def cpu_seconds(pid: int) -> float:

@@ -275,10 +275,7 @@ def env_main(env_pkg, argv=None) -> None:
         parent = os.environ.get("POLYBEAST_PARENT_PID")
         if parent:
             watch_parent(int(parent), lambda: [server.remove_socket_file() for server in servers])
-        if len(servers) == 1:
-            servers[0].serve_forever()
-        else:
-            serve_splits(servers)
+        serve_splits(servers)
     except UserError as e:
         for server in servers:
             server.close()

@@ -350,7 +350,11 @@ def serve_splits(servers: Sequence[EnvServer]) -> None:
     each in its own thread, until the process is stopped (SystemExit from the termination handlers) or one
     of them fails, whose exception is raised here.  While one split steps its envs the others wait for
     their actions (sample-factory's double-buffered sampling), so the core is not idle during the round trip.
+    One server is served in this thread.
     """
+    if len(servers) == 1:
+        servers[0].serve_forever()
+        return
     sys.setswitchinterval(0.001)  # a split whose actions came in takes the GIL from a stepping one sooner
     stop = threading.Event()
     failures: list[BaseException] = []

@@ -33,10 +33,10 @@ class ServerSupervisor:
         self.module = module
         self.argv = list(argv)
         self.splits = splits
-        self.num_servers = num_servers // splits  # processes
+        self.num_processes = num_servers // splits
         self.first_index = first_index
         self.addresses = [[tp.server_address(basename, first_index + i * splits + h) for h in range(splits)]
-                          for i in range(self.num_servers)]
+                          for i in range(self.num_processes)]
         self.env = dict(os.environ, POLYBEAST_PARENT_PID=str(os.getpid()))
         if secret:
             self.env["POLYBEAST_SECRET"] = secret
@@ -68,7 +68,7 @@ class ServerSupervisor:
             return "its error is above"
 
     def start_all(self) -> None:
-        for i in range(self.num_servers):
+        for i in range(self.num_processes):
             self._start(i)
 
     def pids(self) -> list[int]:
@@ -130,6 +130,6 @@ class ServerSupervisor:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
-        for i in range(self.num_servers):
+        for i in range(self.num_processes):
             self._cleanup_socket(i)
         shutil.rmtree(self._failure_dir, ignore_errors=True)
