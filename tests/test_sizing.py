@@ -79,7 +79,7 @@ def test_sixteen_cores_with_a_gpu_size_impala_on_atari_as_found_by_hand():
     assert got.reason.endswith("set --num_servers/--num_actors/--batch_size to override")
     # without a GPU the learner keeps half the cores and servers step half as many envs
     cpu = sizing.size_run(16, False, "impala", envs_per_server("torchbeast_atari"), defaults, {})
-    assert (cpu.num_servers, cpu.num_actors, cpu.batch_size) == (8, 128, 32)
+    assert (cpu.num_servers, cpu.num_actors, cpu.batch_size) == (8, 128, 16)  # 128 / 8, above the default 8
 
 
 def test_other_agents_on_a_big_machine():
@@ -113,7 +113,7 @@ def test_explicit_flags_win():
                             {"num_servers": 3, "num_actors": 9, "batch_size": 4})
     assert (every.num_servers, every.num_actors, every.batch_size, every.auto, every.reason) == (3, 9, 4, (), "")
     servers = sizing.size_run(16, True, "impala", envs_per_server("torchbeast_atari"), d, {"num_servers": 4})
-    assert (servers.num_servers, servers.num_actors, servers.batch_size) == (4, 128, 32)  # 32 envs a server
+    assert (servers.num_servers, servers.num_actors, servers.batch_size) == (4, 128, 16)  # 32 envs a server; 128 / 8
     actors = sizing.size_run(16, True, "impala", envs_per_server("torchbeast_atari"), d, {"num_actors": 64})
     assert (actors.num_servers, actors.num_actors) == (8, 64)  # the most servers (<= 14) that divide 64
     batch = sizing.size_run(16, True, "impala", envs_per_server("torchbeast_atari"), d, {"batch_size": 16})
@@ -121,7 +121,7 @@ def test_explicit_flags_win():
     assert batch.auto == ("num_servers", "num_actors")
     # on 2 cores a flag given changes nothing else (today's behaviour, a bad pair refused by the checks)
     two = sizing.size_run(2, False, "impala", envs_per_server("torchbeast_atari"), d, {"num_servers": 3})
-    assert (two.num_servers, two.num_actors, two.batch_size) == (3, 16, 32)
+    assert (two.num_servers, two.num_actors, two.batch_size) == (3, 16, 8)
 
 
 def test_the_launcher_sees_flags_given_abbreviated_or_with_equals(monkeypatch):
@@ -132,7 +132,7 @@ def test_the_launcher_sees_flags_given_abbreviated_or_with_equals(monkeypatch):
     values, _ = launcher_values("torchbeast_atari", ["--disable_cuda"])
     # 8 processes (a core each), each 2 servers of 8 envs stepped in turn (the package's SERVER_SPLITS)
     assert (values["num_servers"], values["server_splits"], values["num_actors"], values["batch_size"]) == \
-        (16, 2, 128, 32)
+        (16, 2, 128, 16)
     values, chosen = launcher_values("torchbeast_atari", ["--disable_cuda", "--server_splits=1"])
     assert (values["num_servers"], values["num_actors"], chosen.auto) == (8, 128, ("num_servers", "num_actors",
                                                                                    "batch_size"))
@@ -222,7 +222,7 @@ def test_a_resumed_run_keeps_what_it_was_sized_with(tmp_path, monkeypatch):
     values, _ = launcher_values("torchbeast_atari", [*argv, "--batch_size=32"])  # a flag given still wins
     assert (values["num_servers"], values["num_actors"], values["batch_size"]) == (14, 448, 32)
     values, _ = launcher_values("torchbeast_atari", [f"--savedir={tmp_path}", "--xpid=other"])  # a new run
-    assert (values["num_servers"], values["num_actors"], values["batch_size"]) == (2, 16, 32)
+    assert (values["num_servers"], values["num_actors"], values["batch_size"]) == (2, 16, 8)
 
 
 def test_the_launcher_logs_its_sizing_records_it_and_its_servers_follow(tmp_path, monkeypatch):
@@ -239,16 +239,16 @@ def test_the_launcher_logs_its_sizing_records_it_and_its_servers_follow(tmp_path
     line = next(x for x in result.stdout.splitlines() if "] sizing: " in x)
     assert line.endswith(
         "sizing: --agent impala, 32 envs on 4 env servers (8 each; 2 to a process, stepped in turn: 2 processes), "
-        "learner batches of 32 x 5 = 160 steps (~2 batches), --total_steps 320; chosen for 4 usable cores, learner "
+        "learner batches of 8 x 5 = 40 steps (~8 batches), --total_steps 320; chosen for 4 usable cores, learner "
         "on cpu, --agent impala: 2 env servers x 16 envs = 32 (a core each, 2 left to the learner), each process 2 "
         "servers of 8 envs stepped in turn (one steps while the other's actions are in flight): --num_servers 4 "
         "--server_splits 2; set --num_servers/--num_actors/--batch_size to override"), line
     meta = json.loads((tmp_path / "runs" / "sized" / "meta.json").read_text())
     assert meta["sizing"]["num_servers"] == 4 and meta["sizing"]["num_actors"] == 32
     assert meta["sizing"]["server_splits"] == 2
-    assert meta["sizing"]["batch_size"] == 32 and meta["sizing"]["cores"] == 4 and meta["sizing"]["gpu"] is False
+    assert meta["sizing"]["batch_size"] == 8 and meta["sizing"]["cores"] == 4 and meta["sizing"]["gpu"] is False
     assert meta["sizing"]["auto"] == ["num_servers", "num_actors", "batch_size", "server_splits"]
-    assert (meta["flags"]["num_servers"], meta["flags"]["num_actors"], meta["flags"]["batch_size"]) == (4, 32, 32)
+    assert (meta["flags"]["num_servers"], meta["flags"]["num_actors"], meta["flags"]["batch_size"]) == (4, 32, 8)
     assert meta["flags"]["server_splits"] == 2
     assert meta["success"] is True
     assert not sockets_left(tmp_path)

@@ -540,7 +540,7 @@ FLAG_RANGES = {"max_episode_frames": "[1, inf)", "noop_max": "[0, inf)", "sticky
 
 
 def add_flags(parser) -> None:
-    """Atari's flags and defaults (torchbeast's, with T=20, B=32 and 16 envs on 2 servers)."""
+    """Atari's flags and defaults (torchbeast's, with T=20, B=32 and 16 envs on 2 servers; IMPALA's B is 8, below)."""
     g = parser.add_argument_group("atari")
     g.add_argument("--disable_episodic_life", action="store_true",
                    help="A lost life does not end the training episode.")
@@ -583,11 +583,16 @@ R2D2_ATARI = dict(replay_buffer_size=4000, replay_buffer_min_size=200, replay_fr
 # RMSprop second moments were 1e-12 to 1e-19 and the value head explained 0.5% of its targets' variance.
 # Orthogonal init (gain sqrt 2, biases 0, policy 0.01, value 1; models/init.py) keeps the signal through the
 # four ReLU layers: the value head explained 37% by 172k steps (issue 40, docs/results.md).
-IMPALA_ATARI = dict(init="orthogonal")
+# Batches of 8 unrolls, not 32: one update per 160 agent steps instead of 640, at the same agent steps/s and
+# the same policy lag in updates (the learner's cost is per step, not per update).  RMSprop moves each weight
+# about one learning rate per update, so per agent step that is 3e-6 (PPO's cleanrl settings: 16 Adam steps
+# of 2.5e-4 per 1,024 steps, 3.9e-6) instead of 7.5e-7.  Pong, seed 1: last-100 -15.6 at 1.15M steps with
+# B=8, -20.0 with B=32 (both orthogonal; issue 40, docs/results.md).
+IMPALA_ATARI = dict(init="orthogonal", batch_size=8)
 
 
 def agent_defaults(agent: str) -> dict:
-    """Defaults for ``--agent``: IMPALA keeps torchbeast's (above) with orthogonal init; PPO the published Atari
+    """Defaults for ``--agent``: IMPALA keeps torchbeast's (above) with orthogonal init and B=8; PPO the published Atari
     ones.  VPG, AWR, V-MPO and V-trace take PPO's data path and optimizer with one pass per batch."""
     if agent == "impala":
         return dict(IMPALA_ATARI)
