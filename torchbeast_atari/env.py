@@ -583,8 +583,9 @@ R2D2_ATARI = dict(replay_buffer_size=4000, replay_buffer_min_size=200, replay_fr
 # RMSprop second moments were 1e-12 to 1e-19 and the value head explained 0.5% of its targets' variance.
 # Orthogonal init (gain sqrt 2, biases 0, policy 0.01, value 1; models/init.py) keeps the signal through the
 # four ReLU layers: the value head explained 37% by 172k steps (issue 40, docs/results.md).
-# Batches of 8 unrolls, not 32: one update per 160 agent steps instead of 640, at the same agent steps/s and
-# the same policy lag in updates (the learner's cost is per step, not per update).  RMSprop moves each weight
+# Batches of 8 unrolls, not 32: one update per 160 agent steps instead of 640, at the same agent steps/s (the
+# learner's cost is per step, not per update) and half the policy lag in agent steps (3.4 updates = 540 steps
+# against 1.7 = 1,090 in the Pong runs of docs/results.md).  RMSprop moves each weight
 # about one learning rate per update, so per agent step that is 3e-6 (PPO's cleanrl settings: 16 Adam steps
 # of 2.5e-4 per 1,024 steps, 3.9e-6) instead of 7.5e-7.  Pong, seed 1: last-100 -15.6 at 1.15M steps with
 # B=8, -20.0 with B=32 (both orthogonal; issue 40, docs/results.md).
