@@ -55,6 +55,16 @@ def test_adam_is_fused_and_the_stats_are_the_means_over_the_steps():
     assert set(stats) >= {"out", "grad_norm", "learning_rate"} and L.step == 5
 
 
+def test_every_row_has_the_learning_rate_now_updates_or_none():
+    """An interval without an update (the first row's, under load) still logs the rate: the schedule's
+    value at the row, which a decayed run's rows are checked against."""
+    L = learner([1.0], "--lr_decay=linear", "--total_steps=100", "--unroll_length=5", "--batch_size=5")
+    assert L.take_stats() == {"learning_rate": pytest.approx(0.1)}
+    L.learn(batch(), (), new_steps=25)
+    assert L.take_stats()["learning_rate"] == pytest.approx(0.075)
+    assert L.take_stats() == {"learning_rate": pytest.approx(0.075)}
+
+
 def test_a_non_finite_step_is_skipped_on_the_device_and_named():
     L = learner([1.0, float("nan"), 1.0])
     data = batch()

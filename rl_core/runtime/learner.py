@@ -249,12 +249,14 @@ class Learner:
             self._abort_hooks = []
 
     def take_stats(self) -> dict[str, float]:
-        """The batches' stats since the last call: their means (``PEAK_STATS``: their maximum)."""
+        """The batches' stats since the last call: their means (``PEAK_STATS``: their maximum); and the
+        learning rate now, in every row (an interval without an update, the first's under load, has no mean)."""
         with self.stats_lock:
             n = max(self._stats_n, 1)
             stats = {k: v / n for k, v in self._stats_sum.items()}
             stats.update(self._stats_max)
             self._stats_sum, self._stats_max, self._stats_n = {}, {}, 0
+            stats["learning_rate"] = self.scheduler.get_last_lr()[0]
         return stats
 
     def publish_weights(self) -> None:
