@@ -586,7 +586,8 @@ R2D2_ATARI = dict(replay_buffer_size=4000, replay_buffer_min_size=200, replay_fr
 # Batches of 8 unrolls, not 32: one update per 160 agent steps instead of 640, at the same agent steps/s (the
 # learner's cost is per step, not per update) and half the policy lag in agent steps (3.4 updates = 540 steps
 # against 1.7 = 1,090 in the Pong runs of docs/results.md).  RMSprop moves each weight
-# about one learning rate per update, so per agent step that is 3e-6 (PPO's cleanrl settings: 16 Adam steps
+# about one learning rate per update where its gradient's RMS exceeds eps (0.01; in the 4M-step Pong checkpoint
+# the policy head's and conv3's, not the fc layer's, a fifth of that), so per agent step that is 3e-6 (PPO's cleanrl settings: 16 Adam steps
 # of 2.5e-4 per 1,024 steps, 3.9e-6) instead of 7.5e-7.  Pong, seed 1: last-100 -15.6 at 1.15M steps with
 # B=8, -20.0 with B=32 (both orthogonal; issue 40, docs/results.md).
 IMPALA_ATARI = dict(init="orthogonal", batch_size=8)
