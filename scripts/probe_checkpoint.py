@@ -1,0 +1,90 @@
+"""What a checkpoint's optimizer and Atari stem look like: the probe behind docs/results.md's IMPALA Pong notes.
+
+    python scripts/probe_checkpoint.py RUN/model.tar [RUN2/model.tar ...] [--game PongNoFrameskip-v4]
+
+For every parameter: the median of sqrt(v), the optimizer's running second moment (RMSprop's ``square_avg``,
+Adam's ``exp_avg_sq``), and the mean over its elements of sqrt(v) / (sqrt(v) + eps), the share of one learning
+rate by which eps lets that element move per update.  For an AtariNet stem (``--model atari``): how many
+channels of each convolution fire (ReLU > 0) anywhere in 80 frames of random play (every 5th step); a channel that never does
+gets no gradient again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def optimizer_report(checkpoint: dict) -> list[str]:
+    names = list(checkpoint["model_state_dict"].keys())
+    optimizer = checkpoint["optimizer_state_dict"]
+    lines = []
+    for group in optimizer["param_groups"]:
+        eps = group.get("eps", 0.0)
+        for index in group["params"]:
+            state = optimizer["state"].get(index, {})
+            second = state.get("square_avg", state.get("exp_avg_sq"))
+            if second is None:
+                continue
+            root = second.float().sqrt().flatten()
+            name = names[index] if index < len(names) else str(index)
+            lines.append(f"  {name:28s} {root.numel():>9,d}  median sqrt(v) {root.median().item():.2e}  "
+                         f"step share {(root / (root + eps)).mean().item():.2f}  (eps {eps:g})")
+    return lines
+
+
+def random_play_frames(game: str, count: int = 80, every: int = 5) -> torch.Tensor:
+    """``count`` observations [count, 4, 84, 84] in [0, 1]: every ``every``-th step of uniformly random play."""
+    from torchbeast_atari.env import create_env
+
+    env = create_env(game, seed=1)
+    env.reset(seed=1)
+    rng = np.random.default_rng(0)
+    frames = []
+    for step in range(count * every):
+        obs, _, terminated, truncated, _ = env.step(int(rng.integers(env.action_space.n)))
+        if step % every == 0:
+            frames.append(np.asarray(obs))
+        if terminated or truncated:
+            env.reset()
+    env.close()
+    return torch.tensor(np.stack(frames)).float() / 255.0
+
+
+def stem_report(state: dict, frames: torch.Tensor) -> list[str]:
+    x, lines = frames, []
+    for layer, stride in (("conv1", 4), ("conv2", 2), ("conv3", 1)):
+        weight = state.get(f"stem.{layer}.weight")
+        if weight is None:
+            return lines
+        with torch.no_grad():
+            x = torch.relu(F.conv2d(x, weight.float(), state[f"stem.{layer}.bias"].float(), stride=stride))
+        alive = int((x > 0).flatten(2).any(2).any(0).sum())
+        lines.append(f"  {layer}: {alive} of {weight.shape[0]} channels fire on some frame")
+    return lines
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("checkpoints", nargs="+", type=Path)
+    parser.add_argument("--game", default="PongNoFrameskip-v4", help="the game whose random-play frames probe the stem")
+    args = parser.parse_args(argv)
+    frames = None
+    for path in args.checkpoints:
+        checkpoint = torch.load(path, weights_only=True, map_location="cpu")
+        print(f"{path}: step {checkpoint.get('step')}")
+        print("\n".join(optimizer_report(checkpoint)))
+        if "stem.conv1.weight" in checkpoint["model_state_dict"]:
+            frames = random_play_frames(args.game) if frames is None else frames
+            print("\n".join(stem_report(checkpoint["model_state_dict"], frames)))
+
+
+if __name__ == "__main__":
+    main()
