@@ -17,7 +17,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -59,15 +58,18 @@ def random_play_frames(game: str, count: int = 80, every: int = 5) -> torch.Tens
 
 
 def stem_report(state: dict, frames: torch.Tensor) -> list[str]:
+    """Channels of each AtariNet convolution whose ReLU is positive somewhere in ``frames``."""
+    from models.vision import AtariNetStem
+
+    stem = AtariNetStem(frames.shape[1:])
+    stem.load_state_dict({k[len("stem."):]: v.float() for k, v in state.items() if k.startswith("stem.")})
     x, lines = frames, []
-    for layer, stride in (("conv1", 4), ("conv2", 2), ("conv3", 1)):
-        weight = state.get(f"stem.{layer}.weight")
-        if weight is None:
-            return lines
-        with torch.no_grad():
-            x = torch.relu(F.conv2d(x, weight.float(), state[f"stem.{layer}.bias"].float(), stride=stride))
-        alive = int((x > 0).flatten(2).any(2).any(0).sum())
-        lines.append(f"  {layer}: {alive} of {weight.shape[0]} channels fire on some frame")
+    with torch.no_grad():
+        for name in ("conv1", "conv2", "conv3"):
+            conv = getattr(stem, name)
+            x = torch.relu(conv(x))
+            alive = int((x > 0).flatten(2).any(2).any(0).sum())
+            lines.append(f"  {name}: {alive} of {conv.out_channels} channels fire on some frame")
     return lines
 
 
