@@ -1,6 +1,7 @@
 """Starting the real entry points as processes, and looking at what they leave behind."""
 
 import glob
+import importlib.util
 import os
 import signal
 import subprocess
@@ -8,6 +9,14 @@ import sys
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def load_script(name: str):
+    """``scripts/<name>.py`` imported as a module (the scripts are not a package)."""
+    spec = importlib.util.spec_from_file_location(name, os.path.join(REPO, "scripts", f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def start(module: str, *args: str, output: str, **popen) -> subprocess.Popen:

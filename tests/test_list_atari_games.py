@@ -1,20 +1,13 @@
-import importlib.util
 from pathlib import Path
 
+from tests.proc_utils import load_script
 from torchbeast_atari import env as atari_env
 
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _load_script():
-    spec = importlib.util.spec_from_file_location("list_atari_games", REPO / "scripts" / "list_atari_games.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_committed_list_matches_the_installed_ale():
-    script = _load_script()
+    script = load_script("list_atari_games")
     games = script.list_games()
     committed = (REPO / "list_atari_games.txt").read_text()
     assert script.render(games) == committed, "stale list: run python scripts/list_atari_games.py"

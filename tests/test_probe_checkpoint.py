@@ -1,20 +1,9 @@
 """scripts/probe_checkpoint.py: the optimizer's step shares and the stem's live channels from a checkpoint."""
 
-import importlib.util
-from pathlib import Path
-
 import torch
 
 from models.vision import AtariNetStem
-
-REPO = Path(__file__).resolve().parents[1]
-
-
-def _load_script():
-    spec = importlib.util.spec_from_file_location("probe_checkpoint", REPO / "scripts" / "probe_checkpoint.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tests.proc_utils import load_script
 
 
 def _checkpoint(stem: AtariNetStem, gradient_scale: float) -> dict:
@@ -29,7 +18,7 @@ def _checkpoint(stem: AtariNetStem, gradient_scale: float) -> dict:
 
 
 def test_step_share_is_sqrt_v_over_sqrt_v_plus_eps():
-    script = _load_script()
+    script = load_script("probe_checkpoint")
     # one step of gradient g leaves v = 0.01 g^2: sqrt(v) = 0.1 g
     lines = script.optimizer_report(_checkpoint(AtariNetStem((4, 84, 84)), gradient_scale=1.0))
     assert len(lines) == 8 and lines[0].split()[0] == "stem.conv1.weight"
@@ -40,7 +29,7 @@ def test_step_share_is_sqrt_v_over_sqrt_v_plus_eps():
 
 
 def test_a_conv1_channel_that_never_fires_on_pong_is_counted_dead():
-    script = _load_script()
+    script = load_script("probe_checkpoint")
     frames = script.random_play_frames("PongNoFrameskip-v4", count=10)
     assert frames.shape == (10, 4, 84, 84) and 0.0 <= frames.min() and frames.max() <= 1.0
     stem = AtariNetStem((4, 84, 84))
