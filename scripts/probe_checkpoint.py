@@ -22,8 +22,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def optimizer_report(checkpoint: dict) -> list[str]:
-    names = list(checkpoint["model_state_dict"].keys())
     optimizer = checkpoint["optimizer_state_dict"]
+    indices = [index for group in optimizer["param_groups"] for index in group["params"]]
+    # the optimizer numbers parameters in the model's order; the state dict holds buffers too (normalizer
+    # statistics), and where it does its keys no longer name the indices, so the indices are shown instead
+    names = list(checkpoint["model_state_dict"].keys())
+    if len(names) != len(indices):
+        names = []
     lines = []
     for group in optimizer["param_groups"]:
         eps = group.get("eps", 0.0)
@@ -33,7 +38,7 @@ def optimizer_report(checkpoint: dict) -> list[str]:
             if second is None:
                 continue
             root = second.float().sqrt().flatten()
-            name = names[index] if index < len(names) else str(index)
+            name = names[index] if names else f"parameter {index}"
             lines.append(f"  {name:28s} {root.numel():>9,d}  median sqrt(v) {root.median().item():.2e}  "
                          f"step share {(root / (root + eps)).mean().item():.2f}  (eps {eps:g})")
     return lines

@@ -40,3 +40,11 @@ def test_a_conv1_channel_that_never_fires_on_pong_is_counted_dead():
     lines = script.stem_report(state, frames)
     assert lines[0] == "  conv1: 29 of 32 channels fire on some frame"
     assert [line.split(":")[0].strip() for line in lines] == ["conv1", "conv2", "conv3"]
+
+
+def test_parameters_are_numbered_not_misnamed_when_the_state_dict_holds_buffers():
+    script = load_script("probe_checkpoint")
+    checkpoint = _checkpoint(AtariNetStem((4, 84, 84)), gradient_scale=1.0)
+    checkpoint["model_state_dict"] = {"obs_mean": torch.zeros(4), **checkpoint["model_state_dict"]}
+    lines = script.optimizer_report(checkpoint)
+    assert [line.split()[:2] for line in lines[:2]] == [["parameter", "0"], ["parameter", "1"]]
