@@ -74,6 +74,32 @@ def test_vtrace_agent_with_impala_settings_gives_impala_loss():
     assert not torch.allclose(other_loss, vtrace_loss)
 
 
+def test_impala_epochs_are_vtrace_agent_epochs():
+    """--agent impala --num_epochs 3: three optimizer steps on the batch, each loss recomputed by the weights
+    the step before left (V-trace reweighting the now older behaviour), as --agent vtrace's three passes of
+    one minibatch with IMPALA's settings; one epoch, the default, yields one loss."""
+    common = ["--entropy_cost=0.013", "--baseline_cost=0.7", "--discounting=0.95", "--num_epochs=3"]
+    impala = make_agent(flags("--agent=impala", *common), DISCRETE)
+    vtrace = make_agent(flags("--agent=vtrace", "--advantage=vtrace", "--loss_reduction=sum", "--num_minibatches=1",
+                              "--batch_mode=repeat", "--no-advantage_normalization", *common), DISCRETE)
+    batch = random_batch(DISCRETE, vtrace, None)
+    losses = {}
+    for name, agent in (("impala", impala), ("vtrace", vtrace)):
+        torch.manual_seed(0)
+        model = agent.build_model()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+        losses[name] = []
+        for loss, _ in agent.updates(model, batch, ()):
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            losses[name].append(loss.item())
+    assert len(losses["impala"]) == 3 and len(set(losses["impala"])) == 3  # each pass sees the moved weights
+    assert losses["impala"] == pytest.approx(losses["vtrace"], rel=1e-4, abs=1e-5)
+    one = make_agent(flags("--agent=impala"), DISCRETE)
+    assert len(list(one.updates(one.build_model(), batch, ()))) == 1
+
+
 @pytest.mark.parametrize("mode", ["repeat", "shuffle", "split", "split_with_advantage_recomputation"])
 def test_epochs_and_minibatches_per_batch_mode(mode, monkeypatch):
     agent = make_agent(flags("--agent=ppo", f"--batch_mode={mode}", "--num_epochs=3", "--num_minibatches=2"), DISCRETE)

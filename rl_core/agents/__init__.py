@@ -203,7 +203,8 @@ def add_flags(p: argparse.ArgumentParser) -> None:
     a("--optimizer", default="rmsprop", choices=["rmsprop", "adam"],
       help="rmsprop (IMPALA's: --alpha, --momentum, --epsilon) or adam (--epsilon is Adam's eps).")
     a("--lr_decay", default="linear", choices=["linear", "none"], help="Learning rate: linear decay to 0, or constant.")
-    a("--num_epochs", type=int, default=1, help="Passes over each learner batch.")
+    a("--num_epochs", type=int, default=1,
+      help="Passes over each learner batch (impala too: each pass one optimizer step, V-trace correcting the lag).")
     a("--num_minibatches", type=int, default=1, help="Minibatches (optimizer steps) per pass.")
     a("--batch_mode", default="shuffle", choices=["repeat", "shuffle", "split", "split_with_advantage_recomputation"],
       help="SEED RL's: the same unroll minibatches every pass (repeat), unrolls shuffled every pass (shuffle), "

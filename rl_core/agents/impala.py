@@ -57,7 +57,12 @@ class ImpalaAgent(Agent):
         return sample_actions(logits, greedy), extras, state
 
     def updates(self, model, batch, state):
-        yield self.loss(model, batch, state)
+        """``--num_epochs`` optimizer steps on the batch, each with the loss recomputed by the weights
+        the previous one left: V-trace's importance weights correct for the policy having moved since the
+        batch was acted (as for any lag), so a pass after the first is an off-policy update (the IMPALA
+        paper's replay, Section 5.2.1, without a buffer; RLlib's IMPALA num_sgd_iter)."""
+        for _ in range(max(1, int(getattr(self.flags, "num_epochs", 1)))):
+            yield self.loss(model, batch, state)
 
     def loss(self, model, batch: dict, initial_state: tuple):
         """One V-trace head per stream (alone: the env's reward on ``baseline``); an episodic stream's
