@@ -133,6 +133,8 @@ def test_impala_loss_assembles_terms(seed):
     assert stats["entropy_loss"] == pytest.approx(ent.item(), rel=1e-12, abs=1e-12)
     assert stats["total_loss"] == pytest.approx(total.item(), rel=1e-12, abs=1e-12)
     assert stats["mean_rho"] == pytest.approx(torch.exp(vt.log_rhos).mean().item())
+    assert stats["clipped_rho_share"] == pytest.approx((torch.exp(vt.log_rhos) > 1.0).double().mean().item())
+    assert 0 < stats["clipped_rho_share"] < 1  # behaviour and target logits drawn apart: some rhos clipped, not all
     # 0-dim tensors without a graph: the learner reads a batch's stats in one host sync
     assert all(isinstance(v, torch.Tensor) and v.dim() == 0 and not v.requires_grad for v in stats.values())
 

@@ -6,6 +6,7 @@ mean), so torchbeast's learning rates and cost coefficients carry over.
 
 from __future__ import annotations
 
+import math
 from typing import Dict, NamedTuple, Optional, Sequence, Tuple
 
 import torch
@@ -80,7 +81,7 @@ def multi_head_impala_loss(
         + entropy_cost sum_{t,b} sum_a pi log pi
 
     Summed over T and B, as :func:`impala_loss`, which is this with one head of coefficient 1.
-    Stats: as :func:`impala_loss`, ``mean_vs`` of the first head, and each head's explained
+    Stats: as :func:`impala_loss` (``clipped_rho_share``: the share of rho_t that rho-bar clips), ``mean_vs`` of the first head, and each head's explained
     variance of its targets, ``<name>_explained_variance``.
     """
     from rl_core.losses.policy_gradient import explained_variance
@@ -111,7 +112,10 @@ def multi_head_impala_loss(
         "baseline_loss": baseline.detach(),
         "entropy_loss": entropy.detach(),
         "total_loss": total_loss.detach(),
-        "mean_rho": torch.exp(log_rhos).mean().detach(),
+        "mean_rho": torch.exp(log_rhos).mean().detach(),  # ~1 for any lag: E_mu[pi / mu] = 1
+        # the share of steps whose rho rho-bar clips: how off-policy the batch is (the lag, later passes)
+        "clipped_rho_share": (log_rhos > math.log(clip_rho_threshold)).float().mean() if clip_rho_threshold
+        else torch.zeros((), device=log_rhos.device),
         "mean_vs": vs_first.mean().detach(),
         **explained,
     }
