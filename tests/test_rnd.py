@@ -303,7 +303,7 @@ def test_every_on_policy_agent_takes_the_add_on(agent_name):
         optimizer.step()
         n += 1
         assert {"rnd_loss", "int_reward_mean", "int_reward_std", "int_explained_variance"} <= set(stats)
-    assert n == (1 if agent_name == "impala" else 4)  # IMPALA: one step a batch; the others 2 epochs x 2
+    assert n == (2 if agent_name == "impala" else 4)  # IMPALA: 2 whole-batch passes; the others 2 epochs x 2
     assert any(not torch.equal(a, b) for a, b in zip(before, model.rnd.predictor.parameters()))
     assert all(torch.equal(a, b) for a, b in zip(target, model.rnd.target.parameters()))  # the target stays fixed
     assert model.extra_values["int_baseline"].weight.grad is not None
