@@ -1,4 +1,4 @@
-"""IMPALA (Espeholt et al. 2018): V-trace actor-critic over [T+1, B] unrolls, one step per batch."""
+"""IMPALA (Espeholt et al. 2018): V-trace actor-critic over [T+1, B] unrolls, one step per batch (--num_epochs: more)."""
 
 from __future__ import annotations
 
