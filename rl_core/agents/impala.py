@@ -1,4 +1,4 @@
-"""IMPALA (Espeholt et al. 2018): V-trace actor-critic over [T+1, B] unrolls, one step per batch (--num_epochs: more)."""
+"""IMPALA (Espeholt et al. 2018): V-trace actor-critic over [T+1, B] unrolls, one step per batch (or --num_epochs)."""
 
 from __future__ import annotations
 
@@ -59,8 +59,8 @@ class ImpalaAgent(Agent):
     def updates(self, model, batch, state):
         """``--num_epochs`` optimizer steps on the batch, each with the loss recomputed by the weights
         the previous one left: V-trace's importance weights correct for the policy having moved since the
-        batch was acted (as for any lag), so a pass after the first is an off-policy update (the IMPALA
-        paper's replay, Section 5.2.1, without a buffer; RLlib's IMPALA num_sgd_iter)."""
+        batch was acted (as for any lag), so a pass after the first is an off-policy update (replayed
+        experience as in the IMPALA paper's replay experiments, without a buffer; RLlib's IMPALA num_sgd_iter)."""
         for _ in range(max(1, int(getattr(self.flags, "num_epochs", 1)))):
             yield self.loss(model, batch, state)
 

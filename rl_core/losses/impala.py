@@ -81,8 +81,9 @@ def multi_head_impala_loss(
         + entropy_cost sum_{t,b} sum_a pi log pi
 
     Summed over T and B, as :func:`impala_loss`, which is this with one head of coefficient 1.
-    Stats: as :func:`impala_loss` (``clipped_rho_share``: the share of rho_t that rho-bar clips), ``mean_vs`` of the first head, and each head's explained
-    variance of its targets, ``<name>_explained_variance``.
+    Stats: as :func:`impala_loss` (``clipped_rho_share``: the share of rho_t that rho-bar clips),
+    ``mean_vs`` of the first head, and each head's explained variance of its targets,
+    ``<name>_explained_variance``.
     """
     from rl_core.losses.policy_gradient import explained_variance
 
