@@ -17,12 +17,12 @@ Stages, one after another, each a subprocess of the project's own scripts and la
    machine.  The suite stops it (SIGINT: the launcher's clean stop, a checkpoint saved) as soon as logs.csv's
    last-100 return reaches 18, or when its share of the budget runs out.
 3. ``splits``: the launcher's ``--server_splits`` end to end (docs/scaling.md, "Double-buffered servers"):
-   IMPALA Pong for ``--splits_seconds`` of wall time with no sizing flag (whatever the launcher sizes: on more
-   than 2 cores with a GPU, processes of 2 servers stepped in turn, e.g. 14 x 2 x 16 envs on 16 cores), then
-   as long with the same envs and batch unsplit (``--server_splits 1``, ``--num_servers`` the sized servers /
-   splits, the sized ``--num_actors`` and ``--batch_size``, read from the first run's meta.json ``sizing``).
-   Where the sizing does not split (2 cores), the second run is the split one: ``--server_splits 2
-   --num_servers`` twice the sized servers.  Each run's frames/s over the second half of its logs.csv rows,
+   IMPALA Pong for ``--splits_seconds`` of wall time with no sizing flag (whatever the launcher sizes: 14
+   servers x 32 envs on 16 cores with a GPU), then as long with the same envs and batch split in two
+   (``--server_splits 2``, ``--num_servers`` twice the sized servers, the sized ``--num_actors`` and
+   ``--batch_size``, read from the first run's meta.json ``sizing``).  Where the sizing splits (a package's
+   ``SERVER_SPLITS`` above 1), the second run is the unsplit one: ``--server_splits 1``, ``--num_servers``
+   the sized servers / splits.  Each run's frames/s over the second half of its logs.csv rows,
    against the unsplit run's and the env ceiling's.
 4. ``agents``: ``benchmarks/agents.py --package torchbeast_atari``: every agent's throughput on Pong (end to end
    with the launcher's sizing, and its learner alone), as many agents as the budget holds.
@@ -57,8 +57,8 @@ the CPU), for checking: ``--budget_s 100`` gives the ceiling and a minute of IMP
 ``--stages splits --splits_seconds 40 --budget_s 200`` the splits alone.
 
 On a device machine (/work/.library/device/README.md: Python 3.12 with torch 2.11 + CUDA, no package
-registry, one command <= 10 minutes, 30 s warm between calls, 30 minutes of device time a session), from this
-repository's root:
+registry, one command <= 10 minutes, 30 s warm between calls, 15 minutes of device time a session, a machine's
+start included), from this repository's root:
 
 * Here, once: ``echo /.whl/ >> .git/info/exclude`` (already in .gitignore) and the Atari packages the image lacks
   as cp312 wheels (6 MB)::
@@ -71,21 +71,20 @@ repository's root:
 * Every call: ``carry: [".whl"]`` and the command begins with
   ``python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site
   .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 || exit;``
-* The whole suite outlasts one command, so the first call starts it in its own session (it runs on while the
-  machine is held) and watches it; each later call, made at once (the machine goes back 30 s after a call),
-  watches on; every call brings back the tables so far::
+* The whole suite (25 minutes) outlasts a session's device time, so a session runs part of it, in calls made
+  at once one after the other (the machine goes back 30 s after a call), each within one command's 10 minutes.
+  What ran on 2026-11-26 (docs/results.md, 12 of the 15 minutes with the machine's start)::
 
-      call 1: ...; setsid python3 benchmarks/gpu_suite.py --budget_s 1440 --savedir /tmp/gs >/tmp/gs.log 2>&1 \
-              </dev/null & sleep 585; cat /tmp/gs.log; cp /tmp/gs/gpu_suite.md $OUT/
-      call 2: sleep 590; cat /tmp/gs.log; cp /tmp/gs/gpu_suite.md $OUT/
-      call 3: until grep -q '^gpu_suite: \(done\|stopped\)' /tmp/gs.log; do sleep 5; done; cat /tmp/gs.log;
+      call 1: ...; timeout 560 python3 benchmarks/gpu_suite.py --stages ceiling,impala_pong,splits --budget_s 545 \
+              --ceiling_seconds 4 --splits_seconds 40 --savedir /tmp/gs 2>&1 | tee $OUT/suite.log;
               cp /tmp/gs/gpu_suite.md /tmp/gs/gpu_suite.json $OUT/; cp /tmp/gs/impala_pong/logs.csv $OUT/impala.csv
+      call 2: ...; timeout 290 python3 benchmarks/gpu_suite.py --stages splits --budget_s 280 --splits_seconds 100 \
+              --savedir /tmp/gs2 2>&1 | tee $OUT/suite2.log
 
-  (``--budget_s 1440``: 24 minutes, leaving the machine's start and the transfers inside the session's 30.)
-  Or, stage by stage, one call each with the same ``--savedir`` and ``--budget_s 570``:
-  ``--stages ceiling,impala_pong``, then ``--stages agents``, then ``--stages splits,ppo_pong,ppo_breakout``;
-  the last call's tables hold every stage (as long as the machine stayed warm; each call's output has its
-  own).
+  A later session takes the stages not run yet (``--stages agents``, ``--stages ppo_pong,ppo_breakout``) with
+  ``--budget_s 545``; each call's output has its own tables.  A machine of 30 minutes holds the whole suite in
+  one ``setsid`` run watched by three calls (``sleep 585; cat /tmp/gs.log`` in the second, ``until grep -q
+  '^gpu_suite: \(done\|stopped\)' /tmp/gs.log; do sleep 5; done`` in the third).
 """
 
 from __future__ import annotations

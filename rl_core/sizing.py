@@ -31,7 +31,9 @@ chose as parser defaults, so that explicit flags always win.  The rule:
   server idle a quarter of the time on the H100 machine.  ``--num_servers`` counts the servers (the
   learner's connections), so 14 processes x 2 servers of 16 envs = 448 there.  Two processes per core do
   not do the same: the scheduler runs them side by side, not in turn (``benchmarks/server_overlap.py``).
-  Given --num_servers or --server_splits, the sizing splits nothing.
+  No package sets ``SERVER_SPLITS`` above 1 today: end to end on the H200 machine the split ran at
+  0.86-0.91 of the unsplit layout's steps/s (docs/scaling.md).  Given --num_servers or --server_splits,
+  the sizing splits nothing.
 * Constraints: ``num_actors`` a multiple of ``num_servers`` and of ``games`` (Procgen's --multi_env);
   IMPALA's batch never exceeds what --total_steps can fill (``flags.check_budget``).
 

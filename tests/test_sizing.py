@@ -129,18 +129,20 @@ def test_the_launcher_sees_flags_given_abbreviated_or_with_equals(monkeypatch):
     values, chosen = launcher_values("torchbeast_atari", ["--disable_cuda", "--num_acto", "24", "--batch_size=8"])
     assert (values["num_servers"], values["num_actors"], values["batch_size"]) == (8, 24, 8)
     assert chosen.auto == ("num_servers",)
-    values, _ = launcher_values("torchbeast_atari", ["--disable_cuda"])
-    # 8 processes (a core each), each 2 servers of 8 envs stepped in turn (the package's SERVER_SPLITS)
+    values, chosen = launcher_values("torchbeast_atari", ["--disable_cuda"])
+    # 8 servers (a core each) of 16 envs, unsplit (the package's SERVER_SPLITS is 1)
     assert (values["num_servers"], values["server_splits"], values["num_actors"], values["batch_size"]) == \
-        (16, 2, 128, 16)
-    values, chosen = launcher_values("torchbeast_atari", ["--disable_cuda", "--server_splits=1"])
-    assert (values["num_servers"], values["num_actors"], chosen.auto) == (8, 128, ("num_servers", "num_actors",
-                                                                                   "batch_size"))
+        (8, 1, 128, 16)
+    assert chosen.auto == ("num_servers", "num_actors", "batch_size")
+    values, chosen = launcher_values("torchbeast_atari", ["--disable_cuda", "--server_splits=2"])
+    assert (values["num_servers"], values["server_splits"], values["num_actors"], chosen.auto) == \
+        (8, 2, 128, ("num_servers", "num_actors", "batch_size"))
 
 
-def test_big_machines_split_each_atari_server_process_in_two():
-    """More than 2 cores: each server process steps SERVER_SPLITS servers in turn; the envs and processes are
-    the unsplit layout's.  Given --num_servers or --server_splits, nothing is split; nor on 2 cores."""
+def test_a_package_splitting_its_server_processes_in_two():
+    """More than 2 cores, a package's SERVER_SPLITS of 2 (Atari's sizes, none sets it today): each server process
+    steps 2 servers in turn; the envs and processes are the unsplit layout's.  Given --num_servers or
+    --server_splits, nothing is split; nor on 2 cores."""
     d = defaults_of("torchbeast_atari", [])
     k = envs_per_server("torchbeast_atari")
     gpu = sizing.size_run(16, True, "impala", k, d, {}, 1, 2)
@@ -238,18 +240,16 @@ def test_the_launcher_logs_its_sizing_records_it_and_its_servers_follow(tmp_path
     assert result.returncode == 0, result.stdout[-3000:]
     line = next(x for x in result.stdout.splitlines() if "] sizing: " in x)
     assert line.endswith(
-        "sizing: --agent impala, 32 envs on 4 env servers (8 each; 2 to a process, stepped in turn: 2 processes), "
-        "learner batches of 8 x 5 = 40 steps (~8 batches), --total_steps 320; chosen for 4 usable cores, learner "
-        "on cpu, --agent impala: 2 env servers x 16 envs = 32 (a core each, 2 left to the learner), each process 2 "
-        "servers of 8 envs stepped in turn (one steps while the other's actions are in flight): --num_servers 4 "
-        "--server_splits 2; set --num_servers/--num_actors/--batch_size to override"), line
+        "sizing: --agent impala, 32 envs on 2 env servers (16 each), learner batches of 8 x 5 = 40 steps (~8 "
+        "batches), --total_steps 320; chosen for 4 usable cores, learner on cpu, --agent impala: 2 env servers x 16 "
+        "envs = 32 (a core each, 2 left to the learner); set --num_servers/--num_actors/--batch_size to override"), line
     meta = json.loads((tmp_path / "runs" / "sized" / "meta.json").read_text())
-    assert meta["sizing"]["num_servers"] == 4 and meta["sizing"]["num_actors"] == 32
-    assert meta["sizing"]["server_splits"] == 2
+    assert meta["sizing"]["num_servers"] == 2 and meta["sizing"]["num_actors"] == 32
+    assert meta["sizing"]["server_splits"] == 1
     assert meta["sizing"]["batch_size"] == 8 and meta["sizing"]["cores"] == 4 and meta["sizing"]["gpu"] is False
-    assert meta["sizing"]["auto"] == ["num_servers", "num_actors", "batch_size", "server_splits"]
-    assert (meta["flags"]["num_servers"], meta["flags"]["num_actors"], meta["flags"]["batch_size"]) == (4, 32, 8)
-    assert meta["flags"]["server_splits"] == 2
+    assert meta["sizing"]["auto"] == ["num_servers", "num_actors", "batch_size"]
+    assert (meta["flags"]["num_servers"], meta["flags"]["num_actors"], meta["flags"]["batch_size"]) == (2, 32, 8)
+    assert meta["flags"]["server_splits"] == 1
     assert meta["success"] is True
     assert not sockets_left(tmp_path)
 

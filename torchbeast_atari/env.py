@@ -530,10 +530,11 @@ def create_env(
 # Envs a server steps with a GPU learner on more than 2 cores, half as many without one (rl_core/sizing.py):
 # 14 servers x 32 on 16 cores with an H100 reached 57k frames/s on Pong, the sizing's anchor.
 ENVS_PER_SERVER = 32
-# ...stepped by each of those processes as 2 servers in turn, one while the other's actions are in flight
-# (--server_splits; issue 40: 1.15x the agent steps/s, the process busy 100% against 80%, in
-# benchmarks/server_overlap.py's emulation of a GPU learner's round trip; 2 processes to a core gained nothing).
-SERVER_SPLITS = 2
+# ...each process one server (--server_splits 1).  Splits pay in benchmarks/server_overlap.py's emulation of a GPU
+# learner's round trip (1.15x), but not end to end: on the H200 machine (16 cores) IMPALA Pong ran 14 processes x 2
+# splits x 16 envs at 0.86-0.91 of the agent steps/s of 14 x 32 unsplit (benchmarks/gpu_suite.py's splits stage,
+# issue 40; docs/results.md): the learner process, not the servers, bounds the run there.
+SERVER_SPLITS = 1
 
 
 FLAG_RANGES = {"max_episode_frames": "[1, inf)", "noop_max": "[0, inf)", "sticky_actions": "[0, 1]"}  # checked at parse time (rl_core/flag_ranges.py)
