@@ -111,6 +111,21 @@ class ActorCritic(nn.Module):
             x, state = self.core(x, inputs["done"], state)
         return x, extra, flat_obs, state
 
+    @property
+    def recyclable(self) -> bool:
+        """Whether ``recycle_pairs`` answers: the stem has recyclable layers."""
+        return hasattr(self.stem, "recycle_pairs")
+
+    def recycle_pairs(self, obs: torch.Tensor) -> list:
+        """The stem's recyclable layers and their activations on ``obs`` [..., obs shape]
+        (``models.recycling``); a stem without them raises AttributeError naming it."""
+        pairs = getattr(self.stem, "recycle_pairs", None)
+        if pairs is None:
+            raise AttributeError(f"{type(self.stem).__name__} has no recyclable layers")
+        if self.obs_normalizer is not None:
+            obs = self.obs_normalizer.normalize(obs.float(), clip=self.obs_clip)
+        return pairs(obs.reshape(-1, *obs.shape[-len(self.stem.obs_shape):]))
+
     def forward(self, inputs: dict, state: tuple = ()):
         x, extra, flat_obs, state = self.torso(inputs, state)
         T, B = x.shape[:2]

@@ -85,6 +85,20 @@ class AtariNetStem(_Stem):
         x = torch.relu(self.conv2(x))
         return torch.relu(self.conv3(x))
 
+    @torch.no_grad()
+    def recycle_pairs(self, obs: torch.Tensor) -> list:
+        """The convolutions whose filters ``models.recycling`` may recycle, each with the layer that reads
+        it and its ReLU activations on ``obs`` [N, C, H, W]: conv1 -> conv2, conv2 -> conv3, conv3 -> fc
+        (a channel owns H x W of fc's input columns: the flatten is logical, NCHW)."""
+        from models.recycling import RecyclePair
+
+        x, _, scale = self._prepare(obs)
+        h1 = torch.relu(_scaled_conv(self.conv1, x, scale))
+        h2 = torch.relu(self.conv2(h1))
+        h3 = torch.relu(self.conv3(h2))
+        return [RecyclePair(self.conv1, self.conv2, h1), RecyclePair(self.conv2, self.conv3, h2),
+                RecyclePair(self.conv3, self.fc, h3, columns_per_unit=h3.shape[-2] * h3.shape[-1])]
+
 
 class _ResidualBlock(nn.Module):
     """x + conv(relu(conv(relu(x))))."""

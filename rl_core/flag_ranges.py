@@ -34,6 +34,8 @@ COMMON_RANGES: dict[str, str] = {
     "learning_rate": "[0, inf)", "alpha": "[0, 1]", "momentum": "[0, 1]", "epsilon": "[0, inf)",
     "grad_norm_clipping": "[0, inf)",
     "publish_interval": "[1, inf)",
+    "recycle_period": "[0, inf)",
+    "recycle_tau": "[0, 1)",
     # on-policy agent
     "num_epochs": "[1, inf)", "num_minibatches": "[1, inf)", "gae_lambda": "[0, 1]", "nstep": "[0, inf)",
     "ppo_clip": "(0, inf)", "awr_beta": "(0, inf)", "awr_max_weight": "(0, inf)", "huber_delta": "(0, inf)",

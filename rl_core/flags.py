@@ -167,6 +167,12 @@ def make_parser(prog: str | None = None) -> argparse.ArgumentParser:
     g.add_argument("--momentum", type=float, default=0, help="RMSProp momentum.")
     g.add_argument("--epsilon", type=float, default=0.01, help="RMSProp epsilon.")
     g.add_argument("--grad_norm_clipping", type=float, default=40.0, help="Global gradient norm clip (0: off).")
+    g.add_argument("--recycle_period", type=int, default=0, metavar="N",
+                   help="Every N learner batches recycle the stem's dormant units (ReDo, Sokar et al. 2023: fresh "
+                        "incoming weights, outgoing ones zeroed; models/recycling.py); 0: never.")
+    g.add_argument("--recycle_tau", type=float, default=0.025, metavar="TAU",
+                   help="--recycle_period: a unit is dormant when its mean |activation| is at most TAU times its "
+                        "layer's mean (ReDo's tau; 0.025 its Atari value).")
     g.add_argument("--publish_interval", type=int, default=1, metavar="K",
                    help="Publish the learner's weights to the inference model after every K-th learner batch: "
                         "a replay agent's many small updates (SAC, R2D2) then copy the weights less often, and "

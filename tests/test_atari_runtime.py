@@ -125,3 +125,24 @@ def test_server_logs_whole_games_while_lives_end_training_episodes(tmp_path):
     assert dones == 5  # Breakout's five lives each ended a training episode
     assert msg["done"][0]
     assert float(msg["episode_return"][0]) == rewards_since_game_start  # the whole game's return, not the last life's
+
+
+def test_recycle_period_recycles_the_stems_dormant_filters_on_pong(tmp_path):
+    """--recycle_period 5: every fifth learner batch the AtariNet stem's dormant units are recycled (ReDo,
+    models/recycling.py), one log line each; logs.csv's recycled_units counts them."""
+    args = atari_flags(tmp_path, "redo", total_steps=1600, recycle_period=5, log_interval=0.5)
+    result = run(ATARI, *args, output=str(tmp_path / "out"), timeout=180)
+    assert result.returncode == 0, result.stdout[-3000:]
+    lines = [line for line in result.stdout.splitlines() if "dormant units recycled" in line]
+    assert len(lines) >= 3 and "learner batch 5:" in lines[0], result.stdout[-3000:]
+    rows = csv_rows(str(tmp_path / "runs" / "redo" / "logs.csv"))
+    assert float(rows[-1]["recycled_units"]) > 0
+
+
+def test_recycle_period_is_refused_in_one_line_for_a_stem_without_it(tmp_path):
+    result = run("torchbeast_gym.polybeast", "--env=CartPole-v1", "--recycle_period=10", "--total_steps=1000",
+                 f"--pipes_basename=unix:{tmp_path}/pipe", f"--savedir={tmp_path}", "--xpid=mlp",
+                 output=str(tmp_path / "out"), timeout=120)
+    assert result.returncode == 2, result.stdout[-3000:]
+    last = result.stdout.strip().splitlines()[-1]
+    assert "--recycle_period needs a model with recyclable layers" in last and "MLPStem" in last, last

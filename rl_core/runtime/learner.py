@@ -162,7 +162,7 @@ def policy_lag(versions: torch.Tensor, learner_steps: int) -> dict[str, float]:
 
 
 # Stats whose logs.csv value is their maximum over the batches of the row, not their mean
-PEAK_STATS = frozenset({"policy_lag_max"})
+PEAK_STATS = frozenset({"policy_lag_max", "recycled_units"})
 
 
 # An update faster than this ends well within a Ctrl-C's 5 s on its own: the abort hooks (a Python call
@@ -187,10 +187,11 @@ class Learner:
 
     ``start``: (env steps, learner batches) of a resumed run; ``on_step(step before, step after)`` runs after
     each update, outside the lock; ``saved_step()``: the step of model.tar as on disk (None: none saved), for
-    a divergence's message.  Under torchrun (``group``) ``rl_core.runtime.distributed.Peers`` drives it."""
+    a divergence's message; ``recycler``: --recycle_period's (recycler.py), after each batch's steps.  Under torchrun (``group``) ``rl_core.runtime.distributed.Peers`` drives it."""
 
     def __init__(self, flags, agent, weights: Weights, batcher, device, stop: threading.Event, *,
-                 start: tuple[int, int] = (0, 0), group=None, on_step=None, saved_step=lambda: None):
+                 start: tuple[int, int] = (0, 0), group=None, on_step=None, saved_step=lambda: None,
+                 recycler=None):
         self.flags = flags
         self.model = weights.model
         self.inference_model = weights.inference_model
@@ -211,6 +212,7 @@ class Learner:
         self.learn_seconds = 0.0
         self.on_step = on_step
         self.saved_step = saved_step
+        self.recycler = recycler  # (--recycle_period: rl_core/runtime/recycler.py)
         self.diverged: str | None = None  # set (under the lock) when an update was not finite: nothing is saved
         model = weights.model
         self.params = list(model.parameters())
@@ -335,6 +337,7 @@ class Learner:
                     self._diverged(f", after its {n} optimizer steps" if n > 1 else "", self._nonfinite_parameter())
             self.learner_steps += 1
             self.optimizer_steps += n
+            recycled = self.recycler(self.learner_steps, batch["obs"]) if self.recycler is not None else {}
             if self.learner_steps % self.publish_interval == 0:
                 self.publish_weights()
             previous_step = self.step
@@ -342,7 +345,7 @@ class Learner:
             seconds = time.perf_counter() - start
             self.learn_seconds += seconds
             stats = steps.means(rows)
-            stats.update(learning_rate=self.scheduler.get_last_lr()[0], optimizer_steps=n, **lag)
+            stats.update(learning_rate=self.scheduler.get_last_lr()[0], optimizer_steps=n, **lag, **recycled)
             crossed = (previous_step, self.step)
         self._drop_abort_hooks_if_fast(seconds)
         with self.stats_lock:
