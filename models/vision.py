@@ -148,3 +148,20 @@ class ResNetStem(_Stem):
         for i, stage in enumerate(self.stages):
             x = stage(x, scale if i == 0 else 1.0)
         return torch.relu(x)
+
+    @torch.no_grad()
+    def recycle_pairs(self, obs: torch.Tensor) -> list:
+        """The residual blocks' first convolutions, whose filters ``models.recycling`` may recycle, each with
+        the block's second (the only reader of its ReLU) and its activations on ``obs`` [N, C, H, W].  The
+        stages' own convolutions and the blocks' second ones add into the residual stream: not recycled."""
+        from models.recycling import RecyclePair
+
+        x, _, scale = self._prepare(obs)
+        pairs = []
+        for i, stage in enumerate(self.stages):
+            x = stage.pool(_scaled_conv(stage.conv, x, scale if i == 0 else 1.0))
+            for block in (stage.res1, stage.res2):
+                h = torch.relu(block.conv1(torch.relu(x)))
+                pairs.append(RecyclePair(block.conv1, block.conv2, h))
+                x = x + block.conv2(h)
+        return pairs

@@ -176,3 +176,46 @@ def test_a_model_without_recyclable_layers_is_refused_in_one_line():
     model = ActorCritic(MLPStem((4,)), num_actions=2)
     with pytest.raises(UserError, match="--recycle_period needs a model with recyclable layers.*MLPStem"):
         Recycler(model, None, period=10, tau=0.025, seed=0)
+
+
+def test_resnet_recycles_its_blocks_first_convs_and_keeps_the_function(pong_frames):
+    from models.vision import ResNetStem
+
+    torch.manual_seed(0)
+    stem = ResNetStem((4, 84, 84))
+    block = stem.stages[1].res2
+    with torch.no_grad():
+        block.conv1.weight[3] = -block.conv1.weight[3].abs()
+        block.conv1.bias[3] = -10.0
+    before = stem(pong_frames[:40])
+    pairs = stem.recycle_pairs(pong_frames[:40])
+    assert len(pairs) == 6 and pairs[3].layer is block.conv1 and pairs[3].next_layer is block.conv2
+    counts = recycle_dormant(pairs, tau=0.0)
+    assert counts["3"] >= 1
+    assert torch.all(block.conv2.weight[:, 3] == 0)
+    torch.testing.assert_close(stem(pong_frames[:40]), before, rtol=0, atol=1e-6)
+
+
+def test_under_torchrun_the_scores_count_every_ranks_inputs():
+    """The per-unit means go through rl_core.collectives' all_reduce_sum, so every rank finds the units
+    dormant on the ranks' inputs together: a unit silent on this rank's batch and active on another's
+    is kept."""
+    from rl_core import collectives
+
+    class TwoRanks:  # this rank's means plus another rank's, on whose inputs unit 0 is active
+        def all_reduce_sum(self, tensor):
+            other = torch.zeros_like(tensor)
+            other[0] = 1.0
+            return tensor + other
+
+        def any_rank(self, flag):
+            return flag
+
+    h = torch.ones(8, 4)
+    h[:, 0] = 0
+    assert dormant_scores(h)[0] == 0
+    collectives.set_active(TwoRanks())
+    try:
+        assert dormant_scores(h)[0] > 0.5
+    finally:
+        collectives.set_active(None)

@@ -591,11 +591,15 @@ R2D2_ATARI = dict(replay_buffer_size=4000, replay_buffer_min_size=200, replay_fr
 # the policy head's and conv3's, not the fc layer's, a fifth of that), so per agent step that is 3e-6 (PPO's cleanrl settings: 16 Adam steps
 # of 2.5e-4 per 1,024 steps, 3.9e-6) instead of 7.5e-7.  Pong, seed 1: last-100 -15.6 at 1.15M steps with
 # B=8, -20.0 with B=32 (both orthogonal; issue 40, docs/results.md).
-IMPALA_ATARI = dict(init="orthogonal", batch_size=8)
+# The stem's dormant units recycled every 1,000 learner batches (ReDo, Sokar et al. 2023: their period and
+# tau; models/recycling.py): on Pong the first convolution loses most of its filters within the first
+# thousand updates (24 of 32 dormant at the first recycling) and keeps losing them; B=8 then levelled off
+# at -3 to -5 from 2.5M to 5M steps, and with recycling went on to +7.8 by 3M (seed 1; docs/results.md).
+IMPALA_ATARI = dict(init="orthogonal", batch_size=8, recycle_period=1000)
 
 
 def agent_defaults(agent: str) -> dict:
-    """Defaults for ``--agent``: IMPALA keeps torchbeast's (above) with orthogonal init and B=8; PPO the published Atari
+    """Defaults for ``--agent``: IMPALA keeps torchbeast's (above) with orthogonal init, B=8 and ReDo; PPO the published Atari
     ones.  VPG, AWR, V-MPO and V-trace take PPO's data path and optimizer with one pass per batch."""
     if agent == "impala":
         return dict(IMPALA_ATARI)

@@ -113,15 +113,10 @@ class Parts:
     peers: distributed.Peers | None
 
 
-def _recycler(flags, model, optimizer, group) -> Recycler | None:
-    """--recycle_period's Recycler (None at 0); under torchrun refused in one line: the ranks would score
-    their own batches and recycle different units."""
-    if not flags.recycle_period:
-        return None
-    if group is not None:
-        raise UserError("--recycle_period is not available under torchrun (each rank would recycle the units its own "
-                        "batches find dormant, and the replicas would part): drop it, or run one process")
-    return Recycler(model, optimizer, flags.recycle_period, flags.recycle_tau, flags.seed)
+def _recycler(flags, model, optimizer) -> Recycler | None:
+    """--recycle_period's Recycler (None at 0)."""
+    return Recycler(model, optimizer, flags.recycle_period, flags.recycle_tau, flags.seed) if flags.recycle_period \
+        else None
 
 
 def build_parts(flags, links: ServerLinks, connections: list, device: torch.device, checkpoints,
@@ -165,7 +160,7 @@ def build_parts(flags, links: ServerLinks, connections: list, device: torch.devi
         f, agent, Weights(model, optimizer, scheduler, inference_model, inference_lock), data_source, device, stop,
         start=(step, learner_steps), group=group,
         on_step=lambda before, after: checkpoints.after_update(learner, data_source, before, after),
-        saved_step=lambda: checkpoints.saved_step, recycler=_recycler(f, model, optimizer, group),
+        saved_step=lambda: checkpoints.saved_step, recycler=_recycler(f, model, optimizer),
     )
 
     def initial_state(batch_size):

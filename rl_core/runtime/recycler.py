@@ -29,9 +29,8 @@ class Recycler:
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, period: int, tau: float, seed: int):
         if not getattr(model, "recyclable", False):
             stem = getattr(model, "stem", model)
-            raise UserError(f"--recycle_period needs a model with recyclable layers (the AtariNet convs: --model "
-                            f"atari on image observations); this run's {type(stem).__name__} has none: drop "
-                            f"--recycle_period")
+            raise UserError(f"--recycle_period needs a model with recyclable layers (the image stems' convolutions); "
+                            f"this run's {type(stem).__name__} has none: drop --recycle_period")
         self.model = model
         self.optimizer = optimizer
         self.period = period
