@@ -62,8 +62,8 @@ def dormant_scores(activation: torch.Tensor) -> torch.Tensor:
 
 
 def _fresh_rows(n: int, fan_in: int, norm: float, generator: torch.Generator) -> torch.Tensor:
-    """n orthogonal directions in R^fan_in (n <= fan_in; beyond, rows repeat the draw), mean removed,
-    each of norm ``norm``."""
+    """n directions in R^fan_in, orthogonal in blocks of at most fan_in, mean removed, each of norm
+    ``norm``."""
     blocks = []
     for size in [fan_in] * (n // fan_in) + ([n % fan_in] if n % fan_in else []):
         q, r = torch.linalg.qr(torch.randn(fan_in, size, generator=generator))

@@ -594,7 +594,8 @@ R2D2_ATARI = dict(replay_buffer_size=4000, replay_buffer_min_size=200, replay_fr
 # The stem's dormant units recycled every 1,000 learner batches (ReDo, Sokar et al. 2023: their period and
 # tau; models/recycling.py): on Pong the first convolution loses most of its filters within the first
 # thousand updates (24 of 32 dormant at the first recycling) and keeps losing them; B=8 then levelled off
-# at -3 to -5 from 2.5M to 5M steps, and with recycling went on to +7.8 by 3M (seed 1; docs/results.md).
+# at -3 to -5 from 2.5M to 5M steps, and with recycling went on to 7.8 at 3M and 8.5 at 5M, greedy test 12.2
+# (seed 1; docs/results.md).
 IMPALA_ATARI = dict(init="orthogonal", batch_size=8, recycle_period=1000)
 
 
