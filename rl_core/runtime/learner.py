@@ -187,7 +187,8 @@ class Learner:
 
     ``start``: (env steps, learner batches) of a resumed run; ``on_step(step before, step after)`` runs after
     each update, outside the lock; ``saved_step()``: the step of model.tar as on disk (None: none saved), for
-    a divergence's message; ``recycler``: --recycle_period's (recycler.py), after each batch's steps.  Under torchrun (``group``) ``rl_core.runtime.distributed.Peers`` drives it."""
+    a divergence's message; ``recycler``: --recycle_period's (recycler.py), after each batch's steps.  Under
+    torchrun (``group``) ``rl_core.runtime.distributed.Peers`` drives it."""
 
     def __init__(self, flags, agent, weights: Weights, batcher, device, stop: threading.Event, *,
                  start: tuple[int, int] = (0, 0), group=None, on_step=None, saved_step=lambda: None,
