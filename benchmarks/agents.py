@@ -68,22 +68,30 @@ def configs(package: str) -> dict[str, tuple[str, list[str]]]:
 def end_to_end(tree: str, package: str, argv: list[str], seconds: float) -> dict:
     """Runs the launcher for ``seconds`` (then Ctrl-C) and reads logs.csv from learning's start on."""
     with tempfile.TemporaryDirectory() as tmp:
-        env = dict(os.environ, PYTHONPATH=tree)
+        # the tree first, the caller's path after it (where the env's packages may be: a --target install)
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (tree, os.environ.get("PYTHONPATH")) if p))
         cmd = [sys.executable, "-m", f"{package}.polybeast", *argv, "--total_steps", "100000000",
                "--savedir", tmp, "--xpid", "run", "--disable_checkpoint", "--disable_final_test"]
-        proc = subprocess.Popen(cmd, cwd=tmp, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
-        time.sleep(seconds)
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        console = os.path.join(tmp, "console.log")
+        with open(console, "w") as out:
+            proc = subprocess.Popen(cmd, cwd=tmp, env=env, stdout=out, stderr=subprocess.STDOUT)
+            deadline = time.monotonic() + seconds
+            while proc.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.2)
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
         path = os.path.join(tmp, "run", "logs.csv")
         rows = list(csv.DictReader(open(path))) if os.path.exists(path) else []
-    learning = [r for r in rows if _num(r.get("update_ms")) == _num(r.get("update_ms"))
-                and _num(r.get("optimizer_steps", "1")) > 0]
-    if len(learning) < 2:
-        return {}
+        learning = [r for r in rows if _num(r.get("update_ms")) == _num(r.get("update_ms"))
+                    and _num(r.get("optimizer_steps", "1")) > 0]
+        if len(learning) < 2:
+            print(f"# {' '.join(argv)}: no learning in the end-to-end run ({len(rows)} logs.csv rows, exit status "
+                  f"{proc.returncode}): {_last_line(console)}", file=sys.stderr, flush=True)
+            return {}
     first, last = learning[0], learning[-1]
     span = float(last["time"]) - float(first["time"])
     rest = learning[1:]
@@ -94,6 +102,12 @@ def end_to_end(tree: str, package: str, argv: list[str], seconds: float) -> dict
             "updates_per_s": busy * 1000.0 / update_ms * opt_steps}
 
 
+def _last_line(path: str) -> str:
+    with open(path, errors="replace") as f:
+        lines = [line.strip() for line in f if line.strip()]
+    return lines[-1][:300] if lines else "(no output)"
+
+
 def _num(x) -> float:
     try:
         return float(x)
@@ -102,15 +116,22 @@ def _num(x) -> float:
 
 
 # ------------------------------------------------------------------ standalone
-def synthetic_unroll(agent, spec, K: int, rng: np.random.Generator) -> dict:
-    """An actor's handover as the actor thread stores it (``rl_core.runtime.actor_pool``), filled at random."""
+def synthetic_unroll(agent, spec, K: int, rng: np.random.Generator, frame_stack: bool = False) -> dict:
+    """An actor's handover as the actor thread stores it (``rl_core.runtime.actor_pool``), filled at random.
+    ``frame_stack``: observations [C, H, W] that shift by one frame a step, as an Atari env's frame stacks do
+    (what ``--replay_frame_stack`` stores once per frame)."""
     from rl_core.agents.base import action_field
     from rl_core.unroll_batcher import POLICY_VERSION
 
     L1 = agent.sequence()[0] + 1
     obs_dtype = np.dtype(spec.obs.dtype)
-    obs = rng.standard_normal((L1, K, *spec.obs.shape)) if obs_dtype.kind == "f" else \
-        rng.integers(0, 255, (L1, K, *spec.obs.shape))
+    shape = (L1, K, *spec.obs.shape)
+    if frame_stack:  # frames [L+C, K, H, W]; step t's stack is frames t .. t+C-1
+        C = spec.obs.shape[0]
+        frames = rng.integers(0, 255, (L1 + C - 1, K, *spec.obs.shape[1:]))
+        obs = np.stack([frames[c:c + L1] for c in range(C)], axis=2)
+    else:
+        obs = rng.standard_normal(shape) if obs_dtype.kind == "f" else rng.integers(0, 255, shape)
     unroll = {"obs": obs.astype(obs_dtype), "reward": rng.standard_normal((L1, K)).astype(np.float32),
               "done": rng.random((L1, K)) < 0.02, "truncated": np.zeros((L1, K), np.bool_),
               POLICY_VERSION: np.zeros((L1, K), np.int32)}
@@ -156,6 +177,7 @@ def standalone(package: str, argv: list[str], unroll_length: int | None, repeats
     g = np.random.default_rng(0)
     K = f.num_actors // f.num_servers
     replay = hasattr(source, "replay")
+    stacks = bool(getattr(f, "replay_frame_stack", False))
 
     def state(k):
         return tuple(s.cpu() for s in model.initial_state(k))
@@ -163,13 +185,13 @@ def standalone(package: str, argv: list[str], unroll_length: int | None, repeats
     if replay:
         source.ratio = 1e12  # never gated: sample as fast as asked
         while len(source.replay) < max(source.min_size, 1):
-            source.insert(synthetic_unroll(agent, spec, K, g), state(K))
+            source.insert(synthetic_unroll(agent, spec, K, g, stacks), state(K))
         source.steps_at_start = source.inserted_steps - 1  # rho I - S stays ~1e12: never waits
 
     def next_batch():
         if not replay:
             while q.qsize() * K < f.batch_size:
-                q.put((synthetic_unroll(agent, spec, K, g), state(K)))
+                q.put((synthetic_unroll(agent, spec, K, g, stacks), state(K)))
         batch, st, versions = learner.to_device(*source.next_batch(stop))
         return batch, st, source.take_new_steps(), versions
 

@@ -483,7 +483,9 @@ def stage_agents(ctx, share: float) -> dict:
     if not rows:
         return {"status": stopped_or_failed(ended, out)}
     measured = [row[0] for row in rows]
-    return {"status": "done", "rows": rows, "header": header, "skipped": [a for a in AGENTS if a not in measured],
+    why = "stopped: budget" if ended.why == "budget" else stopped_or_failed(ended, out)
+    return {"status": "done", "rows": rows, "header": header, "skipped": [a for a in AGENTS if a not in names],
+            "unmeasured": {a: why for a in names if a not in measured},
             "unfinished": ended.why if ended.why != "exited" else None,
             "command": shlex.join(["python", *cmd[1:]]).replace(REPO + "/", "")}
 
@@ -579,6 +581,7 @@ def agents_table(r: dict) -> list[str]:
     out = [f"**Every agent on Atari** `{r['command']}` {caption(r)}{how}: {r.get('header', '').lstrip('# ')}", "",
            "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     out += ["| " + " | ".join(row) + " |" for row in r["rows"]]
+    out += [f"| {name} | {why} |" + " |" * (len(COLUMNS) - 2) for name, why in r.get("unmeasured", {}).items()]
     out += [f"| {name} | skipped: budget |" + " |" * (len(COLUMNS) - 2) for name in r["skipped"]]
     return out
 

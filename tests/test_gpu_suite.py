@@ -273,6 +273,10 @@ def test_the_measuring_scripts_output_is_read():
     table = gpu_suite.agents_table({"rows": rows, "header": header, "skipped": ["ppo"], "command": "c"})
     assert "| impala | 28000 | 112000 | 20 | 30.1 | 10.2 | 2.95 | 1.1 | 1099 | 1104 |" in table
     assert "| ppo | skipped: budget |" + " |" * (len(COLUMNS) - 2) in table
+    # an agent asked for but not measured (agents.py failed on it) says why, not "budget"
+    failed = gpu_suite.agents_table({"rows": rows, "header": header, "skipped": [], "command": "c",
+                                     "unmeasured": {"r2d2": "failed (exit status 1): RunFailure: x"}})
+    assert "| r2d2 | failed (exit status 1): RunFailure: x |" + " |" * (len(COLUMNS) - 2) in failed
 
 
 def test_a_budget_too_small_for_any_stage_skips_them_all(tmp_path, capsys):
