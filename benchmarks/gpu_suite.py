@@ -81,8 +81,11 @@ start included), from this repository's root:
       call 2: ...; timeout 290 python3 benchmarks/gpu_suite.py --stages splits --budget_s 280 --splits_seconds 100 \
               --savedir /tmp/gs2 2>&1 | tee $OUT/suite2.log
 
-  A later session takes the stages not run yet (``--stages agents``, ``--stages ppo_pong,ppo_breakout``) with
-  ``--budget_s 545``; each call's output has its own tables.  A machine of 30 minutes holds the whole suite in
+  A second session (docs/results.md) ran ``--stages agents,ppo_pong --budget_s 550``, then ``benchmarks/agents.py``
+  alone with ``--seconds 20`` (too short at 448 envs for IMPALA, R2D2 and PPO+RND to learn: keep 30); left:
+  ``--stages ppo_breakout``.  The PPO stages make about 1,000 agent steps/s there (8 envs, cleanrl's settings),
+  so a session's minutes show only their start, not cleanrl's 10M steps.  Each call's output has its own
+  tables.  A machine of 30 minutes holds the whole suite in
   one ``setsid`` run watched by three calls (``sleep 585; cat /tmp/gs.log`` in the second, ``until grep -q
   '^gpu_suite: \(done\|stopped\)' /tmp/gs.log; do sleep 5; done`` in the third).
 """
