@@ -596,12 +596,16 @@ R2D2_ATARI = dict(replay_buffer_size=4000, replay_buffer_min_size=200, replay_fr
 # thousand updates (24 of 32 dormant at the first recycling) and keeps losing them; B=8 then levelled off
 # at -3 to -5 from 2.5M to 5M steps, and with recycling went on to 7.8 at 3M and 8.5 at 5M, greedy test 12.2
 # (seed 1; docs/results.md).
-IMPALA_ATARI = dict(init="orthogonal", batch_size=8, recycle_period=1000)
+# A constant learning rate, not torchbeast's linear decay to 0 at --total_steps: with the rate decaying over a 5M-step
+# run, both seeds stalled with one frame phase of Pong won (last-100 8.5 and 5.3 at 5M); constant, seed 1 reached 16.7
+# at 5M still rising, seed 2 reached 18 at 4.45M steps (71 minutes on 2 cores; docs/results.md).
+IMPALA_ATARI = dict(init="orthogonal", batch_size=8, recycle_period=1000, lr_decay="none")
 
 
 def agent_defaults(agent: str) -> dict:
-    """Defaults for ``--agent``: IMPALA keeps torchbeast's (above) with orthogonal init, B=8 and ReDo; PPO the published Atari
-    ones.  VPG, AWR, V-MPO and V-trace take PPO's data path and optimizer with one pass per batch."""
+    """Defaults for ``--agent``: IMPALA keeps torchbeast's (above) with orthogonal init, B=8, ReDo and a constant
+    learning rate; PPO the published Atari ones.  VPG, AWR, V-MPO and V-trace take PPO's data path and optimizer
+    with one pass per batch."""
     if agent == "impala":
         return dict(IMPALA_ATARI)
     if agent == "r2d2":
