@@ -85,9 +85,9 @@ start included), from this repository's root:
   alone with ``--seconds 20`` (too short at 448 envs for IMPALA, R2D2 and PPO+RND to learn: keep 30); left:
   ``--stages ppo_breakout``.  The PPO stages make about 1,000 agent steps/s there (8 envs, cleanrl's settings),
   so a session's minutes show only their start, not cleanrl's 10M steps.  Each call's output has its own
-  tables.  A machine of 30 minutes holds the whole suite in
-  one ``setsid`` run watched by three calls (``sleep 585; cat /tmp/gs.log`` in the second, ``until grep -q
-  '^gpu_suite: \(done\|stopped\)' /tmp/gs.log; do sleep 5; done`` in the third).
+  tables.  A machine of 30 minutes holds the whole suite in one ``setsid`` run watched by three calls (``sleep
+  585; cat /tmp/gs.log`` in the second, ``until grep -q '^gpu_suite: \(done\|stopped\)' /tmp/gs.log; do sleep 5;
+  done`` in the third).
 """
 
 from __future__ import annotations
