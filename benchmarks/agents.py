@@ -90,7 +90,7 @@ def end_to_end(tree: str, package: str, argv: list[str], seconds: float) -> dict
                     and _num(r.get("optimizer_steps", "1")) > 0]
         if len(learning) < 2:
             print(f"# {' '.join(argv)}: no learning in the end-to-end run ({len(rows)} logs.csv rows, exit status "
-                  f"{proc.returncode}): {_last_line(console)}", file=sys.stderr, flush=True)
+                  f"{proc.returncode}): {last_line(console)}", file=sys.stderr, flush=True)
             return {}
     first, last = learning[0], learning[-1]
     span = float(last["time"]) - float(first["time"])
@@ -102,10 +102,14 @@ def end_to_end(tree: str, package: str, argv: list[str], seconds: float) -> dict
             "updates_per_s": busy * 1000.0 / update_ms * opt_steps}
 
 
-def _last_line(path: str) -> str:
-    with open(path, errors="replace") as f:
-        lines = [line.strip() for line in f if line.strip()]
-    return lines[-1][:300] if lines else "(no output)"
+def last_line(path: str, empty: str = "(no output)") -> str:
+    """A console file's last non-blank line (300 characters at most), ``empty`` where it has none or is gone."""
+    try:
+        with open(path, errors="replace") as f:
+            lines = [line.strip() for line in f if line.strip()]
+    except OSError:
+        return empty
+    return lines[-1][:300] if lines else empty
 
 
 def _num(x) -> float:

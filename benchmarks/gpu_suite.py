@@ -111,7 +111,7 @@ import numpy as np
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from benchmarks.agents import COLUMNS, configs  # noqa: E402
+from benchmarks.agents import COLUMNS, configs, last_line  # noqa: E402
 from benchmarks.atari_suite import first_reached, load_run  # noqa: E402
 from benchmarks.env_ceiling import default_procs  # noqa: E402
 from rl_core.errors import UserError  # noqa: E402
@@ -271,15 +271,6 @@ def run_child(cmd: list[str], out_path: str, stop_at: float, kill_at: float, sto
     if why == "exited" and stopper.signum is not None:  # it ended of the signal before the loop saw it
         why = "signal"
     return Ended(proc.returncode, why, time.monotonic() - start, target_s)
-
-
-def last_line(path: str) -> str:
-    try:
-        with open(path, errors="replace") as f:
-            lines = [line.strip() for line in f if line.strip()]
-    except OSError:
-        return ""
-    return lines[-1][:300] if lines else ""
 
 
 # -------------------------------------------------------------------------------------------- stages
