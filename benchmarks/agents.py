@@ -102,14 +102,14 @@ def end_to_end(tree: str, package: str, argv: list[str], seconds: float) -> dict
             "updates_per_s": busy * 1000.0 / update_ms * opt_steps}
 
 
-def last_line(path: str, empty: str = "(no output)") -> str:
-    """A console file's last non-blank line (300 characters at most), ``empty`` where it has none or is gone."""
+def last_line(path: str) -> str:
+    """A console file's last non-blank line (300 characters at most), "(no output)" where it has none or is gone."""
     try:
         with open(path, errors="replace") as f:
             lines = [line.strip() for line in f if line.strip()]
     except OSError:
-        return empty
-    return lines[-1][:300] if lines else empty
+        return "(no output)"
+    return lines[-1][:300] if lines else "(no output)"
 
 
 def _num(x) -> float:
