@@ -322,12 +322,22 @@ def grouped(runs: list[Run]) -> dict[tuple[str, str], list[Run]]:
     return {key: sorted(group, key=lambda r: r.seed) for key, group in groups.items()}
 
 
-def mean_std(values: list[float], of: int) -> str:
-    """``mean ± std`` (numpy's population std) over the values, ``(k of n seeds)`` when some seeds have none."""
+def count_label(group: list[Run]) -> str:
+    """``"n seeds"``, or ``"n runs of k seeds"`` where a seed was run more than once."""
+    seeds = len({run.seed for run in group})
+    return f"{seeds} seeds" if seeds == len(group) else f"{len(group)} runs of {seeds} seeds"
+
+
+def mean_std(values: list[float], group: list[Run]) -> str:
+    """``mean ± std`` (numpy's population std) over the values, ``(k of n seeds)`` (or ``runs``) when some of the
+    group's runs have none."""
     if not values:
         return "-"
     text = f"{np.mean(values):.1f} ± {np.std(values):.1f}"
-    return text if len(values) == of else f"{text} ({len(values)} of {of} seeds)"
+    if len(values) == len(group):
+        return text
+    unit = "seeds" if len({run.seed for run in group}) == len(group) else "runs"
+    return f"{text} ({len(values)} of {len(group)} {unit})"
 
 
 def per_seed(texts: list[str]) -> str:
@@ -346,16 +356,16 @@ def group_row(group: list[Run], score: float, steps_at: list[int]) -> list[str]:
     finals = [run.final_test for run in group if run.final_test is not None]
     row = [group[0].game, group[0].agent, per_seed([str(run.seed) for run in group]),
            collapsed([f"{run.last_step:,}" for run in group]),
-           mean_std([v for v in ends if not math.isnan(v)], len(group)),
+           mean_std([v for v in ends if not math.isnan(v)], group),
            per_seed([f"{v:.1f}" if not math.isnan(v) else "-" for v in ends]),
-           mean_std(finals, len(group)),
+           mean_std(finals, group),
            per_seed([f"{int(run.steps[i]):,}" if i is not None else "not reached" for run, i in reached]),
            per_seed([f"{run.seconds[i] / 60:.2f}" if i is not None else "not reached" for run, i in reached]),
            f"{np.mean([run.steps_per_s for run in group]):,.0f}",
            f"{np.mean([run.steps_per_s * run.frames_per_step for run in group]):,.0f}"]
     for step in steps_at:
         values = [return_at(run, step) for run in group]
-        row.append(mean_std([v for v in values if v is not None], len(group)))
+        row.append(mean_std([v for v in values if v is not None], group))
     return row
 
 
@@ -400,7 +410,7 @@ def draw_band(ax, agent: str, group: list[Run]) -> None:
     grid = np.unique(np.concatenate([steps for steps, _ in curves]))
     grid = grid[(grid >= max(steps[0] for steps, _ in curves)) & (grid <= min(steps[-1] for steps, _ in curves))]
     values = np.stack([at_or_before(steps, v, grid) for steps, v in curves])
-    (line,) = ax.plot(grid, values.mean(0), drawstyle="steps-post", label=f"{agent} ({len(curves)} seeds)")
+    (line,) = ax.plot(grid, values.mean(0), drawstyle="steps-post", label=f"{agent} ({count_label(group)})")
     ax.fill_between(grid, values.min(0), values.max(0), step="post", color=line.get_color(), alpha=0.2)
 
 

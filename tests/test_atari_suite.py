@@ -151,3 +151,19 @@ def test_a_resumed_runs_rows_keep_its_last_history_and_sum_its_wall_time():
     assert atari_suite.wall_seconds(times) == [1.0, 2.0, 3.0, 3.5, 4.5]
     rows = [(100, 1.0), (200, 2.0), (300, 3.0), (250, 3.5), (350, 4.5)]
     assert atari_suite.last_history(rows) == [(100, 1.0), (200, 2.0), (250, 3.5), (350, 4.5)]
+
+
+def test_a_seed_run_twice_is_counted_as_runs_not_seeds():
+    """The legend and the partial means say "runs of k seeds" where a seed was run more than once."""
+    from benchmarks import atari_suite
+
+    def runs(*seeds):
+        empty = np.zeros(0)
+        return [atari_suite.Run("d", "PongNoFrameskip-v4", "impala", s, empty, empty, empty, None, 4) for s in seeds]
+
+    assert atari_suite.count_label(runs(1, 2)) == "2 seeds"
+    assert atari_suite.count_label(runs(1, 1, 2)) == "3 runs of 2 seeds"
+    assert atari_suite.mean_std([1.0, 3.0], runs(1, 2)) == "2.0 ± 1.0"
+    assert atari_suite.mean_std([1.0, 3.0], runs(1, 2, 3)) == "2.0 ± 1.0 (2 of 3 seeds)"
+    assert atari_suite.mean_std([1.0, 3.0], runs(1, 1, 2)) == "2.0 ± 1.0 (2 of 3 runs)"
+    assert atari_suite.mean_std([], runs(1)) == "-"
