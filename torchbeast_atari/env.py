@@ -598,7 +598,8 @@ R2D2_ATARI = dict(replay_buffer_size=4000, replay_buffer_min_size=200, replay_fr
 # (seed 1; docs/results.md).
 # A constant learning rate, not torchbeast's linear decay to 0 at --total_steps: with the rate decaying over a 5M-step
 # run, both seeds stalled with one frame phase of Pong won (last-100 8.5 and 5.3 at 5M); constant, seed 1 reached 16.7
-# at 5M still rising (a second run of it 6.3), seed 2 reached 18 at 4.45M steps (71 minutes on 2 cores; docs/results.md).
+# at 5M still rising (a second run 6.3, a third 18 at 3.91M), seed 2 18 at 4.45M steps (71 minutes on 2 cores;
+# docs/results.md).
 IMPALA_ATARI = dict(init="orthogonal", batch_size=8, recycle_period=1000, lr_decay="none")
 
 
