@@ -322,10 +322,15 @@ def grouped(runs: list[Run]) -> dict[tuple[str, str], list[Run]]:
     return {key: sorted(group, key=lambda r: r.seed) for key, group in groups.items()}
 
 
+def seeds_repeat(group: list[Run]) -> bool:
+    """Whether some seed of the group was run more than once."""
+    return len({run.seed for run in group}) < len(group)
+
+
 def count_label(group: list[Run]) -> str:
     """``"n seeds"``, or ``"n runs of k seeds"`` where a seed was run more than once."""
     seeds = len({run.seed for run in group})
-    return f"{seeds} seeds" if seeds == len(group) else f"{len(group)} runs of {seeds} seeds"
+    return f"{len(group)} runs of {seeds} seeds" if seeds_repeat(group) else f"{seeds} seeds"
 
 
 def mean_std(values: list[float], group: list[Run]) -> str:
@@ -336,8 +341,7 @@ def mean_std(values: list[float], group: list[Run]) -> str:
     text = f"{np.mean(values):.1f} ± {np.std(values):.1f}"
     if len(values) == len(group):
         return text
-    unit = "seeds" if len({run.seed for run in group}) == len(group) else "runs"
-    return f"{text} ({len(values)} of {len(group)} {unit})"
+    return f"{text} ({len(values)} of {len(group)} {'runs' if seeds_repeat(group) else 'seeds'})"
 
 
 def per_seed(texts: list[str]) -> str:
