@@ -12,9 +12,9 @@ Stages, one after another, each a subprocess of the project's own scripts and la
    machine's env ceiling (frames/s of 1, 2, 4, ... processes stepping Pong with random actions).
 2. ``impala_pong``: ``python -m torchbeast_atari.polybeast --env PongNoFrameskip-v4`` with no other flag but
    the run's place (``--savedir``, ``--xpid``), ``--disable_final_test`` (5 x 30 test games would eat the
-   budget) and ``--total_steps`` only if ``--impala_steps`` is given (the package's 50M otherwise, whose
-   learning-rate schedule is then the published one): the launcher sizes servers, envs and the batch to the
-   machine.  The suite stops it (SIGINT: the launcher's clean stop, a checkpoint saved) as soon as logs.csv's
+   budget) and ``--total_steps`` only if ``--impala_steps`` is given (the package's 50M otherwise; IMPALA's
+   rate on Atari is constant): the launcher sizes servers and envs to the machine (14 servers x 4 envs, the
+   batch the package's 8, on 16 cores with a GPU).  The suite stops it (SIGINT: the launcher's clean stop, a checkpoint saved) as soon as logs.csv's
    last-100 return reaches 18, or when its share of the budget runs out.
 3. ``splits``: the launcher's ``--server_splits`` end to end (docs/scaling.md, "Double-buffered servers"):
    IMPALA Pong for ``--splits_seconds`` of wall time with no sizing flag (whatever the launcher sizes: 14

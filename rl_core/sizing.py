@@ -13,12 +13,16 @@ chose as parser defaults, so that explicit flags always win.  The rule:
   central inference then compute on them).  Each server steps the package's ``ENVS_PER_SERVER``
   envs with a GPU learner, half as many without: enough per round trip for central inference to run
   large batches while the servers step.  Atari's 32 is the anchor, IMPALA on Pong on 16 cores with an
-  H100: 14 servers x 32 envs = 448 reached 57k frames/s, found by hand.  Never fewer servers or envs
-  than the package's defaults.
-* Per agent (its traits' ``sizing``): ``impala`` and ``r2d2`` take that layout, "scaled" (IMPALA's
-  batch, ``grows_batch_with_envs``, grows to ``num_actors / MAX_LAG``, so that an unroll waits at most
-  about that many learner steps; V-trace corrects for the lag; R2D2 learns from its replay at
-  --replay_ratio, its batch is the paper's).  The on-policy agents' batch (envs x unroll steps per
+  H100: 14 servers x 32 envs = 448 reached 57k frames/s, found by hand (R2D2 takes it; IMPALA's envs are
+  bounded by its batch, below).  Never fewer servers or envs than the package's defaults.
+* Per agent (its traits' ``sizing``): ``impala`` and ``r2d2`` take that layout, "scaled".  IMPALA's envs
+  (``lag_bounds_envs``) stay at most ``MAX_LAG`` batches, ``MAX_LAG x batch_size``, so that an unroll waits
+  at most about that many learner steps (V-trace corrects the lag), and its batch stays the package's: the
+  batch is a learning hyperparameter, not a speed knob.  On the H200 machine (16 cores) IMPALA Pong with the
+  envs grown to 448 and the batch to 56 ran at 48k frames/s and was at -17.4 after 4.2M steps (6 minutes);
+  with 56 envs and the package's B=8 at 20k frames/s, it reached a last-100 return of 18 at 2.45M steps,
+  8.3 minutes (issue 40, docs/results.md).  R2D2 learns from its replay at --replay_ratio; its batch is the
+  paper's.  The on-policy agents' batch (envs x unroll steps per
   update) is their published hyperparameter and an env beyond it only waits with an unroll of a stale
   policy, so their envs ("on_policy") stay at most ``max(defaults, batch_size)`` (a --batch_size given
   raises them) and the gain is more servers for them.  ``sac`` keeps its defaults ("fixed"): each env
@@ -34,8 +38,7 @@ chose as parser defaults, so that explicit flags always win.  The rule:
   No package sets ``SERVER_SPLITS`` above 1 today: end to end on the H200 machine the split ran at
   0.86-0.91 of the unsplit layout's steps/s (docs/scaling.md).  Given --num_servers or --server_splits,
   the sizing splits nothing.
-* Constraints: ``num_actors`` a multiple of ``num_servers`` and of ``games`` (Procgen's --multi_env);
-  IMPALA's batch never exceeds what --total_steps can fill (``flags.check_budget``).
+* Constraints: ``num_actors`` a multiple of ``num_servers`` and of ``games`` (Procgen's --multi_env).
 
 ``usable_cores()`` is ``len(os.sched_getaffinity(0))``, or ``$POLYBEAST_CORES`` where set: for tests,
 and for containers whose CPU quota is below the cores their affinity shows.
@@ -52,7 +55,7 @@ from rl_core.agents import agent_traits
 BASE_CORES = 2
 GPU_RESERVE = 2
 CORES_ENV = "POLYBEAST_CORES"
-MAX_LAG = 8  # learner steps an unroll waits at most, where the batch grows with the envs
+MAX_LAG = 8  # batches of envs at most, where the lag bounds the envs: an unroll waits ~that many learner steps
 SIZED_FLAGS = ("num_servers", "num_actors", "batch_size")
 OVERRIDE = "set --num_servers/--num_actors/--batch_size to override"
 
@@ -161,9 +164,12 @@ def size_run(cores: int, gpu: bool, agent: str, envs_per_server: int | None, def
         free = free_cores(cores, gpu)
         room = max(defaults["num_servers"], free)  # servers the machine has a core for, never fewer than the defaults
         if traits.sizing == "scaled":
-            servers, actors = _scaled_layout(value, given, defaults, room, free * k, k, games)
+            cap = MAX_LAG * value["batch_size"] if traits.lag_bounds_envs else None
+            servers, actors = _scaled_layout(value, given, defaults, room, free * k, k, games, cap)
             why.append(f"{_layout(servers, actors)}"
-                       + (f" (a core each, {cores - free} left to the learner)" if servers == free else ""))
+                       + (f" (a core each, {cores - free} left to the learner)" if servers == free else "")
+                       + (f", at most {MAX_LAG} batches of {value['batch_size']} (an unroll waits at most ~{MAX_LAG} "
+                          f"learner steps)" if cap is not None and actors < servers * k else ""))
             if {"num_servers", "server_splits"}.isdisjoint(given) and server_splits > 1 \
                     and actors % (servers * server_splits) == 0:
                 splits = server_splits
@@ -176,19 +182,14 @@ def size_run(cores: int, gpu: bool, agent: str, envs_per_server: int | None, def
             why.append(f"{_layout(servers, actors)}, within one --batch_size of {value['batch_size']} unrolls "
                        f"(more envs would act on a stale policy)")
     batch = value["batch_size"]
-    if traits.grows_batch_with_envs and "batch_size" in auto:
-        fits = max(defaults["batch_size"], value["total_steps"] // max(1, value["unroll_length"]))
-        batch = min(max(defaults["batch_size"], math.ceil(actors / MAX_LAG)), fits)
-        if batch != value["batch_size"]:
-            why.append(f"--batch_size {batch} = num_actors / {MAX_LAG}: an unroll waits at most "
-                       f"~{MAX_LAG} learner steps")
     if (servers, actors, batch) == (value["num_servers"], value["num_actors"], value["batch_size"]):
         return keep("no more to gain on this machine")
     return result(servers, actors, batch, f"chosen for {machine}: {'; '.join(why)}; {OVERRIDE}", splits)
 
 
-def _scaled_layout(value, given, defaults, room, target, k, games) -> tuple[int, int]:
-    """The "scaled" agents (IMPALA, R2D2): ``room`` servers of ``k`` envs (at least the defaults' envs)."""
+def _scaled_layout(value, given, defaults, room, target, k, games, cap=None) -> tuple[int, int]:
+    """The "scaled" agents (IMPALA, R2D2): ``room`` servers of ``k`` envs (at least the defaults' envs); where
+    ``cap`` is given (IMPALA: ``MAX_LAG`` batches), at most that many envs but never fewer than the defaults'."""
     if "num_actors" in given:
         actors = value["num_actors"]
         return _largest_divisor(actors, room), actors
@@ -198,7 +199,13 @@ def _scaled_layout(value, given, defaults, room, target, k, games) -> tuple[int,
     else:
         servers = room
         per = math.ceil(max(defaults["num_actors"], target) / servers)
-    per = _round_up(per, games // math.gcd(servers, games))
+    step = games // math.gcd(servers, games)
+    if cap is not None and servers * per > cap:
+        if "num_servers" not in given:
+            servers = min(servers, max(defaults["num_servers"], cap // step))
+        step = games // math.gcd(servers, games)
+        per = max(_round_up(math.ceil(defaults["num_actors"] / servers), step), cap // servers // step * step)
+    per = _round_up(per, step)
     return servers, servers * per
 
 

@@ -30,7 +30,7 @@ ACTION_KINDS = {"impala": ("discrete",), **{name: ("discrete", "box") for name i
                 "r2d2": ("discrete",), "sac": ("discrete", "box")}
 _REPLAY_SIZES = ("replay_buffer_size", "replay_buffer_min_size")
 TRAITS = {
-    "impala": AgentTraits(replays=False, sizing="scaled", grows_batch_with_envs=True),
+    "impala": AgentTraits(replays=False, sizing="scaled", lag_bounds_envs=True),
     **{name: AgentTraits(replays=False, sizing="on_policy") for name in ON_POLICY},
     "r2d2": AgentTraits(replays=True, sizing="scaled", rank_shares=_REPLAY_SIZES),
     "sac": AgentTraits(replays=True, sizing="fixed", rank_shares=(*_REPLAY_SIZES, "random_init_steps")),

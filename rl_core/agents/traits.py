@@ -20,8 +20,10 @@ class AgentTraits:
     on a stale policy), spread over the servers; ``"fixed"``, the package's defaults (its env steps are
     bound by learner updates at --replay_ratio).
 
-    ``grows_batch_with_envs``: a --batch_size not given grows with the envs (num_actors /
-    ``sizing.MAX_LAG``), so that an unroll waits at most that many learner steps (V-trace corrects the lag).
+    ``lag_bounds_envs``: its envs, where the sizing chooses them, stay at most ``sizing.MAX_LAG`` batches, so that
+    an unroll waits at most about that many learner steps (V-trace corrects the lag); its batch stays the
+    package's (a learning hyperparameter: IMPALA's batch grown to 56 with the envs learned Pong several times
+    slower per step than B=8, issue 40).
 
     ``rank_shares``: its flags that count the run's totals (replay sizes, random steps): under torchrun
     each rank takes 1/W of them (``rl_core/runtime/distributed.py``).
@@ -29,5 +31,5 @@ class AgentTraits:
 
     replays: bool
     sizing: Literal["scaled", "on_policy", "fixed"]
-    grows_batch_with_envs: bool = False
+    lag_bounds_envs: bool = False
     rank_shares: tuple[str, ...] = ()
