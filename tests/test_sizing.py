@@ -4,6 +4,7 @@
 import importlib
 import itertools
 import json
+import math
 import os
 
 import pytest
@@ -86,9 +87,9 @@ def test_sixteen_cores_with_a_gpu_give_impala_on_atari_at_most_eight_batches_of_
     # without a GPU the learner keeps half the cores and servers step half as many envs, within the same lag
     cpu = sizing.size_run(16, False, "impala", envs_per_server("torchbeast_atari"), defaults, {})
     assert (cpu.num_servers, cpu.num_actors, cpu.batch_size) == (8, 64, 8)
-    # more servers than the lag's envs: fewer servers, never fewer envs than the defaults' 16
-    wide = sizing.size_run(64, True, "impala", envs_per_server("torchbeast_atari"), defaults, {"batch_size": 2})
-    assert (wide.num_servers, wide.num_actors, wide.batch_size) == (16, 16, 2)
+    # more servers than the lag's envs (8 batches of 1): fewer servers, never fewer envs than the defaults' 56
+    wide = sizing.size_run(64, True, "impala", envs_per_server("torchbeast_atari"), defaults, {"batch_size": 1})
+    assert (wide.num_servers, wide.num_actors, wide.batch_size) == (8, 56, 1)
 
 
 def test_every_sized_impala_run_keeps_its_batch_and_at_most_eight_batches_of_envs():
@@ -99,7 +100,10 @@ def test_every_sized_impala_run_keeps_its_batch_and_at_most_eight_batches_of_env
             got = sizing.size_run(cores, gpu, "impala", envs_per_server(name), d, {}, games)
             where = (name, games, cores, gpu)
             assert got.batch_size == d["batch_size"], where
-            assert got.num_actors <= max(d["num_actors"], sizing.MAX_LAG * d["batch_size"]), where
+            # (the defaults' envs, spread evenly, may round past the lag's: 56 on 13 servers is 65)
+            step = math.lcm(got.num_servers, games)
+            evenly = -(-d["num_actors"] // step) * step
+            assert got.num_actors <= max(evenly, sizing.MAX_LAG * d["batch_size"]), where
 
 
 def test_other_agents_on_a_big_machine():
@@ -141,7 +145,7 @@ def test_explicit_flags_win():
     assert batch.auto == ("num_servers", "num_actors")
     # on 2 cores a flag given changes nothing else (today's behaviour, a bad pair refused by the checks)
     two = sizing.size_run(2, False, "impala", envs_per_server("torchbeast_atari"), d, {"num_servers": 3})
-    assert (two.num_servers, two.num_actors, two.batch_size) == (3, 16, 8)
+    assert (two.num_servers, two.num_actors, two.batch_size) == (3, 56, 8)
 
 
 def test_the_launcher_sees_flags_given_abbreviated_or_with_equals(monkeypatch):
@@ -179,7 +183,7 @@ def test_a_package_splitting_its_server_processes_in_two():
         got = sizing.size_run(16, True, "impala", k, d, given, 1, 2)
         assert got.server_splits == 1 and "server_splits" not in got.values(), given
     two = sizing.size_run(2, False, "impala", k, d, {}, 1, 2)
-    assert (two.num_servers, two.server_splits, two.num_actors) == (2, 1, 16)
+    assert (two.num_servers, two.server_splits, two.num_actors) == (2, 1, 56)
 
 
 def test_constraints_hold_on_every_machine():
@@ -244,31 +248,31 @@ def test_a_resumed_run_keeps_what_it_was_sized_with(tmp_path, monkeypatch):
     values, _ = launcher_values("torchbeast_atari", [*argv, "--batch_size=32"])  # a flag given still wins
     assert (values["num_servers"], values["num_actors"], values["batch_size"]) == (14, 448, 32)
     values, _ = launcher_values("torchbeast_atari", [f"--savedir={tmp_path}", "--xpid=other"])  # a new run
-    assert (values["num_servers"], values["num_actors"], values["batch_size"]) == (2, 16, 8)
+    assert (values["num_servers"], values["num_actors"], values["batch_size"]) == (2, 56, 8)
 
 
 def test_the_launcher_logs_its_sizing_records_it_and_its_servers_follow(tmp_path, monkeypatch):
-    """4 usable cores (said by $POLYBEAST_CORES), a CPU learner: Atari gets 2 servers x 16 envs, which the
+    """6 usable cores (said by $POLYBEAST_CORES), a CPU learner: Atari gets 3 servers x 19 envs, which the
     servers host (the learner refuses servers of another size), the sizing line says why and meta.json
     records the values used."""
     from tests.proc_utils import run, sockets_left
 
-    monkeypatch.setenv(sizing.CORES_ENV, "4")
+    monkeypatch.setenv(sizing.CORES_ENV, "6")
     args = ["--disable_cuda", "--unroll_length=5", "--total_steps=320", "--disable_final_test", "--log_interval=1",
             f"--savedir={tmp_path / 'runs'}", "--xpid=sized", f"--pipes_basename=unix:{tmp_path}/pipe"]
     result = run("torchbeast_atari.polybeast", *args, output=str(tmp_path / "out"), timeout=180)
     assert result.returncode == 0, result.stdout[-3000:]
     line = next(x for x in result.stdout.splitlines() if "] sizing: " in x)
     assert line.endswith(
-        "sizing: --agent impala, 32 envs on 2 env servers (16 each), learner batches of 8 x 5 = 40 steps (~8 "
-        "batches), --total_steps 320; chosen for 4 usable cores, learner on cpu, --agent impala: 2 env servers x 16 "
-        "envs = 32 (a core each, 2 left to the learner); set --num_servers/--num_actors/--batch_size to override"), line
+        "sizing: --agent impala, 57 envs on 3 env servers (19 each), learner batches of 8 x 5 = 40 steps (~8 "
+        "batches), --total_steps 320; chosen for 6 usable cores, learner on cpu, --agent impala: 3 env servers x 19 "
+        "envs = 57 (a core each, 3 left to the learner); set --num_servers/--num_actors/--batch_size to override"), line
     meta = json.loads((tmp_path / "runs" / "sized" / "meta.json").read_text())
-    assert meta["sizing"]["num_servers"] == 2 and meta["sizing"]["num_actors"] == 32
+    assert meta["sizing"]["num_servers"] == 3 and meta["sizing"]["num_actors"] == 57
     assert meta["sizing"]["server_splits"] == 1
     assert meta["sizing"]["batch_size"] == 8 and meta["sizing"]["cores"] == 4 and meta["sizing"]["gpu"] is False
     assert meta["sizing"]["auto"] == ["num_servers", "num_actors", "batch_size"]
-    assert (meta["flags"]["num_servers"], meta["flags"]["num_actors"], meta["flags"]["batch_size"]) == (2, 32, 8)
+    assert (meta["flags"]["num_servers"], meta["flags"]["num_actors"], meta["flags"]["batch_size"]) == (3, 57, 8)
     assert meta["flags"]["server_splits"] == 1
     assert meta["success"] is True
     assert not sockets_left(tmp_path)
