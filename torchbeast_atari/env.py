@@ -603,7 +603,8 @@ R2D2_ATARI = dict(replay_buffer_size=4000, replay_buffer_min_size=200, replay_fr
 # docs/results.md).
 # 56 envs, not torchbeast's 16: a batch of 8 unrolls then comes from 8 of 56 envs, not 8 of 16.  On an H200 (14 servers
 # x 4 envs, policy lag 4 updates) Pong reached a last-100 of 18 at 2.45M steps, and on 2 cores (2 servers x 28, lag 14)
-# 17.2 at 2.5M, 36 minutes, where the four 16-env runs were at -5 to -2 at 2.5M (seed 1; docs/results.md).
+# 17.2 at 2.5M, 36 minutes, where the four 16-env runs were at -5 to -2 at 2.5M (seed 1; docs/results.md); that run
+# reached 18 at 2.85M steps (41.5 minutes), 18.95 at 5M and tested 19.83.
 IMPALA_ATARI = dict(init="orthogonal", batch_size=8, num_actors=56, recycle_period=1000, lr_decay="none")
 
 
