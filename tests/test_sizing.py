@@ -270,7 +270,7 @@ def test_the_launcher_logs_its_sizing_records_it_and_its_servers_follow(tmp_path
     meta = json.loads((tmp_path / "runs" / "sized" / "meta.json").read_text())
     assert meta["sizing"]["num_servers"] == 3 and meta["sizing"]["num_actors"] == 57
     assert meta["sizing"]["server_splits"] == 1
-    assert meta["sizing"]["batch_size"] == 8 and meta["sizing"]["cores"] == 4 and meta["sizing"]["gpu"] is False
+    assert meta["sizing"]["batch_size"] == 8 and meta["sizing"]["cores"] == 6 and meta["sizing"]["gpu"] is False
     assert meta["sizing"]["auto"] == ["num_servers", "num_actors", "batch_size"]
     assert (meta["flags"]["num_servers"], meta["flags"]["num_actors"], meta["flags"]["batch_size"]) == (3, 57, 8)
     assert meta["flags"]["server_splits"] == 1
