@@ -54,6 +54,13 @@ EXACT_SHARES = ("num_actors", "num_servers", "batch_size")
 # How long a collective waits for a peer: longer than any startup or learner batch, short enough that
 # a job whose peer hangs ends on its own.  $POLYBEAST_DIST_TIMEOUT (seconds) overrides.
 DEFAULT_TIMEOUT_S = 600.0
+# torchrun gives a rank it stops (its own signal, or a peer that died) 30 s between SIGTERM and SIGKILL: a
+# rank's shutdown waits at most PEER_WAIT_S for its learner thread to meet its peers, so that its final
+# checkpoint and last line come before the SIGKILL; one still alive STUCK_AFTER_S after the signal prints
+# every thread's stack (faulthandler) before torchrun kills it.
+TORCHRUN_GRACE_S = 30.0
+PEER_WAIT_S = 15.0
+STUCK_AFTER_S = TORCHRUN_GRACE_S - 5.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -319,6 +326,15 @@ class Group:
             self.dist.destroy_process_group()
         except Exception:  # noqa: BLE001 - the job is ending; a peer that died already broke the group
             pass
+
+
+def report_if_stuck() -> None:
+    """Armed when a rank is told to stop: every thread's stack on stderr if the process is still alive
+    ``STUCK_AFTER_S`` later (a hang: the dump says where), before torchrun's SIGKILL."""
+    import faulthandler
+    import sys
+
+    faulthandler.dump_traceback_later(STUCK_AFTER_S, exit=False, file=sys.stderr)
 
 
 def start(world: WorldEnv, device: torch.device) -> Group:

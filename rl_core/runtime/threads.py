@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import sys
 import threading
 import traceback
 from typing import Callable
@@ -57,3 +58,18 @@ def name_os_thread(name: str) -> None:
         ctypes.CDLL(None).prctl(15, name.encode()[:15], 0, 0, 0)  # PR_SET_NAME
     except (OSError, AttributeError):
         pass
+
+
+def where_they_wait(threads: list[threading.Thread], frames: int = 4) -> str:
+    """Where each of ``threads`` that is still alive is now: its innermost ``frames`` calls, one line each
+    (the log of a shutdown that a thread outlived says what it waits for)."""
+    current = sys._current_frames()
+    lines = []
+    for thread in threads:
+        frame = current.get(thread.ident) if thread.is_alive() else None
+        if frame is None:
+            continue
+        calls = traceback.extract_stack(frame)[-frames:]
+        lines.append(f"{thread.name}: " + " <- ".join(f"{c.name} ({c.filename.rsplit('/', 1)[-1]}:{c.lineno})"
+                                                     for c in reversed(calls)))
+    return "; ".join(lines)

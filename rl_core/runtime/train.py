@@ -26,7 +26,7 @@ from rl_core.runtime.parts import (Parts, build_parts, check_can_record, check_n
                                    start_lockstep, start_threads)
 from rl_core.runtime.progress import Progress, announce_rank, announce_sizing, sizing_record
 from rl_core.runtime.signals import StopSignals
-from rl_core.runtime.threads import ErrorBox
+from rl_core.runtime.threads import ErrorBox, where_they_wait
 from rl_core.runtime.validation import Validation, run_final_test
 
 log = logging.getLogger("learner")
@@ -255,6 +255,8 @@ class Training:
 
     # ------------------------------------------------------------ the end
     def _on_signal(self) -> None:
+        if self.group is not None:
+            distributed.report_if_stuck()
         self.stop.set()
         self.test_stop.set()
         if self.validation is not None:
@@ -277,11 +279,12 @@ class Training:
         deadline = time.monotonic() + 5.0
         for thread in self.threads:
             # under torchrun the learner thread finishes its batch and meets its peers before it ends
-            wait = 60.0 if self.group is not None and thread.name.startswith("learner") else 0.0
+            wait = distributed.PEER_WAIT_S if self.group is not None and thread.name.startswith("learner") else 0.0
             thread.join(max(0.0, deadline - time.monotonic(), wait))
-        alive = [t.name for t in self.threads if t.is_alive()]
+        alive = [t for t in self.threads if t.is_alive()]
         if alive:
-            log.warning("threads still running at shutdown: %s", ", ".join(alive))
+            log.warning("threads still running at shutdown: %s (%s)", ", ".join(t.name for t in alive),
+                        where_they_wait(alive))
         if self.progress is not None:
             try:
                 self.progress.tick()
