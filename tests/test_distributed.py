@@ -296,6 +296,9 @@ def test_two_nodes_meet_through_a_c10d_rendezvous(tmp_path):
 # files; a rank's "last line" is the last of its own lines.
 SERVER_LINE = re.compile(r"\[[A-Z]+:\d+ env_server [0-9:]+\] ")
 TORCHRUN_SIGNALLED = "torch.distributed.elastic.multiprocessing.api.SignalException: Process {pid} got signal: {sig}"
+UNANSWERED = (r"error: rank 1 of this 2-rank torchrun job did not stop with this rank within 15 s \(hung or stopped; "
+              r"this rank's learner waits in (.+)\): no final checkpoint, and the run directory's last model\.tar stays "
+              r"loadable \(resume with --xpid, at any world size\)")
 GONE = (r"error: rank 1 of this 2-rank torchrun job is gone \(.+\): its log and torchrun's summary say why; this "
         r"rank stops too, and the run directory's last model\.tar stays loadable \(resume with --xpid, at any "
         r"world size\)")
@@ -460,6 +463,46 @@ def test_a_rank_that_dies_ends_the_job_naming_it_and_the_checkpoint_stays_loadab
     assert saved["step"] == int(last_save) >= before > 0
     meta = json.loads((tmp_path / "run" / "meta.json").read_text())
     assert meta["success"] is False and re.fullmatch(GONE, meta["reason"]), meta["reason"]
+    _wait_for(lambda: not any(alive(p) for p in [*ranks.values(), *servers]), 30, "processes were left running")
+
+
+@pytest.mark.timeout(450)
+def test_a_rank_that_hangs_does_not_keep_the_others_past_torchruns_grace(tmp_path):
+    """SIGSTOP to rank 1 (hung: its sockets stay open, so rank 0's next collective waits for it), then SIGTERM to
+    torchrun, which gives its ranks 30 s before SIGKILL.  Rank 0 waits 15 s for its learner thread, then ends
+    (exit 1) well within those 30 s, its last line naming rank 1, with no final save: the learner holds the
+    weights mid-update, so model.tar stays the last periodic save, whole and loadable.  torchrun kills rank 1."""
+    proc = _start_long_run(tmp_path, "--checkpoint_every=0.02")
+    try:
+        _wait_for(lambda: "saved checkpoint" in _rank_output(tmp_path, 0), 180, "no checkpoint was saved")
+        ranks, servers = _rank_pids(tmp_path), _server_pids(tmp_path)
+        assert sorted(ranks) == [0, 1] and len(servers) == 2
+        os.kill(ranks[1], signal.SIGSTOP)
+        time.sleep(2.0)  # (rank 0's learner now waits in its next collective)
+        proc.send_signal(signal.SIGTERM)
+        signalled = time.monotonic()
+        _wait_for(lambda: not alive(ranks[0]), 60, "rank 0 did not exit")
+        rank0_took = time.monotonic() - signalled
+        proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    out = read(str(tmp_path / "out"))
+    rank0_output = _rank_output(tmp_path, 0)
+    assert proc.returncode == 1, out[-3000:] + rank0_output[-3000:]
+    assert last_line(out) == TORCHRUN_SIGNALLED.format(pid=proc.pid, sig=int(signal.SIGTERM)), out[-3000:]
+    assert 15 <= rank0_took < distributed.STUCK_AFTER_S, (rank0_took, rank0_output[-3000:])
+    rank0 = _own_lines(tmp_path, 0)
+    last = re.fullmatch(_logged(ranks[0], "ERROR", UNANSWERED), rank0[-1])
+    assert last and "(distributed_c10d.py:" in last.group(1), rank0[-5:]
+    assert "Traceback" not in rank0_output and "most recent call first" not in rank0_output  # (no stack dump)
+    saved = checkpoint.load(str(tmp_path / "run" / "model.tar"))  # whole, and loadable safely (weights_only)
+    received = next(i for i, line in enumerate(rank0) if "received SIGTERM" in line)
+    saves = re.findall(r"saved checkpoint \S+ at step (\d+)$", "\n".join(rank0), re.MULTILINE)
+    assert saved["step"] == int(saves[-1]) > 0
+    assert not any("saved checkpoint" in line for line in rank0[received:])  # no final save
+    meta = json.loads((tmp_path / "run" / "meta.json").read_text())
+    assert meta["success"] is False and re.fullmatch(UNANSWERED, meta["reason"]), meta["reason"]
     _wait_for(lambda: not any(alive(p) for p in [*ranks.values(), *servers]), 30, "processes were left running")
 
 

@@ -17,10 +17,12 @@ def test_where_they_wait_names_each_live_thread_and_its_innermost_calls():
     ended.join()
     try:
         text = where_they_wait([waiting, ended], frames=3)
+        bare = where_they_wait([waiting], frames=1, named=False)
     finally:
         release.set()
         waiting.join()
     assert text.startswith("learner: wait (threading.py:") and "<- waits_for_a_peer (test_threads.py:" in text
     assert "actor-0" not in text  # (an ended thread waits for nothing)
     assert text.count(" <- ") == 2
+    assert bare.startswith("wait (threading.py:") and " <- " not in bare
     assert where_they_wait([waiting]) == ""

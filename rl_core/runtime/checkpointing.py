@@ -106,12 +106,17 @@ class Checkpoints:
         if every and previous_step < every <= step:
             self.save(learner, data_source, os.path.join(self.rundir, "model_extra.tar"))
 
-    def save(self, learner, data_source, path: str | None = None) -> None:
-        """model.tar (or ``path``) of the learner's state, and the data source's (replay.tar) with model.tar."""
+    def save(self, learner, data_source, path: str | None = None, unless_stopped: bool = False) -> None:
+        """model.tar (or ``path``) of the learner's state, and the data source's (replay.tar) with model.tar.
+        ``unless_stopped`` (a periodic save): given up if the run stops while the learner holds its weights (an
+        update that may not end: under torchrun, one waiting for a peer); the shutdown decides the final one."""
         if self.flags.disable_checkpoint or self.rundir is None:  # (under torchrun rank 0 saves)
             return
         path = path or self.path
-        with learner.lock:
+        while not learner.lock.acquire(timeout=0.25):
+            if unless_stopped and self.stop.is_set():
+                return
+        try:
             if learner.diverged is not None:  # the weights are not finite: the last good checkpoint stays
                 log.info("not saving %s: training diverged", path)
                 return
@@ -133,6 +138,8 @@ class Checkpoints:
                 raise self.write_error(writing, e) from None
             if path == self.path:
                 self.saved_step = learner.step
+        finally:
+            learner.lock.release()
         log.info("saved checkpoint %s at step %d", path, learner.step)
 
     def save_model(self, path: str, model, step: int, **extra) -> None:
@@ -151,3 +158,4 @@ class Checkpoints:
         kept = f"model.tar of step {kept:,} is kept" if kept is not None else "no checkpoint had been saved yet"
         self.stop.set()
         return CheckpointWriteError(f"{checkpoint.describe_write_error(path, error)}; {kept}")
+

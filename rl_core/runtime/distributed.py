@@ -204,6 +204,16 @@ class Group:
                           f"summary say why; this rank stops too, and the run directory's last model.tar stays "
                           f"loadable (resume with --xpid, at any world size)")
 
+    def unanswered(self, where: str) -> RunFailure:
+        """The failure of a rank whose learner thread still waits ``PEER_WAIT_S`` after the stop (``where``: the
+        calls it waits in): a peer that neither answers nor left (hung, stopped)."""
+        silent = self._silent_ranks()
+        who = f"rank {', '.join(map(str, silent))}" if silent else "a peer rank"
+        return RunFailure(f"{who} of this {self.size}-rank torchrun job did not stop with this rank within "
+                          f"{PEER_WAIT_S:.0f} s (hung or stopped; this rank's learner waits in {where}): no final "
+                          f"checkpoint, and the run directory's last model.tar stays loadable (resume with --xpid, "
+                          f"at any world size)")
+
     def _collective(self, fn, *args, **kwargs):
         try:
             return fn(*args, **kwargs)

@@ -60,9 +60,9 @@ def name_os_thread(name: str) -> None:
         pass
 
 
-def where_they_wait(threads: list[threading.Thread], frames: int = 4) -> str:
-    """Where each of ``threads`` that is still alive is now: its innermost ``frames`` calls, one line each
-    (the log of a shutdown that a thread outlived says what it waits for)."""
+def where_they_wait(threads: list[threading.Thread], frames: int = 4, named: bool = True) -> str:
+    """Where each of ``threads`` that is still alive is now: its innermost ``frames`` calls, after its name
+    (``named``) (the log of a shutdown that a thread outlived says what it waits for)."""
     current = sys._current_frames()
     lines = []
     for thread in threads:
@@ -70,6 +70,6 @@ def where_they_wait(threads: list[threading.Thread], frames: int = 4) -> str:
         if frame is None:
             continue
         calls = traceback.extract_stack(frame)[-frames:]
-        lines.append(f"{thread.name}: " + " <- ".join(f"{c.name} ({c.filename.rsplit('/', 1)[-1]}:{c.lineno})"
+        lines.append((f"{thread.name}: " if named else "") + " <- ".join(f"{c.name} ({c.filename.rsplit('/', 1)[-1]}:{c.lineno})"
                                                      for c in reversed(calls)))
     return "; ".join(lines)

@@ -235,7 +235,7 @@ class Training:
                 self.progress.tick()
             if not f.disable_checkpoint and now - last_ckpt >= f.checkpoint_every * 60:
                 last_ckpt = now
-                self._save()
+                self.checkpoints.save(self.parts.learner, self.parts.data_source, unless_stopped=True)
         if self.errors.error is None and not self.signals.interrupted and self.parts.learner.step >= f.total_steps:
             self.validation.finish()
 
@@ -285,6 +285,12 @@ class Training:
         if alive:
             log.warning("threads still running at shutdown: %s (%s)", ", ".join(t.name for t in alive),
                         where_they_wait(alive))
+        waiting = [t for t in alive if t.name.startswith("learner")] if self.group is not None else []
+        if waiting:
+            # a collective whose peer neither answers nor left: the learner holds the weights' lock
+            # (a final save would wait with it); the last checkpoint stays
+            save = False
+            self.errors.put("learner", self.group.unanswered(where_they_wait(waiting, named=False)))
         if self.progress is not None:
             try:
                 self.progress.tick()
