@@ -158,4 +158,3 @@ class Checkpoints:
         kept = f"model.tar of step {kept:,} is kept" if kept is not None else "no checkpoint had been saved yet"
         self.stop.set()
         return CheckpointWriteError(f"{checkpoint.describe_write_error(path, error)}; {kept}")
-

@@ -69,7 +69,7 @@ def where_they_wait(threads: list[threading.Thread], frames: int = 4, named: boo
         frame = current.get(thread.ident) if thread.is_alive() else None
         if frame is None:
             continue
-        calls = traceback.extract_stack(frame)[-frames:]
-        lines.append((f"{thread.name}: " if named else "") + " <- ".join(f"{c.name} ({c.filename.rsplit('/', 1)[-1]}:{c.lineno})"
-                                                     for c in reversed(calls)))
+        calls = reversed(traceback.extract_stack(frame)[-frames:])
+        where = " <- ".join(f"{c.name} ({c.filename.rsplit('/', 1)[-1]}:{c.lineno})" for c in calls)
+        lines.append(f"{thread.name}: {where}" if named else where)
     return "; ".join(lines)
