@@ -211,6 +211,50 @@ def test_without_episodic_life_a_life_loss_is_not_terminal():
     assert lives_seen == {5, 4, 3, 2, 1, 0}
 
 
+def test_whole_games_go_on_after_a_lost_life_as_the_training_envs_reset_does():
+    """With life_loss_reset a whole game sees what a policy trained with episodic life saw: the step that loses a
+    life returns reset()'s observation (no-op, FIRE and action #2 done, the stack restarted), and the game goes on
+    step for step as the training env's, without the policy pressing FIRE."""
+    train = create_env(BREAKOUT, seed=3)
+    whole = create_env(BREAKOUT, seed=3, episodic_life=False, life_loss_reset=True)
+    obs_t, _ = train.reset()
+    obs_w, _ = whole.reset()
+    np.testing.assert_array_equal(obs_t, obs_w)
+    rng = np.random.default_rng(3)
+    lost, train_return, whole_return = 0, 0.0, 0.0
+    for _ in range(20_000):
+        action = int(rng.choice([0, 2, 3]))  # NOOP, RIGHT, LEFT: never FIRE
+        obs_t, r_t, terminated_t, truncated_t, info_t = train.step(action)
+        obs_w, r_w, terminated_w, truncated_w, info_w = whole.step(action)
+        train_return, whole_return = train_return + r_t, whole_return + r_w
+        assert info_w["lives"] == info_t["lives"]
+        if info_t["episode_end"]:
+            break
+        if terminated_t:  # a lost life: the training episode ends, reset() goes on with the game
+            lost += 1
+            obs_t, _ = train.reset()
+            assert info_w["life_reset"] and not terminated_w and not truncated_w
+            assert all(np.array_equal(obs_w[0], frame) for frame in obs_w)  # the stack restarted
+        else:
+            assert "life_reset" not in info_w
+        np.testing.assert_array_equal(obs_t, obs_w)
+        assert info_w["frame_number"] == train.unwrapped.ale.getEpisodeFrameNumber()
+    assert lost == 4 and terminated_w and info_w["episode_end"] and info_w["lives"] == 0  # the whole game was played
+    assert whole_return == train_return == _breakout_score(whole.unwrapped.ale)
+
+
+def test_without_life_loss_reset_a_policy_that_never_fires_waits_after_its_first_lost_life():
+    """The control: a whole game without life_loss_reset is not served again after a lost life until FIRE."""
+    env = create_env(BREAKOUT, seed=3, episodic_life=False)
+    _, info = env.reset()
+    rng = np.random.default_rng(3)
+    while info["lives"] == 5:
+        _, _, _, _, info = env.step(int(rng.choice([0, 2, 3])))
+    for _ in range(2_000):
+        _, reward, terminated, truncated, info = env.step(int(rng.choice([0, 2, 3])))
+        assert info["lives"] == 4 and reward == 0 and not (terminated or truncated)
+
+
 def _breakout_score(ale):
     """Breakout's own score counter (BCD in RAM 76/77, as the ALE reads it)."""
     ram = ale.getRAM()
@@ -409,7 +453,7 @@ def _behaviour(env):
             break
     life_loss_ends = bool(terminated) and info["lives"] == lives - 1
     return {"noops": noops, "sticky": round(sticky, 6), "actions": env.action_space.n,
-            "life_loss_ends": life_loss_ends}
+            "life_loss_ends": life_loss_ends, "life_reset": bool(info.get("life_reset"))}
 
 
 def _truncation_frame(env):
@@ -423,18 +467,20 @@ def _truncation_frame(env):
 @pytest.mark.parametrize("maker", ["make_env", "make_test_env"])
 def test_each_atari_flag_reaches_the_env_through_make_env(maker):
     """Each flag, changed alone from the defaults, changes what the env built from the flags does (and
-    nothing else): a flag make_env drops fails here.  The test env always plays whole games."""
+    nothing else): a flag make_env drops fails here.  The test env always plays whole games, going on after a
+    lost life as the training env's reset does unless training ran without episodic life."""
     from torchbeast_atari import env as atari
 
     make = getattr(atari, maker)
     default = _behaviour(make(_atari_flags(), 5))
     assert default["sticky"] == 0.0 and default["actions"] == 4 and max(default["noops"]) > 0
     assert default["life_loss_ends"] is (maker == "make_env")
+    assert default["life_reset"] is (maker == "make_test_env")
     cases = {
         "--noop_max=0": {"noops": [0] * 6},
         "--sticky_actions=0.25": {"sticky": 0.25},
         "--full_action_space": {"actions": 18},
-        "--disable_episodic_life": {"life_loss_ends": False},
+        "--disable_episodic_life": {"life_loss_ends": False} if maker == "make_env" else {"life_reset": False},
     }
     for flag, changed in cases.items():
         seen = _behaviour(make(_atari_flags(flag), 5))

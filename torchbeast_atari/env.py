@@ -23,6 +23,12 @@ pipeline torchbeast uses:
   ``reset()`` continues the game. ``info["episode_end"]`` is True only on the
   step where the game is over or truncated, so a logger that ends episodes on
   it records whole-game returns;
+* whole games for a policy trained with episodic life (``life_loss_reset``,
+  the test env's): a lost life does not end the episode, but the game goes on
+  at once as that ``reset()`` would go on with it (a no-op, then FIRE and
+  action #2; the frame stack restarts), since such a policy never had to press
+  FIRE itself (a greedy Breakout policy that does not would wait for the
+  108k-frame cap after its first lost life);
 * raw (unclipped) rewards.
 
 Per-game episode statistics (``info["episode_stats"]`` on the step with
@@ -231,8 +237,10 @@ class AtariEnv(gymnasium.Env):
 
     Info keys: ``lives``; ``frame_number`` (emulator frames since the game
     started); ``episode_end`` on steps (game over or truncated: the logged,
-    whole-game episode ends); on reset ``new_game`` (False when a game goes on
-    after a lost life) and ``noops`` (no-op frames done, on a new game).
+    whole-game episode ends) and ``life_reset`` (with ``life_loss_reset``: this
+    step lost a life and the game went on as a reset would go on with it); on
+    reset ``new_game`` (False when a game goes on after a lost life) and
+    ``noops`` (no-op frames done, on a new game).
     """
 
     metadata = {"render_modes": ["rgb_array"]}
@@ -243,6 +251,7 @@ class AtariEnv(gymnasium.Env):
         seed: int | None = None,
         *,
         episodic_life: bool = True,
+        life_loss_reset: bool = False,
         sticky_actions: float = 0.0,
         full_action_space: bool = False,
         max_episode_frames: int = 108_000,
@@ -260,6 +269,7 @@ class AtariEnv(gymnasium.Env):
             raise UserError(f"frame_skip must be >= 1, got {frame_skip}")
         self.env_id, self.rom_id = _parse(game)
         self.episodic_life = episodic_life
+        self.life_loss_reset = life_loss_reset and not episodic_life
         self.sticky_actions = float(sticky_actions)
         self.full_action_space = full_action_space
         self.max_episode_frames = int(max_episode_frames)
@@ -341,7 +351,7 @@ class AtariEnv(gymnasium.Env):
             self._seed(seed)
         info: dict[str, Any] = {}
         if self._continue_game and seed is None and not self.ale.game_over():
-            self._repeat(ale_py.Action.NOOP)  # baselines' EpisodicLifeEnv.reset: step(0)
+            self._go_on()
             info["new_game"] = False
         else:
             info["noops"] = self._new_game()
@@ -358,18 +368,34 @@ class AtariEnv(gymnasium.Env):
         info["frame_number"] = self.ale.getEpisodeFrameNumber()
         return self._frame(), info
 
+    def _go_on(self, serve: tuple = ()) -> float:
+        """Go on with a game after a lost life: baselines' ``EpisodicLifeEnv.reset`` (step(0)), then ``serve``;
+        stops at game over or truncation."""
+        reward = 0.0
+        for action in (ale_py.Action.NOOP, *serve):
+            reward += self._repeat(action)
+            if self.ale.game_over() or self.ale.getEpisodeFrameNumber() >= self.max_episode_frames:
+                break
+        return reward
+
     def step(self, action):
         reward = self._repeat(self._action_set[action])
+        lives = self.ale.lives()
+        life_lost = 0 < lives < self._lives
+        life_reset = life_lost and self.life_loss_reset and not self.ale.game_over() and \
+            self.ale.getEpisodeFrameNumber() < self.max_episode_frames
+        if life_reset:  # what reset() does after an episodic life's end, the episode going on
+            reward += self._go_on(tuple(self._fire_actions))
         game_over = self.ale.game_over()
         frame_number = self.ale.getEpisodeFrameNumber()
         truncated = not game_over and frame_number >= self.max_episode_frames
-        lives = self.ale.lives()
-        life_lost = 0 < lives < self._lives
-        self._lives = lives
+        self._lives = lives = self.ale.lives()
         terminated = game_over or (self.episodic_life and life_lost)
         episode_end = game_over or truncated
         self._continue_game = terminated and not episode_end
         info = {"lives": lives, "frame_number": frame_number, "episode_end": episode_end}
+        if life_reset:
+            info["life_reset"] = True
         return self._frame(), reward, terminated, truncated, info
 
     def render(self):
@@ -482,6 +508,13 @@ class FrameStack(gymnasium.ObservationWrapper):
         self._frames[:] = obs
         return self._frames.copy(), info
 
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        if info.get("life_reset"):  # the game went on as after a reset (AtariEnv's life_loss_reset): so does the stack
+            self._frames[:] = obs
+            return self._frames.copy(), reward, terminated, truncated, info
+        return self.observation(obs), reward, terminated, truncated, info
+
     def observation(self, observation):
         self._frames[:-1] = self._frames[1:]
         self._frames[-1] = observation
@@ -496,6 +529,7 @@ def create_env(
     seed: int,
     *,
     episodic_life: bool = True,
+    life_loss_reset: bool = False,
     sticky_actions: float = 0.0,
     full_action_space: bool = False,
     max_episode_frames: int = 108_000,
@@ -513,6 +547,7 @@ def create_env(
         env_id,
         seed,
         episodic_life=episodic_life,
+        life_loss_reset=life_loss_reset,
         sticky_actions=sticky_actions,
         full_action_space=full_action_space,
         max_episode_frames=max_episode_frames,
@@ -670,12 +705,14 @@ def make_env(flags, seed: int) -> gymnasium.Env:
 
 
 def make_test_env(flags, seed: int, record: bool = False) -> gymnasium.Env:
-    """Whole games for validation and the final test: no episodic life.  Recorded, it renders the
-    emulator's RGB screen (210x160), unless ``--video_view network`` asks for the network's input."""
+    """Whole games for validation and the final test: no episodic life, but a policy trained with it gets the game
+    going on after a lost life as its training did (``life_loss_reset``).  Recorded, it renders the emulator's RGB
+    screen (210x160), unless ``--video_view network`` asks for the network's input."""
     return create_env(
         flags.env,
         seed,
         episodic_life=False,
+        life_loss_reset=not flags.disable_episodic_life,
         sticky_actions=flags.sticky_actions,
         full_action_space=flags.full_action_space,
         max_episode_frames=flags.max_episode_frames,
