@@ -10,7 +10,8 @@
   carry ``"set"`` (the set they belong to) and ``"task"`` (the game); a set's
   mean is the mean over its tasks, and each group also reports per task.
 * ``make_test_env(flags, seed, record=False)``: the env for testing (Atari: no
-  episodic life, whole games).  Without it, ``make_env`` is used.
+  episodic life, whole games that go on after a lost life as training's
+  reset does).  Without it, ``make_env`` is used.
 * ``validation_protocol(flags) -> list[dict]``: the validation's runs, each
   ``{"name", "episodes", "overrides"}`` and optionally ``"task"`` (Procgen:
   ``--valid_start_level`` ..., one run per game of a multi-task run).  Without
