@@ -386,10 +386,11 @@ class AtariEnv(gymnasium.Env):
             self.ale.getEpisodeFrameNumber() < self.max_episode_frames
         if life_reset:  # what reset() does after an episodic life's end, the episode going on
             reward += self._go_on(tuple(self._fire_actions))
+            lives = self.ale.lives()
         game_over = self.ale.game_over()
         frame_number = self.ale.getEpisodeFrameNumber()
         truncated = not game_over and frame_number >= self.max_episode_frames
-        self._lives = lives = self.ale.lives()
+        self._lives = lives
         terminated = game_over or (self.episodic_life and life_lost)
         episode_end = game_over or truncated
         self._continue_game = terminated and not episode_end
