@@ -330,7 +330,8 @@ def seeds_repeat(group: list[Run]) -> bool:
 def count_label(group: list[Run]) -> str:
     """``"n seeds"``, or ``"n runs of k seeds"`` where a seed was run more than once."""
     seeds = len({run.seed for run in group})
-    return f"{len(group)} runs of {seeds} seeds" if seeds_repeat(group) else f"{seeds} seeds"
+    noun = "seed" if seeds == 1 else "seeds"
+    return f"{len(group)} runs of {seeds} {noun}" if seeds_repeat(group) else f"{seeds} {noun}"
 
 
 def mean_std(values: list[float], group: list[Run]) -> str:

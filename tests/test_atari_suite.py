@@ -162,6 +162,8 @@ def test_a_seed_run_twice_is_counted_as_runs_not_seeds():
         return [atari_suite.Run("d", "PongNoFrameskip-v4", "impala", s, empty, empty, empty, None, 4) for s in seeds]
 
     assert atari_suite.count_label(runs(1, 2)) == "2 seeds"
+    assert atari_suite.count_label(runs(3)) == "1 seed"
+    assert atari_suite.count_label(runs(1, 1)) == "2 runs of 1 seed"
     assert atari_suite.count_label(runs(1, 1, 2)) == "3 runs of 2 seeds"
     assert atari_suite.mean_std([1.0, 3.0], runs(1, 2)) == "2.0 ± 1.0"
     assert atari_suite.mean_std([1.0, 3.0], runs(1, 2, 3)) == "2.0 ± 1.0 (2 of 3 seeds)"
