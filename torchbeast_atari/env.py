@@ -645,6 +645,7 @@ R2D2_ATARI = dict(replay_buffer_size=4000, replay_buffer_min_size=200, replay_fr
 # cleanba's IMPALA).  With 0.01 Breakout reached 352.7 at 5M without the brief collapses that 0.0006 has (81.8 and
 # 120.8), but Pong's policy stayed near-uniform (entropy 1.65 of 1.79): 18 at 2.54M steps, then 17.69 at 5M and a
 # greedy test of 16.60, where 0.0006 gave 18.95 and 18.81, tests 19.83 and 20.52 (seed 1; docs/results.md).
+# 0.0025 (seed 1): Breakout 206.1 at 5M, Pong 18.07 at 5M but a greedy test of 6.73 (entropy 1.5 of 1.79).
 IMPALA_ATARI = dict(init="orthogonal", batch_size=8, num_actors=56, recycle_period=1000, lr_decay="none")
 
 
