@@ -646,6 +646,7 @@ R2D2_ATARI = dict(replay_buffer_size=4000, replay_buffer_min_size=200, replay_fr
 # 120.8), but Pong's policy stayed near-uniform (entropy 1.65 of 1.79): 18 at 2.54M steps, then 17.69 at 5M and a
 # greedy test of 16.60, where 0.0006 gave 18.95 and 18.81, tests 19.83 and 20.52 (seed 1; docs/results.md).
 # 0.0025 (seed 1): Breakout 206.1 at 5M, Pong 18.07 at 5M but a greedy test of 6.73 (entropy 1.5 of 1.79).
+# 0.001 (seed 1): Breakout as with 0.0006 (entropy 0.1-0.2), three collapses, 29.1 at 5M (docs/results.md).
 IMPALA_ATARI = dict(init="orthogonal", batch_size=8, num_actors=56, recycle_period=1000, lr_decay="none")
 
 
