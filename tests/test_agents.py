@@ -405,6 +405,59 @@ def test_ppo_clip_decays_linearly_with_the_schedule(batches):
     assert (batches == 0) == torch.allclose(loss, undecayed_loss)  # the clip binds on this batch
 
 
+@pytest.mark.parametrize("agent", ["impala", "vtrace"])
+@pytest.mark.parametrize("batches", [0, 1, 3, 4, 6])
+def test_entropy_cost_decays_linearly_with_the_schedule(agent, batches):
+    """--entropy_decay linear: after k learner batches of T x B steps the entropy cost is --entropy_cost x
+    (1 - min(k T B, total) / total), the loss and gradients those of a constant cost of that size; the
+    schedule's batch count is what a checkpoint keeps, so a resumed run goes on from where it was."""
+    total = 4 * T * B
+    common = (f"--agent={agent}", "--entropy_cost=0.5", f"--total_steps={total}", "--num_epochs=1",
+              "--num_minibatches=1")
+    decaying = make_agent(flags(*common, "--entropy_decay=linear"), DISCRETE)
+    torch.manual_seed(0)
+    model = decaying.build_model()
+    optimizer, scheduler = decaying.make_optimizer(model)
+    state = scheduler.state_dict()
+    state["last_epoch"] = batches  # as a resumed checkpoint's schedule
+    scheduler.load_state_dict(state)
+    expected = 0.5 * (1 - min(batches * T * B, total) / total)
+    assert decaying.entropy_cost() == pytest.approx(expected)
+    batch = random_batch(DISCRETE, decaying, model)
+
+    def loss_and_grads(agent_):
+        model.zero_grad()
+        loss, stats = next(agent_.updates(model, batch, model.initial_state(B)))
+        loss.backward()
+        return loss.detach(), stats, [p.grad.clone() for p in model.parameters() if p.grad is not None]
+
+    loss, stats, grads = loss_and_grads(decaying)
+    constant = make_agent(flags(*common, f"--entropy_cost={expected}"), DISCRETE)
+    reference_loss, _, reference_grads = loss_and_grads(constant)
+    assert torch.allclose(loss, reference_loss, atol=1e-6)
+    assert all(torch.allclose(g, r, atol=1e-6) for g, r in zip(grads, reference_grads))
+    undecayed_loss, undecayed_stats, _ = loss_and_grads(make_agent(flags(*common), DISCRETE))
+    assert (batches == 0) == torch.allclose(loss, undecayed_loss)  # the entropy term counts on this batch
+    if agent == "impala":
+        assert stats["entropy_cost"] == pytest.approx(expected) and "entropy_cost" not in undecayed_stats
+        with torch.no_grad():
+            log_policy = F.log_softmax(model(
+                {"obs": batch["obs"], "reward": batch["reward"], "done": batch["done"], "last_action": batch["action"]},
+                model.initial_state(B))[0]["policy_logits"][:-1], -1)
+        assert stats["entropy"] == pytest.approx(float(-(log_policy.exp() * log_policy).sum(-1).mean()), rel=1e-5)
+
+
+def test_entropy_decay_is_refused_by_the_agents_without_an_entropy_cost(capsys):
+    import torchbeast_gym.env as gym_pkg
+    from tests.proc_utils import flag_error_line
+
+    for agent in ("r2d2", "sac"):
+        line = flag_error_line(capsys, gym_pkg, f"--agent={agent}", "--entropy_decay=linear")
+        assert f"--agent {agent}" in line and "drop --entropy_decay" in line
+    line = flag_error_line(capsys, gym_pkg, "--agent=ppo", "--target_entropy=0.5", "--entropy_decay=linear")
+    assert "--target_entropy" in line and "drop one of them" in line
+
+
 def test_every_agent_declares_its_traits():
     """What the core asks of an agent before it is built (rl_core/agents/traits.py), for every --agent."""
     from rl_core import agents

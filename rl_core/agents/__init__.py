@@ -203,6 +203,9 @@ def add_flags(p: argparse.ArgumentParser) -> None:
     a("--optimizer", default="rmsprop", choices=["rmsprop", "adam"],
       help="rmsprop (IMPALA's: --alpha, --momentum, --epsilon) or adam (--epsilon is Adam's eps).")
     a("--lr_decay", default="linear", choices=["linear", "none"], help="Learning rate: linear decay to 0, or constant.")
+    a("--entropy_decay", default="none", choices=["none", "linear"],
+      help="impala and the on-policy agents: --entropy_cost constant, or decaying linearly to 0 over --total_steps "
+           "with the learning rate's schedule (a wide policy early, a sharp one at the end).")
     a("--num_epochs", type=int, default=1,
       help="Passes over each learner batch (impala too: each pass one optimizer step, V-trace correcting the lag).")
     a("--num_minibatches", type=int, default=1, help="Minibatches (optimizer steps) per pass.")
@@ -337,6 +340,13 @@ def check_flags(parser: argparse.ArgumentParser, flags) -> None:
             sizes = [0]
         if not sizes or min(sizes) <= 0:
             parser.error(f"--rnd_mlp_sizes {flags.rnd_mlp_sizes!r}: give positive integers separated by commas")
+    if flags.entropy_decay != "none" and name in REPLAY:
+        what = "learns its temperature or keeps --entropy_cost" if name == "sac" else "has no entropy term"
+        parser.error(f"--entropy_decay schedules the entropy cost of impala and the on-policy agents; --agent {name} "
+                     f"{what}: drop --entropy_decay")
+    if flags.entropy_decay != "none" and getattr(flags, "target_entropy", None) is not None:
+        parser.error("--target_entropy learns the entropy's multiplier in place of --entropy_cost, so there is no "
+                     "cost for --entropy_decay to schedule: drop one of them")
     if name == "impala":
         return
     if name == "sac":

@@ -21,7 +21,8 @@ knows no agent by name.  It asks the agent for:
   (``UnrollBatcher``) or samples of a replay (``rl_core.replay_source``; ``pin``: sampled ahead into
   pinned memory, for a learner on CUDA), and
   ``learner_queue_size(K)``: how many chunks of K envs' sequences may wait for it;
-* ``make_optimizer(model)``: optimizer and learning-rate schedule;
+* ``make_optimizer(model)``: optimizer and learning-rate schedule (which also drives ``entropy_cost()``
+  under --entropy_decay linear);
 * ``updates(model, batch, state)``: how the learner consumes one batch [T+1, B]: a
   generator of ``(loss, stats)``; the learner takes one optimizer step (backward,
   gradient clipping) after each and resumes the generator, so an agent makes several
@@ -84,6 +85,12 @@ class Agent:
     def __init__(self, flags, spec: EnvSpec | None = None):
         self.flags = flags
         self.spec = spec
+        self.entropy_share = lambda: 1.0  # the share of --entropy_cost in force (--entropy_decay)
+
+    def entropy_cost(self) -> float:
+        """--entropy_cost now: constant, or (--entropy_decay linear) times the share of --total_steps still
+        to go by the learning rate's schedule, whose batch count a checkpoint keeps."""
+        return self.flags.entropy_cost * self.entropy_share()
 
     def build_model(self) -> nn.Module:
         from models import build_model
@@ -116,9 +123,13 @@ class Agent:
         return max(2, 2 * math.ceil(self.flags.batch_size / chunk_envs))
 
     def make_optimizer(self, model: nn.Module):
-        from rl_core.optim import make_optimizer
+        from rl_core.optim import make_optimizer, remaining_share
 
-        return make_optimizer(self.flags, [p for p in model.parameters() if p.requires_grad])
+        optimizer, scheduler = make_optimizer(self.flags, [p for p in model.parameters() if p.requires_grad])
+        if getattr(self.flags, "entropy_decay", "none") == "linear":
+            remaining = remaining_share(self.flags)
+            self.entropy_share = lambda: remaining(scheduler.last_epoch)
+        return optimizer, scheduler
 
     def updates(self, model, batch: dict, state: tuple) -> Iterator[tuple[torch.Tensor, dict]]:
         raise NotImplementedError

@@ -292,7 +292,7 @@ class PolicyGradientAgent(Agent):
             entropy_loss = reduce(term, None) + multiplier_loss
             stats["entropy_multiplier"] = lagrange.value("entropy").detach()
         else:
-            entropy_loss = -f.entropy_cost * reduce(entropy, None)
+            entropy_loss = -self.entropy_cost() * reduce(entropy, None)
 
         kl_loss = torch.zeros((), device=advantages.device)
         need_kl = (lagrange is not None and "kl" in lagrange) or f.kl_cost
