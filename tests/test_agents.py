@@ -375,6 +375,18 @@ def test_each_package_builds_and_updates_r2d2_with_its_defaults(package, core):
     assert any(not torch.equal(a, b) for a, b in zip(before, model.q_head.parameters()))
 
 
+def model_after_batches(agent, batches: int):
+    """The agent's model (seed 0), its optimizer made, the schedule's batch count at ``batches``, as a
+    resumed checkpoint's."""
+    torch.manual_seed(0)
+    model = agent.build_model()
+    _, scheduler = agent.make_optimizer(model)
+    state = scheduler.state_dict()
+    state["last_epoch"] = batches
+    scheduler.load_state_dict(state)
+    return model
+
+
 @pytest.mark.parametrize("batches", [0, 1, 3, 4, 6])
 def test_ppo_clip_decays_linearly_with_the_schedule(batches):
     """--ppo_clip_decay linear (rl-baselines3-zoo's clip_range lin_0.2): after k learner batches of T x B steps
@@ -383,12 +395,7 @@ def test_ppo_clip_decays_linearly_with_the_schedule(batches):
     total = 4 * T * B
     common = ("--agent=ppo", "--num_epochs=1", "--num_minibatches=1", "--optimizer=adam", f"--total_steps={total}")
     decaying = make_agent(flags(*common, "--ppo_clip_decay=linear"), DISCRETE)
-    torch.manual_seed(0)
-    model = decaying.build_model()
-    optimizer, scheduler = decaying.make_optimizer(model)
-    state = scheduler.state_dict()
-    state["last_epoch"] = batches  # as a resumed checkpoint's schedule
-    scheduler.load_state_dict(state)
+    model = model_after_batches(decaying, batches)
     expected = 0.2 * (1 - min(batches * T * B, total) / total)
     batch = random_batch(DISCRETE, decaying, model)
     loss, stats = next(decaying.updates(model, batch, ()))
@@ -415,12 +422,7 @@ def test_entropy_cost_decays_linearly_with_the_schedule(agent, batches):
     common = (f"--agent={agent}", "--entropy_cost=0.5", f"--total_steps={total}", "--num_epochs=1",
               "--num_minibatches=1")
     decaying = make_agent(flags(*common, "--entropy_decay=linear"), DISCRETE)
-    torch.manual_seed(0)
-    model = decaying.build_model()
-    optimizer, scheduler = decaying.make_optimizer(model)
-    state = scheduler.state_dict()
-    state["last_epoch"] = batches  # as a resumed checkpoint's schedule
-    scheduler.load_state_dict(state)
+    model = model_after_batches(decaying, batches)
     expected = 0.5 * (1 - min(batches * T * B, total) / total)
     assert decaying.entropy_cost() == pytest.approx(expected)
     batch = random_batch(DISCRETE, decaying, model)
