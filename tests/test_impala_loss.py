@@ -131,6 +131,8 @@ def test_impala_loss_assembles_terms(seed):
     assert stats["pg_loss"] == pytest.approx(pg.item(), rel=1e-12, abs=1e-12)
     assert stats["baseline_loss"] == pytest.approx(base.item(), rel=1e-12, abs=1e-12)
     assert stats["entropy_loss"] == pytest.approx(ent.item(), rel=1e-12, abs=1e-12)
+    p = torch.softmax(inputs["target_policy_logits"], -1)
+    assert stats["entropy"] == pytest.approx(-(p * p.log()).sum(-1).mean().item(), rel=1e-9)
     assert stats["total_loss"] == pytest.approx(total.item(), rel=1e-12, abs=1e-12)
     assert stats["mean_rho"] == pytest.approx(torch.exp(vt.log_rhos).mean().item())
     assert stats["clipped_rho_share"] == pytest.approx((torch.exp(vt.log_rhos) > 1.0).double().mean().item())

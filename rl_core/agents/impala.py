@@ -67,7 +67,7 @@ class ImpalaAgent(Agent):
     def loss(self, model, batch: dict, initial_state: tuple):
         """One V-trace head per stream (alone: the env's reward on ``baseline``); an episodic stream's
         rewards are clipped per --reward_clipping and its truncations bootstrap, as above.  The entropy cost
-        is ``entropy_cost()`` (--entropy_decay); the stats add the policy's mean entropy per step."""
+        is ``entropy_cost()`` (--entropy_decay); the stats add it when it decays."""
         f = self.flags
         inputs = {"obs": batch["obs"], "reward": batch["reward"], "done": batch["done"], "last_action": batch["action"]}
         outputs, _ = model(inputs, initial_state)
@@ -81,10 +81,9 @@ class ImpalaAgent(Agent):
                 batch[s.reward_key][1:], dones, truncated, values.detach(), s.discounting, s.episodic, s.clip_rewards)
             heads.append(ValueHead(rewards, discounts, values, outputs[s.value_key][-1], s.coef, s.name))
         entropy_cost = self.entropy_cost()
-        target_logits = outputs["policy_logits"][:-1]
         loss, stats = multi_head_impala_loss(
             behavior_policy_logits=batch["policy_logits"][1:],
-            target_policy_logits=target_logits,
+            target_policy_logits=outputs["policy_logits"][:-1],
             actions=batch["action"][1:],
             heads=heads,
             baseline_cost=f.baseline_cost,
@@ -94,9 +93,6 @@ class ImpalaAgent(Agent):
             clip_c_threshold=f.clip_c_threshold,
             lambda_=f.vtrace_lambda,
         )
-        with torch.no_grad():  # the policy's mean entropy per step, whatever its cost (0 at a decay's end)
-            log_policy = F.log_softmax(target_logits.float(), dim=-1)
-            stats["entropy"] = -(log_policy.exp() * log_policy).sum(-1).mean()
         if getattr(f, "entropy_decay", "none") != "none":
             stats["entropy_cost"] = entropy_cost
         return loss, stats

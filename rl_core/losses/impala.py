@@ -81,7 +81,8 @@ def multi_head_impala_loss(
         + entropy_cost sum_{t,b} sum_a pi log pi
 
     Summed over T and B, as :func:`impala_loss`, which is this with one head of coefficient 1.
-    Stats: as :func:`impala_loss` (``clipped_rho_share``: the share of rho_t that rho-bar clips),
+    Stats: as :func:`impala_loss` (``clipped_rho_share``: the share of rho_t that rho-bar clips;
+    ``entropy``: the policy's mean entropy per step),
     ``mean_vs`` of the first head, and each head's explained variance of its targets,
     ``<name>_explained_variance``.
     """
@@ -106,7 +107,8 @@ def multi_head_impala_loss(
         explained[f"{head.name}_explained_variance"] = explained_variance(head.values, out.vs)
     pg = policy_gradient_loss(target_policy_logits, actions, pg_advantages)
     baseline = baseline_cost * baseline
-    entropy = entropy_cost * entropy_loss(target_policy_logits)
+    neg_entropy = entropy_loss(target_policy_logits)  # sum_{t,b} sum_a pi log pi
+    entropy = entropy_cost * neg_entropy
     total_loss = pg + baseline + entropy
     stats = {
         "pg_loss": pg.detach(),
@@ -118,6 +120,7 @@ def multi_head_impala_loss(
         "clipped_rho_share": (log_rhos > math.log(clip_rho_threshold)).float().mean() if clip_rho_threshold
         else torch.zeros((), device=log_rhos.device),
         "mean_vs": vs_first.mean().detach(),
+        "entropy": -neg_entropy.detach() / actions.numel(),  # the policy's mean entropy per step, whatever its cost
         **explained,
     }
     return total_loss, stats
