@@ -105,6 +105,10 @@ def test_train_writes_logs_and_checkpoint_then_resumes(tmp_path):
     first_step = ckpt["step"]
     assert first_step >= 20_000 and ckpt["flags"]["xpid"] == "run"
     lr_end_first = ckpt["optimizer_state_dict"]["param_groups"][0]["lr"]
+    # the last-100 window is in the checkpoint: the last row's return is its mean
+    window = ckpt["recent_returns"]
+    assert 0 < len(window) <= 100 and all(isinstance(r, float) for r in window)
+    assert sum(window) / len(window) == pytest.approx(float(rows[-1]["return_last_100"]))
     assert not sockets_left(tmp_path)
 
     # Same xpid, more steps: resumes step counter, optimizer and schedule; the partial write of a
@@ -114,8 +118,18 @@ def test_train_writes_logs_and_checkpoint_then_resumes(tmp_path):
     assert result.returncode == 0, result.stdout[-3000:]
     assert "removed .model.tar.x1y2.partial" in result.stdout
     assert not (rundir / ".model.tar.x1y2.partial").exists()
-    assert f"resumed from {rundir}/model.tar at step {first_step}" in result.stdout
+    # the run's last-100 return goes on from the checkpoint's window (not from no episode at all)
+    assert (f"resumed from {rundir}/model.tar at step {first_step} (last-100 return "
+            f"{sum(window) / len(window):.2f} over {len(window)} episodes)") in result.stdout
     ckpt2 = torch.load(rundir / "model.tar", weights_only=True)
+    rows2 = csv_rows(str(rundir / "logs.csv"))
+    first_resumed = next(r for r in rows2 if int(r["step"]) > first_step)
+    ended = int(first_resumed["episodes"])  # (those episodes' sum: their mean times their count)
+    if ended < 100:  # the window's last 100 - ended and the new ones (100 or more: the new ones alone)
+        kept = window[max(len(window) + ended - 100, 0):]
+        new_sum = float(first_resumed["mean_episode_return"]) * ended if ended else 0.0
+        assert float(first_resumed["return_last_100"]) == pytest.approx(
+            (sum(kept) + new_sum) / (len(kept) + ended))
     assert ckpt2["step"] >= 40_000
     # the resumed inference copy's version is the checkpoint's batch count (not 0: a lag of ~125 batches)
     resumed = [r for r in csv_rows(str(rundir / "logs.csv")) if int(r["step"]) > first_step]
@@ -149,6 +163,7 @@ def test_train_writes_logs_and_checkpoint_then_resumes(tmp_path):
             assert torch.equal(torch.as_tensor(state3[index][slot]), torch.as_tensor(value)), (index, slot)
     assert ckpt3["scheduler_state_dict"] == ckpt2["scheduler_state_dict"]
     assert (ckpt3["step"], ckpt3["learner_steps"]) == (ckpt2["step"], ckpt2["learner_steps"])
+    assert ckpt3["recent_returns"] == ckpt2["recent_returns"] and ckpt2["recent_returns"]
 
 
 class NotAWeight:

@@ -76,7 +76,9 @@ class Checkpoints:
             ) from None
         self._take_flag_learning_rate(optimizer, scheduler)
         step = int(state.get("step", 0))
-        log.info("resumed from %s at step %d", self.path, step)
+        recent = self.recent_returns()
+        window = f" (last-100 return {sum(recent) / len(recent):.2f} over {len(recent)} episodes)" if recent else ""
+        log.info("resumed from %s at step %d%s", self.path, step, window)
         self.saved_step = step
         return step, int(state.get("learner_steps", 0))
 
@@ -106,8 +108,14 @@ class Checkpoints:
         if every and previous_step < every <= step:
             self.save(learner, data_source, os.path.join(self.rundir, "model_extra.tar"))
 
-    def save(self, learner, data_source, path: str | None = None, unless_stopped: bool = False) -> None:
-        """model.tar (or ``path``) of the learner's state, and the data source's (replay.tar) with model.tar.
+    def recent_returns(self) -> list[float]:
+        """The last-100 window the checkpoint read at the start carries (none: an empty one)."""
+        return list((self.saved or {}).get("recent_returns", []))
+
+    def save(self, learner, data_source, path: str | None = None, unless_stopped: bool = False,
+             recent_returns: list[float] | None = None) -> None:
+        """model.tar (or ``path``) of the learner's state, and the data source's (replay.tar) with model.tar;
+        ``recent_returns``: the run's last-100 window, which a resumed run goes on from.
         ``unless_stopped`` (a periodic save): given up if the run stops while the learner holds its weights (an
         update that may not end: under torchrun, one waiting for a peer); the shutdown decides the final one."""
         if self.flags.disable_checkpoint or self.rundir is None:  # (under torchrun rank 0 saves)
@@ -128,6 +136,8 @@ class Checkpoints:
                 "step": learner.step,
                 "learner_steps": learner.learner_steps,
             }
+            if recent_returns is not None:
+                payload["recent_returns"] = list(recent_returns)
             writing = path
             try:
                 checkpoint.save(path, payload)

@@ -57,9 +57,10 @@ def sizing_record(f, sizing) -> dict:
 
 class Progress:
     """logs.csv's rows and the progress line, from the parts' counters (rank 0 alone under torchrun: ``peers``
-    brings the other ranks' env steps).  Made when training starts: ``start_time``."""
+    brings the other ranks' env steps).  Made when training starts: ``start_time``; ``recent_returns``: the
+    last-100 window a resumed run's checkpoint carries, which the run's return goes on from."""
 
-    def __init__(self, flags, parts, run_log, rundir: str, supervisor, validation):
+    def __init__(self, flags, parts, run_log, rundir: str, supervisor, validation, recent_returns=()):
         self.flags = flags
         self.parts = parts
         self.run_log = run_log
@@ -69,8 +70,14 @@ class Progress:
         self._last = (start, parts.learner.step)
         self._rows = 0
         self._last_learn = (parts.learner.learn_seconds, parts.learner.learner_steps)
-        self._returns = collections.deque(maxlen=100)
+        self._returns = collections.deque((float(r) for r in recent_returns), maxlen=100)
         self.seen_sets = seen_sets.SeenSets(rundir)
+
+    def recent_returns(self) -> list[float]:
+        """The last 100 episodes' returns, those ended since the last row included: what a checkpoint keeps."""
+        with self.parts.stats.lock:
+            pending = [e["return"] for e in self.parts.stats.episodes]
+        return [float(r) for r in [*self._returns, *pending][-100:]]
 
     def tick(self) -> None:
         """A logs.csv row and the progress line; none when nothing was learned since the last row."""

@@ -205,7 +205,8 @@ class Training:
         if self.rundir is not None:  # (rank 0 logs, validates and saves for every rank)
             self.validation = Validation(f, parts, self.env_pkg, self.run_log, self.rundir, self.checkpoints,
                                          self.errors, self.threads)
-            self.progress = Progress(f, parts, self.run_log, self.rundir, self.supervisor, self.validation)
+            self.progress = Progress(f, parts, self.run_log, self.rundir, self.supervisor, self.validation,
+                                     self.checkpoints.recent_returns())
         if f.deterministic:
             self.threads.append(start_lockstep(parts, f, self.errors, self.stop, self._after_lockstep_batch))
         else:
@@ -235,7 +236,7 @@ class Training:
                 self.progress.tick()
             if not f.disable_checkpoint and now - last_ckpt >= f.checkpoint_every * 60:
                 last_ckpt = now
-                self.checkpoints.save(self.parts.learner, self.parts.data_source, unless_stopped=True)
+                self._save(unless_stopped=True)
         if self.errors.error is None and not self.signals.interrupted and self.parts.learner.step >= f.total_steps:
             self.validation.finish()
 
@@ -250,8 +251,11 @@ class Training:
             except BaseException as e:  # noqa: BLE001
                 self.errors.put("supervisor", e)
 
-    def _save(self) -> None:
-        self.checkpoints.save(self.parts.learner, self.parts.data_source)
+    def _save(self, unless_stopped: bool = False) -> None:
+        # (no Progress: a run resumed at --total_steps, which keeps its checkpoint's window)
+        recent = self.progress.recent_returns() if self.progress is not None else self.checkpoints.recent_returns()
+        self.checkpoints.save(self.parts.learner, self.parts.data_source, unless_stopped=unless_stopped,
+                              recent_returns=recent)
 
     # ------------------------------------------------------------ the end
     def _on_signal(self) -> None:
