@@ -657,8 +657,8 @@ IMPALA_ATARI = dict(init="orthogonal", batch_size=8, num_actors=56, recycle_peri
 
 def agent_defaults(agent: str) -> dict:
     """Defaults for ``--agent``: IMPALA keeps torchbeast's (above) with orthogonal init, B=8, 56 envs, ReDo, a
-    constant learning rate and an entropy cost of 0.01 decaying to 0; PPO the published Atari ones.  VPG, AWR, V-MPO and V-trace take PPO's data path and optimizer
-    with one pass per batch."""
+    constant learning rate and an entropy cost of 0.01 decaying to 0; PPO the published Atari ones.  VPG, AWR,
+    V-MPO and V-trace take PPO's data path and optimizer with one pass per batch."""
     if agent == "impala":
         return dict(IMPALA_ATARI)
     if agent == "r2d2":
