@@ -32,7 +32,7 @@ from torchbeast_atari import env as atari  # noqa: E402
 
 
 def load(path: str):
-    """(flags, agent, model) of a torchbeast_atari checkpoint, the flags as the run had them."""
+    """(flags, agent, model, step) of a torchbeast_atari checkpoint, the flags as the run had them."""
     from rl_core import checkpoint
     from rl_core.agents import make_agent
     from rl_core.env_spec import EnvSpec
