@@ -54,40 +54,41 @@ def load(path: str):
     return flags, agent, model.eval(), saved.get("step")
 
 
-def play(flags, agent, model, envs: int, steps: int | None, games: int | None, seed: int, keep: bool = False):
-    """Training envs played by ``model`` (sampled actions): ``steps`` steps each, or until ``games`` whole games
-    ended.  Returns (whole-game returns, the kept inputs [S, envs, ...] or None)."""
+def keep_inputs(flags, agent, model, envs: int, steps: int, seed: int) -> dict:
+    """The model's inputs [steps, envs, ...] (obs, reward, done, last_action) while it plays ``envs`` training envs
+    for ``steps`` steps (sampled actions, a game going on after a lost life as in training)."""
     env_list = [atari.make_env(flags, seed + i) for i in range(envs)]
     obs = [np.asarray(env.reset(seed=seed + i)[0]) for i, env in enumerate(env_list)]
     reward = np.zeros(envs, np.float32)
     done = np.ones(envs, np.bool_)
     last_action = np.zeros(envs, np.int64)
-    game_return = np.zeros(envs)
-    returns, kept = [], {"obs": [], "reward": [], "done": [], "last_action": []}
+    kept = {"obs": [], "reward": [], "done": [], "last_action": []}
     torch.manual_seed(seed)
-    step = 0
-    while (steps is None or step < steps) and (games is None or len(returns) < games):
+    for _ in range(steps):
         inputs = {"obs": torch.from_numpy(np.stack(obs)[None]), "reward": torch.from_numpy(reward[None]),
                   "done": torch.from_numpy(done[None]), "last_action": torch.from_numpy(last_action[None])}
-        if keep:
-            for key, value in inputs.items():
-                kept[key].append(value[0].clone())
+        for key, value in inputs.items():
+            kept[key].append(value[0].clone())
         with torch.inference_mode():
             actions, _, _ = agent.act(model, inputs, (), greedy=False)
         for i, env in enumerate(env_list):
-            o, r, terminated, truncated, info = env.step(int(actions[0, i]))
-            game_return[i] += r
+            o, r, terminated, truncated, _ = env.step(int(actions[0, i]))
             reward[i], done[i], last_action[i] = r, terminated or truncated, int(actions[0, i])
-            if info.get("episode_end", terminated or truncated):
-                returns.append(game_return[i])
-                game_return[i] = 0.0
-            if terminated or truncated:
-                o, _ = env.reset()
-            obs[i] = np.asarray(o)
-        step += 1
+            obs[i] = np.asarray(env.reset()[0] if terminated or truncated else o)
     for env in env_list:
         env.close()
-    return returns, ({k: torch.stack(v) for k, v in kept.items()} if keep else None)
+    return {k: torch.stack(v) for k, v in kept.items()}
+
+
+def game_returns(flags, agent, model, envs: int, games: int, seed: int) -> list[float]:
+    """Whole-game returns of ``games`` games on training envs, sampled actions (``rl_core.evaluation.play``); the
+    same ``seed`` gives the same envs and the same draws, so two models compare on common random numbers."""
+    from rl_core import evaluation
+
+    torch.manual_seed(seed)
+    episodes = evaluation.play(model, lambda s: atari.make_env(flags, s), [seed + i for i in range(envs)], games,
+                               greedy=False, agent=agent)
+    return [e["return"] for e in episodes]
 
 
 @torch.no_grad()
@@ -136,9 +137,9 @@ def main(argv=None) -> None:
     flags, agent, model, step = load(args.checkpoint)
     T, B, tau = flags.unroll_length, flags.batch_size, flags.recycle_tau
     print(f"{args.checkpoint}: {flags.env}, step {step}; recycling as --recycle_tau {tau} on batches of {B} x {T + 1}")
-    _, kept = play(flags, agent, model, args.envs, args.steps, None, args.seed, keep=True)
+    kept = keep_inputs(flags, agent, model, args.envs, args.steps, args.seed)
     before = outputs(model, kept)
-    base, _ = play(flags, agent, model, args.envs, None, args.games, args.seed + 1000)
+    base = game_returns(flags, agent, model, args.envs, args.games, args.seed + 1000)
     print(f"unrecycled: {len(base)} games, mean return {np.mean(base):.1f} +- {np.std(base):.1f}")
     print("draw  units recycled per layer  KL(before||after) mean / p99 / max  greedy changed  |dV| mean"
           "  games' return")
@@ -149,7 +150,7 @@ def main(argv=None) -> None:
         frames = kept["obs"][start:start + T + 1, envs].reshape(-1, *kept["obs"].shape[2:])
         recycled, counts = recycled_copy(model, frames, tau, 1_000_003 * args.seed + draw)
         change = policy_change(before, outputs(recycled, kept))
-        games, _ = play(flags, agent, recycled, args.envs, None, args.games, args.seed + 1000)
+        games = game_returns(flags, agent, recycled, args.envs, args.games, args.seed + 1000)
         units = ", ".join(str(v) for v in counts)
         print(f"{draw:>4}  {units:>26s}  {change['kl_mean']:.2e} / {change['kl_p99']:.2e} / {change['kl_max']:.2e}"
               f"  {change['greedy_changed']:14.3f}  {change['value_change']:9.3f}  {np.mean(games):.1f} +- "

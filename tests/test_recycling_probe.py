@@ -27,20 +27,21 @@ def test_the_run_is_rebuilt_and_its_play_kept(tmp_path):
     script = load_script("recycling_probe")
     flags, agent, model, step = script.load(_saved_run(tmp_path))
     assert (flags.env, flags.batch_size, flags.recycle_tau, step) == ("BreakoutNoFrameskip-v4", 8, 0.025, 160)
-    returns, kept = script.play(flags, agent, model, envs=2, steps=30, games=None, seed=1, keep=True)
+    kept = script.keep_inputs(flags, agent, model, envs=2, steps=30, seed=1)
     assert kept["obs"].shape == (30, 2, 4, 84, 84) and kept["obs"].dtype == torch.uint8
     assert kept["done"][0].all() and not kept["done"][1:3].any()  # a first step, then the game goes on
     logp, value = script.outputs(model, kept, chunk=7)  # chunked as one pass
     full, _ = model(kept, ())
     torch.testing.assert_close(logp, torch.log_softmax(full["policy_logits"], -1))
     torch.testing.assert_close(value, full["baseline"])
-    assert returns == []  # no game ends in 30 steps
+    returns = script.game_returns(flags, agent, model, envs=2, games=2, seed=1)  # whole games: 5 lives each
+    assert len(returns) == 2 and returns == script.game_returns(flags, agent, model, envs=2, games=2, seed=1)
 
 
 def test_a_silent_unit_recycled_leaves_the_policy_and_a_live_one_removed_moves_it(tmp_path):
     script = load_script("recycling_probe")
     flags, agent, model, _ = script.load(_saved_run(tmp_path))
-    _, kept = script.play(flags, agent, model, envs=2, steps=21, games=None, seed=1, keep=True)
+    kept = script.keep_inputs(flags, agent, model, envs=2, steps=21, seed=1)
     with torch.no_grad():
         model.stem.conv3.bias[0] = -1e3  # channel 0 of conv3 never fires: dormant on every frame
     before = script.outputs(model, kept)
