@@ -16,6 +16,10 @@ whole machine and its steal time (on a virtual machine, time its cores waited fo
 the host: a run with steal is not a measure of this code), to set against (a)-(c)
 measured alone.
 
+Given several --num_servers, every repeat runs each layout in turn, and the last lines give each one's
+steps/s against the first layout's run of the same repeat (paired, so that a shared host's drift between
+minutes cancels): `--num_servers 2 1 --repeats 3`.
+
 Run through benchmarks/atari_throughput.py, benchmarks/procgen_throughput.py or
 benchmarks/football_throughput.py.
 """
@@ -245,7 +249,9 @@ def main(setup: Setup, default_model: str, default_T: int, argv=None, default_se
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default=default_model, choices=["atari", "resnet"])
     parser.add_argument("--num_actors", nargs="+", type=int, default=[8, 16])
-    parser.add_argument("--num_servers", type=int, default=2)
+    parser.add_argument("--num_servers", nargs="+", type=int, default=[2],
+                        help="Env server processes; several: each layout in turn within every repeat (same minute), "
+                             "and a paired summary of their steps/s against the first.")
     parser.add_argument("--unroll_length", type=int, default=default_T)
     parser.add_argument("--batch_size", type=int, default=32)
     parser.add_argument("--seconds", type=float, default=default_seconds, help="Length of each end-to-end run.")
@@ -274,7 +280,8 @@ def main(setup: Setup, default_model: str, default_T: int, argv=None, default_se
         print(f"[{device}] learner update on {cores} threads: {learn_n * 1e3:,.0f} ms")
         print(f"{'device':<6} {'envs':>4} {'(a) us':>7} {'(b) us':>7} {'batch':>6} {'(c) us':>7} {'ceiling':>8} "
               f"{'(d) SPS':>8} {'frames/s':>9} {'ratio':>6}   (a)-(c): core-us per agent step")
-        ratios: dict[int, list[float]] = {}
+        ratios: dict[tuple[int, int], list[float]] = {}
+        speeds: dict[tuple[int, int], list[float]] = {}
         def env_and_learner_us() -> tuple[float, float]:
             """(a) and (b): core-us per agent step of the env alone and of the learner on one thread."""
             return (1e6 / env_steps_per_second(setup, 4.0),
@@ -282,33 +289,56 @@ def main(setup: Setup, default_model: str, default_T: int, argv=None, default_se
 
         for num_actors in args.num_actors if "impala" in args.agents else []:
             for _ in range(args.repeats):
-                before = env_and_learner_us()
-                sps, batch, usage = end_to_end(setup, args.model, num_actors, args.num_servers, T, B, args.seconds,
-                                               device, [f"--inference_precision={args.inference_precision}",
-                                                        *args.extra])
-                n = max(1, round(batch))
-                infer_us = inference_seconds(setup, args.model, n, device, args.inference_precision) / n * 1e6
-                env_us, learn_us = ((x + y) / 2 for x, y in zip(before, env_and_learner_us()))
-                # On a GPU the learner and inference cost no CPU core-time.
-                ceiling = cores / (env_us + (learn_us + infer_us if on_cpu else 0.0)) * 1e6
-                ratios.setdefault(num_actors, []).append(sps / ceiling)
-                print(f"{device:<6} {num_actors:>4} {env_us:>7,.0f} {learn_us:>7,.0f} {batch:>6.1f} {infer_us:>7,.0f} "
-                      f"{ceiling:>8,.0f} {sps:>8,.0f} {fps * sps:>9,.0f} {sps / ceiling:>6.2f}", flush=True)
-                roles = ("env-server", "learner", "inference", "actor", "other", "idle", "steal")
-                print("       during (d), core-us per agent step: "
-                      + ", ".join(f"{r} {usage.get(r, 0.0) / sps * 1e6:,.0f}" for r in roles), flush=True)
+                for servers in args.num_servers:  # interleaved: a host's drift touches every layout alike
+                    before = env_and_learner_us()
+                    sps, batch, usage = end_to_end(setup, args.model, num_actors, servers, T, B, args.seconds,
+                                                   device, [f"--inference_precision={args.inference_precision}",
+                                                            *args.extra])
+                    n = max(1, round(batch))
+                    infer_us = inference_seconds(setup, args.model, n, device, args.inference_precision) / n * 1e6
+                    env_us, learn_us = ((x + y) / 2 for x, y in zip(before, env_and_learner_us()))
+                    # On a GPU the learner and inference cost no CPU core-time.
+                    ceiling = cores / (env_us + (learn_us + infer_us if on_cpu else 0.0)) * 1e6
+                    ratios.setdefault((num_actors, servers), []).append(sps / ceiling)
+                    speeds.setdefault((num_actors, servers), []).append(sps)
+                    label = f"{num_actors}/{servers}" if len(args.num_servers) > 1 else f"{num_actors}"
+                    print(f"{device:<6} {label:>4} {env_us:>7,.0f} {learn_us:>7,.0f} {batch:>6.1f} {infer_us:>7,.0f} "
+                          f"{ceiling:>8,.0f} {sps:>8,.0f} {fps * sps:>9,.0f} {sps / ceiling:>6.2f}", flush=True)
+                    roles = ("env-server", "learner", "inference", "actor", "other", "idle", "steal")
+                    print("       during (d), core-us per agent step: "
+                          + ", ".join(f"{r} {usage.get(r, 0.0) / sps * 1e6:,.0f}" for r in roles), flush=True)
         others = [a for a in args.agents if a != "impala"]
         if others:
             print(f"[{device}] end to end per agent (IMPALA as above; the others with their package defaults):")
             print(f"{'agent':<8} {'envs':>4} {'SPS':>8} {'frames/s':>9}   core-us per agent step")
         for agent in others:
             for num_actors in args.num_actors:
-                sps, batch, usage = end_to_end(setup, args.model, num_actors, args.num_servers, None, None,
+                sps, batch, usage = end_to_end(setup, args.model, num_actors, args.num_servers[0], None, None,
                                                args.seconds, device, [f"--agent={agent}", *args.extra])
                 roles = ("env-server", "learner", "inference", "actor", "other", "idle")
                 print(f"{agent:<8} {num_actors:>4} {sps:>8,.0f} {fps * sps:>9,.0f}   "
                       + ", ".join(f"{r} {usage.get(r, 0.0) / sps * 1e6:,.0f}" for r in roles), flush=True)
         if args.repeats > 1:
-            for num_actors, values in ratios.items():
-                print(f"[{device}] {num_actors} envs: ratio median {np.median(values):.2f}, "
+            for (num_actors, servers), values in ratios.items():
+                print(f"[{device}] {num_actors} envs on {servers} servers: ratio median {np.median(values):.2f}, "
                       f"min {min(values):.2f}, max {max(values):.2f} over {len(values)} runs")
+        for line in layout_summary(speeds, args.num_servers):
+            print(f"[{device}] {line}")
+
+
+def layout_summary(speeds: dict[tuple[int, int], list[float]], servers: list[int]) -> list[str]:
+    """Each layout's steps/s against the first one's run just before it (same repeat, same minute): the
+    median and range of those paired ratios.  ``speeds[(num_actors, num_servers)]`` lists one figure per
+    repeat, in order."""
+    lines = []
+    if len(servers) < 2:
+        return lines
+    for (num_actors, n), values in speeds.items():
+        base = speeds.get((num_actors, servers[0]), [])
+        if n == servers[0] or not base:
+            continue
+        paired = [v / b for v, b in zip(values, base)]
+        lines.append(f"{num_actors} envs, {n} servers against {servers[0]}: steps/s x{np.median(paired):.3f} "
+                     f"(paired median; {min(paired):.3f}-{max(paired):.3f} over {len(paired)} repeats), "
+                     f"{np.median(values):,.0f} against {np.median(base):,.0f}")
+    return lines

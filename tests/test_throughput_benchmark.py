@@ -1,0 +1,20 @@
+"""benchmarks/throughput.py's paired comparison of server layouts measured in one run."""
+
+import pytest
+
+from benchmarks.throughput import layout_summary
+
+
+def test_each_layout_is_paired_with_the_first_layouts_run_of_the_same_repeat():
+    # repeat 1 on a fast minute, repeat 2 on a slow one: the pairs cancel the drift
+    speeds = {(56, 2): [800.0, 600.0], (56, 1): [840.0, 660.0], (16, 2): [500.0], (16, 1): [450.0]}
+    lines = layout_summary(speeds, [2, 1])
+    assert len(lines) == 2
+    assert lines[0].startswith("56 envs, 1 servers against 2: steps/s x1.075 ")  # median of 1.05 and 1.10
+    assert "1.050-1.100 over 2 repeats" in lines[0] and "750 against 700" in lines[0]
+    assert lines[1].startswith("16 envs, 1 servers against 2: steps/s x0.900 ")
+
+
+@pytest.mark.parametrize("servers", [[2], []])
+def test_one_layout_has_nothing_to_pair(servers):
+    assert layout_summary({(56, 2): [800.0]}, servers) == []
