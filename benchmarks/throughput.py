@@ -287,16 +287,18 @@ def main(setup: Setup, default_model: str, default_T: int, argv=None, default_se
             return (1e6 / env_steps_per_second(setup, 4.0),
                     learner_seconds(setup, args.model, T, B, 1, device) / (T * B) * 1e6)
 
+        after = None  # the last run's "after" measurement is the next run's "before": nothing ran in between
         for num_actors in args.num_actors if "impala" in args.agents else []:
             for _ in range(args.repeats):
                 for servers in args.num_servers:  # interleaved: a host's drift touches every layout alike
-                    before = env_and_learner_us()
+                    before = after or env_and_learner_us()
                     sps, batch, usage = end_to_end(setup, args.model, num_actors, servers, T, B, args.seconds,
                                                    device, [f"--inference_precision={args.inference_precision}",
                                                             *args.extra])
                     n = max(1, round(batch))
                     infer_us = inference_seconds(setup, args.model, n, device, args.inference_precision) / n * 1e6
-                    env_us, learn_us = ((x + y) / 2 for x, y in zip(before, env_and_learner_us()))
+                    after = env_and_learner_us()
+                    env_us, learn_us = ((x + y) / 2 for x, y in zip(before, after))
                     # On a GPU the learner and inference cost no CPU core-time.
                     ceiling = cores / (env_us + (learn_us + infer_us if on_cpu else 0.0)) * 1e6
                     ratios.setdefault((num_actors, servers), []).append(sps / ceiling)
