@@ -135,6 +135,9 @@ def make_parser(prog: str | None = None) -> argparse.ArgumentParser:
     g.add_argument("--use_quasi_lstm", "--use_elstm", dest="use_quasi_lstm", action="store_true",
                    help="eLSTM (QuasiLSTM) core trained by truncated BPTT.")
     g.add_argument("--use_rtrl", action="store_true", help="eLSTM core trained by exact RTRL.")
+    g.add_argument("--feedforward", action="store_true",
+                   help="No recurrent core, where the package's defaults for --agent give one (R2D2 on Atari: "
+                        "an LSTM, as the paper's agent).")
     g.add_argument("--hidden_size", type=int, default=256, help="Recurrent core size.")
     g.add_argument("--forget_bias", type=float, default=0.0,
                    help="Added to the recurrent core's forget-gate bias at initialisation (Gers et al. 2000; "
@@ -210,6 +213,8 @@ def check(parser: argparse.ArgumentParser, flags: argparse.Namespace) -> None:
         parser.error(str(e))
     if flags.use_lstm and (flags.use_quasi_lstm or flags.use_rtrl):
         parser.error("--use_lstm cannot be combined with --use_quasi_lstm/--use_rtrl: choose one core")
+    if flags.feedforward and (flags.use_lstm or flags.use_quasi_lstm or flags.use_rtrl):
+        parser.error("--feedforward cannot be combined with --use_lstm/--use_quasi_lstm/--use_rtrl: choose one")
     if flags.deterministic and (flags.validate_every > 0 or flags.validate_step_every > 0) \
             and not flags.disable_validation:
         parser.error("--deterministic runs no validation during training (its episodes would draw from the run's "

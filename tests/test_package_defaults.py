@@ -31,4 +31,48 @@ def test_every_packages_merged_defaults_are_as_recorded(package):
             parser = entry.make_parser(pkg)
             entry.apply_agent_defaults(pkg, parser, ["--agent", agent, *extra])
             merged = {k: parser.get_default(k) for k in base}
-            assert merged == dict(base, **record["merged"][key]), key
+            expected = dict(base, **record["merged"][key])
+            if expected.get("replay_buffer_size") == "machine":  # sized from this machine's memory
+                expected["replay_buffer_size"] = pkg.replay_sequences()
+            assert merged == expected, key
+
+
+def _atari_r2d2(*argv):
+    from rl_core import flags as flags_lib
+
+    pkg = importlib.import_module("torchbeast_atari.env")
+    argv = ["--agent", "r2d2", *argv]
+    parser = entry.make_parser(pkg)
+    entry.apply_agent_defaults(pkg, parser, argv)
+    flags = parser.parse_args(argv)
+    flags_lib.check(parser, flags)
+    return flags
+
+
+def test_atari_r2d2_is_recurrent_unless_the_command_line_names_another_core_or_none(capsys):
+    """R2D2 on Atari is the paper's recurrent agent with no flag; --feedforward or another core replaces the LSTM,
+    and the start's announcement names the flag that changes the core either way."""
+    from models import core_kind
+    from rl_core.runtime.progress import describe_core
+
+    plain = _atari_r2d2()
+    assert (core_kind(plain), plain.hidden_size) == ("lstm", 512)
+    assert describe_core(plain) == "model: an LSTM core of 512 units (--feedforward: none)"
+    feedforward = _atari_r2d2("--feedforward")
+    assert core_kind(feedforward) is None
+    assert describe_core(feedforward) == "model: feedforward (--use_lstm, --use_elstm or --use_rtrl: a recurrent core)"
+    assert core_kind(_atari_r2d2("--use_rtrl")) == "rtrl_elstm"
+    assert core_kind(_atari_r2d2("--use_elstm")) == "elstm"
+    with pytest.raises(SystemExit):
+        _atari_r2d2("--feedforward", "--use_lstm")
+    assert "--feedforward cannot be combined with --use_lstm" in capsys.readouterr().err
+
+
+def test_atari_r2d2_replay_fills_a_quarter_of_the_machines_memory():
+    pkg = importlib.import_module("torchbeast_atari.env")
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    per_sequence = (20 + 40 + 1 + 3) * 84 * 84  # burn-in + T + 1 steps, and the first stack's 3 older frames
+    flags = _atari_r2d2()
+    assert (flags.burn_in, flags.unroll_length) == (20, 40)
+    assert flags.replay_buffer_size == pkg.replay_sequences() == max(1000, memory // 4 // per_sequence)
+    assert flags.replay_buffer_size * per_sequence <= memory / 4

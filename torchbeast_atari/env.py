@@ -41,6 +41,7 @@ of its 24 rooms they were).
 from __future__ import annotations
 
 import functools
+import os
 import re
 from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol
@@ -607,12 +608,34 @@ PPO_DEFAULTS = dict(
 )
 
 
-# R2D2 takes its published Atari settings (rl_core.agents.R2D2_DEFAULTS); the replay keeps each frame
-# once (a sequence of 121 steps: 124 frames of 84x84, 0.87 MB, instead of 121 stacks of 4, 3.4 MB) and
-# is sized for a 24 GB machine: 4,000 sequences = 3.5 GB (R2D2's 4M-step replay is 100k sequences,
-# 87 GB: scale --replay_buffer_size with the memory you have).
-R2D2_ATARI = dict(replay_buffer_size=4000, replay_buffer_min_size=200, replay_frame_stack=True,
-                  total_steps=50_000_000)
+# R2D2 on Atari is the paper's recurrent agent (an LSTM of 512 under a dueling head; --feedforward: none) with
+# its published settings (rl_core.agents.R2D2_DEFAULTS: Adam eps 1e-3, 5-step double Q, gamma 0.997, value
+# rescaling, Ape-X epsilons per env, prioritized replay 0.9 / 0.6 / eta 0.9), scaled to a learner that does
+# thousands of updates where the paper's did hundreds of thousands: its batches of 64 x 80 steps after a
+# 40-step burn-in, each env step replayed 1.5 times and the target copied every 2,500 updates would give
+# about 1,500 updates in 5M agent steps, one target copy, and 200 agent steps/s on 2 cores.  Here batches of
+# 8 sequences of 40 steps after a 20-step burn-in (the paper's proportions), each env step replayed once, so
+# an update comes every 320 agent steps (IMPALA's defaults: every 160), the target copied every 400 updates
+# (128k agent steps; cleanrl's DQN: every 1k steps, i.e. 250 updates), Adam 2e-4.  The replay keeps each
+# frame once (a sequence of 61 steps: 64 frames of 84x84, 0.45 MB) in a quarter of the machine's memory
+# (24 GB: 13k sequences, 266k agent steps).  Greedy validation of 8 whole games every 250k agent steps is how
+# its progress is read: its training returns include each env's exploration.
+R2D2_SEQUENCE = dict(batch_size=8, unroll_length=40, burn_in=20)
+
+
+def replay_sequences(share: float = 0.25, burn_in: int = 20, unroll_length: int = 40) -> int:
+    """The R2D2 sequences (each frame of 84x84 kept once) that fit in ``share`` of the machine's memory."""
+    frames = burn_in + unroll_length + 1 + FRAME_STACK - 1
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return max(1000, int(share * memory) // (frames * 84 * 84))
+
+
+def r2d2_defaults() -> dict:
+    """--agent r2d2's Atari defaults (above)."""
+    return dict(R2D2_SEQUENCE, use_lstm=True, replay_ratio=1.0, learning_rate=2e-4, target_update_period=400,
+                replay_buffer_size=replay_sequences(**{k: R2D2_SEQUENCE[k] for k in ("burn_in", "unroll_length")}),
+                replay_buffer_min_size=500, replay_frame_stack=True, validate_step_every=250_000,
+                valid_num_episodes=8, total_steps=50_000_000)
 
 
 # IMPALA keeps torchbeast's hyperparameters but not PyTorch's default initialisation: with it the AtariNet
@@ -662,7 +685,7 @@ def agent_defaults(agent: str) -> dict:
     if agent == "impala":
         return dict(IMPALA_ATARI)
     if agent == "r2d2":
-        return dict(R2D2_ATARI)
+        return r2d2_defaults()
     if agent == "sac":
         from rl_core.agents import SAC_DISCRETE_IMAGE_DEFAULTS
 

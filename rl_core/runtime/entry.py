@@ -39,12 +39,16 @@ def make_parser(env_pkg, prog=None):
     return parser
 
 
+CORE_FLAGS = ("use_lstm", "use_quasi_lstm", "use_rtrl")  # models.core_kind's flags: one core at most
+
+
 def apply_agent_defaults(env_pkg, parser, argv) -> None:
     """The agent's published defaults (``rl_core.agents.published_defaults``), the package's for the
     chosen --agent (``env_pkg.agent_defaults(name)``), with a
     recurrent core, for that (``env_pkg.core_defaults(name, core)``), and with --rnd RND's
     (``rl_core.agents.RND_DEFAULTS``, then ``env_pkg.rnd_defaults(name)``), under the flags given on the
-    command line: the agent and core are read first, then their defaults are set."""
+    command line: the agent and core are read first, then their defaults are set.  A core named on the command
+    line (or ``--feedforward``) replaces the one a package's defaults give."""
     from models import core_kind
     from rl_core.agents import published_defaults
 
@@ -53,7 +57,10 @@ def apply_agent_defaults(env_pkg, parser, argv) -> None:
     known, _ = parser.parse_known_args([a for a in argv if a not in ("-h", "--help")])
     defaults = published_defaults(known.agent)  # the agent's paper, under the package's own
     defaults.update(env_pkg.agent_defaults(known.agent))
-    defaults.update(env_pkg.core_defaults(known.agent, core_kind(known)))  # then its recurrent core's, if any
+    if known.feedforward or any(getattr(known, k) for k in CORE_FLAGS):  # a core named on the command line
+        defaults = {k: v for k, v in defaults.items() if k not in CORE_FLAGS}  # replaces the package's
+    core = core_kind(argparse.Namespace(**{k: defaults.get(k, getattr(known, k)) for k in CORE_FLAGS}))
+    defaults.update(env_pkg.core_defaults(known.agent, core))  # then its recurrent core's, if any
     if known.rnd:  # then RND's: the paper's, and the package's for RND runs
         from rl_core.agents import RND_DEFAULTS
 

@@ -48,6 +48,19 @@ def announce_sizing(f, sizing, replays: bool) -> None:
              f.agent, f.num_actors, servers, each, batch, f"{f.total_steps:,}", why)
 
 
+CORE_NAMES = {"lstm": "an LSTM", "elstm": "an eLSTM (truncated BPTT)", "rtrl_elstm": "an eLSTM trained by RTRL"}
+
+
+def describe_core(f) -> str:
+    """The model's recurrent core, or its absence, and the flag that changes it."""
+    from models import core_kind
+
+    kind = core_kind(f)
+    if kind is None:
+        return "model: feedforward (--use_lstm, --use_elstm or --use_rtrl: a recurrent core)"
+    return f"model: {CORE_NAMES[kind]} core of {f.hidden_size} units (--feedforward: none)"
+
+
 def sizing_record(f, sizing) -> dict:
     """meta.json's ``sizing``: the values used, which of them the launcher chose (``auto``) and why."""
     record = sizing.record() if sizing is not None else {"auto": [], "reason": ""}

@@ -24,7 +24,7 @@ from rl_core.runtime.device import select_device, set_torch_threads
 from rl_core.runtime.outcome import FINISHED, INTERRUPTED, Outcome, after_shutdown, outcome_of_error
 from rl_core.runtime.parts import (Parts, build_parts, check_can_record, check_num_actions, connect_servers,
                                    start_lockstep, start_threads)
-from rl_core.runtime.progress import Progress, announce_rank, announce_sizing, sizing_record
+from rl_core.runtime.progress import Progress, announce_rank, announce_sizing, describe_core, sizing_record
 from rl_core.runtime.signals import StopSignals
 from rl_core.runtime.threads import ErrorBox, where_they_wait
 from rl_core.runtime.validation import Validation, run_final_test
@@ -158,6 +158,7 @@ class Training:
             announce_rank(self.group, self.device, f, self.global_flags)
         set_torch_threads(f, self.device)
         announce_sizing(self.global_flags, self.sizing, agent_traits(self.global_flags).replays)
+        log.info("%s", describe_core(f))
 
     def _train(self) -> Outcome:
         """Train until done, stopped or failed, then shut down (the final checkpoint on rank 0)."""
