@@ -112,7 +112,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 from benchmarks.agents import COLUMNS, configs, last_line  # noqa: E402
-from benchmarks.atari_suite import first_reached, load_run  # noqa: E402
+from benchmarks.suite import first_reached, load_run  # noqa: E402
 from benchmarks.env_ceiling import default_procs  # noqa: E402
 from rl_core.errors import UserError  # noqa: E402
 from rl_core.plot import read_columns  # noqa: E402
@@ -331,7 +331,7 @@ def steady_frames_s(run) -> float:
 
 
 def training_result(rundir: str, target: float | None) -> dict:
-    """A training stage's figures from its run directory (benchmarks/atari_suite.py's reading of logs.csv)."""
+    """A training stage's figures from its run directory (benchmarks/suite.py's reading of logs.csv)."""
     run = load_run(rundir)
     with open(os.path.join(rundir, "meta.json")) as f:
         flags = json.load(f)["flags"]

@@ -1,0 +1,385 @@
+"""benchmarks/suite.py on real runs (CartPole through --package torchbeast_gym, two seeds of a few seconds):
+``run`` starts the launcher with nothing but the run's identity and skips what finished, ``table`` summarises the
+run directories as computed here from their files, a bad directory is refused in one line, ``collect`` writes each
+run's summary from its files and ``render`` the page's region and curves from summaries alone."""
+
+import json
+import math
+import os
+import re
+import shlex
+import shutil
+
+import numpy as np
+import pytest
+
+from tests.proc_utils import REPO, csv_rows, last_line, run
+
+SUITE = "benchmarks.suite"
+STEPS = 8_000
+# passed on after --: a row every 0.2 s, a short final test, greedy validations every 4,000 steps
+EXTRA = ["--log_interval", "0.2", "--test_episodes", "5", "--validate_step_every", "4000"]
+
+
+def suite_run(savedir, output, *seeds: str):
+    return run(SUITE, "run", "--package", "torchbeast_gym", "--envs", "CartPole-v1", "--agents", "impala",
+               "--seeds", *seeds, "--total_steps", str(STEPS), "--savedir", str(savedir), "--", *EXTRA,
+               output=str(output), timeout=180)
+
+
+@pytest.fixture(scope="module")
+def suite(tmp_path_factory):
+    """The suite run once: (its savedir, its output)."""
+    tmp = tmp_path_factory.mktemp("suite")
+    result = suite_run(tmp / "runs", tmp / "out", "1", "2")
+    assert result.returncode == 0, result.stdout[-3000:]
+    return tmp / "runs", result.stdout
+
+
+def rundir(savedir, seed):
+    return savedir / f"CartPole-v1_impala_seed{seed}"
+
+
+def test_run_passes_only_the_runs_identity_and_skips_finished_runs(suite, tmp_path):
+    savedir, out = suite
+    pipes = []
+    for seed in (1, 2):
+        argv = json.loads((rundir(savedir, seed) / "meta.json").read_text())["argv"][1:]
+        pipes.append(argv[argv.index("--pipes_basename") + 1])
+        assert argv == ["--env", "CartPole-v1", "--agent", "impala", "--seed", str(seed), "--xpid",
+                        f"CartPole-v1_impala_seed{seed}", "--savedir", str(savedir), "--pipes_basename", pipes[-1],
+                        "--total_steps", str(STEPS), *EXTRA]
+        assert f"CartPole-v1 impala seed {seed}: started, 8,000 steps" in out
+        assert f"CartPole-v1 impala seed {seed}: finished, exit status 0" in out
+    assert all(re.fullmatch(r"unix:/tmp/suite-\d+-\d", p) for p in pipes) and pipes[0] != pipes[1]
+
+    logs = {seed: (rundir(savedir, seed) / "logs.csv").read_bytes() for seed in (1, 2)}
+    again = suite_run(savedir, tmp_path / "again", "1", "2")
+    assert again.returncode == 0, again.stdout
+    assert again.stdout.count("skipped, finished before") == 2 and "started" not in again.stdout
+    assert "2 runs: 0 run, 2 skipped, 0 failed" in again.stdout
+    assert logs == {seed: (rundir(savedir, seed) / "logs.csv").read_bytes() for seed in (1, 2)}
+
+    # A final test cut short leaves no final_test.json: the run resumes (at its --total_steps the launcher trains
+    # and tests nothing), then --mode test on its model.tar gives the final test the run would have written.
+    copy = tmp_path / "copy"
+    shutil.copytree(rundir(savedir, 2), rundir(copy, 2))
+    (rundir(copy, 2) / "final_test.json").unlink()
+    resumed = suite_run(copy, tmp_path / "resumed", "2")
+    assert resumed.returncode == 0, resumed.stdout[-3000:]
+    assert "seed 2: resumed at logged step 8,000" in resumed.stdout and "without final_test.json" in resumed.stdout
+    assert "1 run, 0 skipped, 0 failed" in resumed.stdout
+    tested, original = (json.loads((rundir(d, 2) / "final_test.json").read_text()) for d in (copy, savedir))
+    assert tested["groups"] == original["groups"] and tested["step"] == original["step"]  # greedy, same test seeds
+
+
+def expected_row(savedir, score: float, step_at: int) -> dict:
+    """The table's row, computed here from the run directories' logs.csv and final_test.json."""
+    runs = []
+    for seed in (1, 2):
+        rows = csv_rows(str(rundir(savedir, seed) / "logs.csv"))
+        steps = [int(r["step"]) for r in rows]
+        times = [float(r["time"]) for r in rows]
+        returns = [float(r["return_last_100"]) for r in rows]
+        first = next((i for i, v in enumerate(returns) if v >= score), None)
+        before = [v for s, v in zip(steps, returns) if s <= step_at and not math.isnan(v)]
+        final = json.loads((rundir(savedir, seed) / "final_test.json").read_text())["groups"]["test"]["mean"]
+        runs.append({"step": steps[-1], "sps": steps[-1] / times[-1], "end": returns[-1], "final": final,
+                     "first": f"{steps[first]:,}" if first is not None else "not reached",
+                     "minutes": f"{times[first] / 60:.2f}" if first is not None else "not reached",
+                     "at": before[-1] if before else None})
+    ends, finals = [r["end"] for r in runs], [r["final"] for r in runs]
+    at = [r["at"] for r in runs if r["at"] is not None]
+    steps = [f"{r['step']:,}" for r in runs]
+    return {
+        "env": "CartPole-v1", "agent": "impala", "seeds": "1 / 2",
+        "agent steps": steps[0] if steps[0] == steps[1] else " / ".join(steps),
+        "last-100 return": f"{np.mean(ends):.1f} ± {np.std(ends):.1f}",
+        "last-100 per seed": " / ".join(f"{v:.1f}" for v in ends),
+        "final test": f"{np.mean(finals):.1f} ± {np.std(finals):.1f}",
+        f"step first ≥ {score:g}": " / ".join(r["first"] for r in runs),
+        f"minutes to ≥ {score:g}": " / ".join(r["minutes"] for r in runs),
+        "agent steps/s": f"{np.mean([r['sps'] for r in runs]):,.0f}",
+        "frames/s": f"{np.mean([r['sps'] for r in runs]):,.0f}",  # CartPole: one frame per agent step
+        f"last-100 at {step_at:,}": f"{np.mean(at):.1f} ± {np.std(at):.1f}"
+                                    + ("" if len(at) == 2 else f" ({len(at)} of 2 seeds)"),
+    }
+
+
+def markdown_rows(text: str) -> list[dict]:
+    lines = [line for line in text.splitlines() if line.startswith("|")]
+    cells = [[c.strip() for c in line.strip("|").split("|")] for line in lines]
+    return [dict(zip(cells[0], row)) for row in cells[2:]]
+
+
+def test_table_rows_match_the_run_directories(suite, tmp_path):
+    savedir, _ = suite
+    tops = [np.nanmax([float(r["return_last_100"]) for r in csv_rows(str(rundir(savedir, s) / "logs.csv"))])
+            for s in (1, 2)]
+    assert tops[0] != tops[1]
+    score = round(sum(tops) / 2, 3)  # between the seeds' best: one seed reaches it, the other does not
+    step_at = int(csv_rows(str(rundir(savedir, 1) / "logs.csv"))[1]["step"])  # seed 1's second row
+    png = tmp_path / "curves.png"
+    result = run(SUITE, "table", str(rundir(savedir, 1)), str(rundir(savedir, 2)), "--score", str(score),
+                 "--png", str(png), "--steps_at", str(step_at), output=str(tmp_path / "out"), timeout=120)
+    assert result.returncode == 0, result.stdout
+    rows = markdown_rows(result.stdout)
+    assert rows == [expected_row(savedir, score, step_at)]
+    assert "not reached" in rows[0][f"step first ≥ {score:g}"]
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    import matplotlib.image
+
+    assert matplotlib.image.imread(str(png)).shape[2] in (3, 4)
+
+
+def test_bad_directories_and_flags_are_one_line(tmp_path):
+    (tmp_path / "empty").mkdir()
+    for path, cause in [(tmp_path / "empty", "has no logs.csv"), (tmp_path / "nowhere", "is not a directory")]:
+        result = run(SUITE, "table", str(path), output=str(tmp_path / "out"), timeout=60)
+        assert result.returncode == 2
+        assert result.stdout.strip().splitlines() == [last_line(result.stdout)]
+        assert f"error: {path} {cause}" in result.stdout and "pass run directories (SAVEDIR/XPID)" in result.stdout
+    # a flag the launcher refuses stops the suite before any run starts
+    result = run(SUITE, "run", "--package", "torchbeast_gym", "--games", "CartPole-v1", "--savedir",
+                 str(tmp_path / "runs"), "--", "--no_such_flag", "1", output=str(tmp_path / "out2"), timeout=60)
+    assert result.returncode == 2 and len(result.stdout.strip().splitlines()) == 1
+    assert "unrecognized arguments: --no_such_flag 1" in result.stdout and not (tmp_path / "runs").exists()
+
+
+def test_a_resumed_runs_rows_keep_its_last_history_and_sum_its_wall_time():
+    """A resume restarts logs.csv's clock and repeats the steps past its checkpoint (here rows of a run stopped at
+    step 300, resumed from its checkpoint at 200): the table's steps increase and its seconds add up the starts."""
+    from benchmarks import suite
+
+    times = [1.0, 2.0, 3.0, 0.5, 1.5]
+    assert suite.wall_seconds(times) == [1.0, 2.0, 3.0, 3.5, 4.5]
+    rows = [(100, 1.0), (200, 2.0), (300, 3.0), (250, 3.5), (350, 4.5)]
+    assert suite.last_history(rows) == [(100, 1.0), (200, 2.0), (250, 3.5), (350, 4.5)]
+
+
+def test_a_seed_run_twice_is_counted_as_runs_not_seeds():
+    """The legend and the partial means say "runs of k seeds" where a seed was run more than once."""
+    from benchmarks import suite
+
+    def runs(*seeds):
+        empty = np.zeros(0)
+        return [suite.Run("d", "PongNoFrameskip-v4", "impala", s, empty, empty, empty, None, 4) for s in seeds]
+
+    assert suite.count_label(runs(1, 2)) == "2 seeds"
+    assert suite.count_label(runs(3)) == "1 seed"
+    assert suite.count_label(runs(1, 1)) == "2 runs of 1 seed"
+    assert suite.count_label(runs(1, 1, 2)) == "3 runs of 2 seeds"
+    assert suite.mean_std([1.0, 3.0], runs(1, 2)) == "2.0 ± 1.0"
+    assert suite.mean_std([1.0, 3.0], runs(1, 2, 3)) == "2.0 ± 1.0 (2 of 3 seeds)"
+    assert suite.mean_std([1.0, 3.0], runs(1, 1, 2)) == "2.0 ± 1.0 (2 of 3 runs)"
+    assert suite.mean_std([], runs(1)) == "-"
+
+
+def test_games_is_envs():
+    from benchmarks import suite
+
+    args = suite.make_parser().parse_args(["run", "--games", "PongNoFrameskip-v4", "BreakoutNoFrameskip-v4"])
+    assert args.envs == ["PongNoFrameskip-v4", "BreakoutNoFrameskip-v4"]
+
+
+def collect(runs, out, *more: str):
+    """``collect`` of the fixture's run directories in-process: (exit status, stdout + stderr)."""
+    import contextlib
+    import io
+
+    from benchmarks import suite
+
+    text = io.StringIO()
+    with contextlib.redirect_stdout(text), contextlib.redirect_stderr(text):
+        status = suite.main(["collect", *map(str, runs), "--out", str(out), *more])
+    return status, text.getvalue()
+
+
+def test_collect_writes_what_the_run_directory_records(suite, tmp_path):
+    savedir, _ = suite
+    rows = csv_rows(str(rundir(savedir, 1) / "logs.csv"))
+    score = float(rows[len(rows) // 2]["return_last_100"])  # reached first at the middle row or before
+    status, out = collect([rundir(savedir, 1)], tmp_path / "data", "--machine", "2-core VM", "--score", str(score))
+    assert status == 0, out
+    path = tmp_path / "data" / "torchbeast_gym" / "CartPole-v1" / "impala_seed1.json"
+    assert f"-> {path} (" in out and path.stat().st_size < 8_000
+    summary = json.loads(path.read_text())
+    meta = json.loads((rundir(savedir, 1) / "meta.json").read_text())
+    final = json.loads((rundir(savedir, 1) / "final_test.json").read_text())
+    assert {k: summary[k] for k in ("package", "env", "agent", "seed", "label", "xpid", "machine")} == {
+        "package": "torchbeast_gym", "env": "CartPole-v1", "agent": "impala", "seed": 1, "label": None,
+        "xpid": "CartPole-v1_impala_seed1", "machine": "2-core VM"}
+    assert summary["command"] == "python -m torchbeast_gym.polybeast " + shlex.join(meta["argv"][1:])
+    assert meta["argv"][0].endswith("torchbeast_gym/polybeast.py") and "--seed 1 " in summary["command"]
+    assert summary["git_commit"] == meta["git_commit"] and summary["reason"] == "finished"
+    machine = summary["recorded_machine"]
+    assert machine["usable_cores"] == meta["sizing"]["cores"] and machine["gpu"] == meta["sizing"]["gpu"]
+    assert len(machine["devices"]) == 1 and re.fullmatch(r"cpu, \d+ torch intra-op threads?", machine["devices"][0])
+    assert summary["total_steps"] == STEPS and summary["agent_steps"] == int(rows[-1]["step"]) == STEPS
+    assert summary["wall_seconds"] == round(float(rows[-1]["time"]), 1)  # one start
+    assert summary["steps_per_s"] == round(STEPS / float(rows[-1]["time"]), 1)
+    test_runs = [r for r in final["runs"] if r["group"] == "test"]
+    assert summary["final_test"] == {"mean": final["groups"]["test"]["mean"], "std": final["groups"]["test"]["std"],
+                                     "runs": [r["mean_return"] for r in test_runs], "episodes": 5, "greedy": True,
+                                     "step": STEPS}
+    # the greedy validations at the validated model's step, as out.log says them
+    logged = re.findall(r"validation at step (\d+): mean return (\S+) over 10 episodes",
+                        (rundir(savedir, 1) / "out.log").read_text())
+    assert summary["validation"]["source"] == "out.log" and logged  # one due while another runs is skipped
+    assert summary["validation"]["step"] == [int(s) for s, _ in logged]
+    assert summary["validation"]["mean_return"] == [round(float(v), 3) for _, v in logged]
+    # fewer rows than CURVE_POINTS: every row kept, the score's first one among them
+    curve = summary["curve"]
+    assert curve["rows"] == len(rows) and curve["exact_scores"] == [score]
+    assert curve["step"] == [int(r["step"]) for r in rows]
+    assert curve["time"] == [round(float(r["time"]), 1) for r in rows]
+    assert curve["return_last_100"] == [round(float(r["return_last_100"]), 3) for r in rows]
+
+
+def test_collect_falls_back_to_logs_csv_validations_and_refuses_two_runs_on_one_path(suite, tmp_path):
+    savedir, _ = suite
+    copy = tmp_path / "copy"
+    shutil.copytree(rundir(savedir, 2), copy)
+    (copy / "out.log").unlink()
+    # logs.csv gives a validation in the first row written after it ended (none where the run ended first): one
+    # is written into the second row here
+    lines = (copy / "logs.csv").read_text().splitlines()
+    lines[2] = lines[2].rsplit(",", 1)[0] + ",123.5"
+    assert lines[0].endswith(",valid_mean_return")
+    (copy / "logs.csv").write_text("\n".join(lines) + "\n")
+    status, out = collect([copy], tmp_path / "data", "--label", "no out.log")
+    assert status == 0, out
+    summary = json.loads((tmp_path / "data/torchbeast_gym/CartPole-v1/impala_seed2_no out.log.json").read_text())
+    rows = [r for r in csv_rows(str(copy / "logs.csv")) if r["valid_mean_return"] != "nan"]
+    assert 123.5 in summary["validation"]["mean_return"] and summary["label"] == "no out.log"
+    assert summary["validation"] == {"source": "logs.csv", "step": [int(r["step"]) for r in rows],
+                                     "mean_return": [round(float(r["valid_mean_return"]), 3) for r in rows]}
+    assert summary["recorded_machine"]["devices"] == []
+    status, out = collect([rundir(savedir, 2), copy], tmp_path / "twice")
+    assert status == 2 and out.count("\n") == 1 and not (tmp_path / "twice").exists()
+    assert f"{rundir(savedir, 2)} and {copy} are both" in out and "each with its --label" in out
+
+
+def test_a_summary_keeps_at_most_curve_points_rows_and_each_scores_first_row():
+    from benchmarks import suite
+
+    steps = np.arange(1, 1001) * 1000
+    returns = np.concatenate([[np.nan] * 10, np.linspace(-21, 21, 990)])
+    run = suite.Run("d", "PongNoFrameskip-v4", "ppo", 1, steps, steps / 1000.0, returns, None, 4)
+    spread = suite.curve_rows(run, [])
+    assert len(spread) == suite.CURVE_POINTS and spread[0] == 0 and spread[-1] == 999
+    first = next(i for i in range(500, 1000) if i not in spread)
+    score = float(returns[first])  # first reached at a row the spread leaves out
+    rows = suite.curve_rows(run, [score, 30.0])  # 30: never reached
+    assert list(rows) == sorted([*spread, first])
+    kept = suite.Run("d", "PongNoFrameskip-v4", "ppo", 1, steps[rows], steps[rows] / 1000.0, returns[rows], None, 4)
+    assert kept.steps[suite.first_reached(kept, score)] == steps[first]
+
+
+def pong_summary(agent: str, seed: int, returns: list[float], exact: list[float]) -> dict:
+    """A hand-written summary of an Atari run: a row every 1M agent steps."""
+    steps = [1_000_000 * (i + 1) for i in range(len(returns))]
+    return {"package": "torchbeast_atari", "env": "PongNoFrameskip-v4", "agent": agent, "seed": seed, "label": None,
+            "command": f"python -m torchbeast_atari.polybeast --env PongNoFrameskip-v4 --agent {agent} --seed {seed}",
+            "machine": "H200, 16 cores", "agent_steps": steps[-1], "frames_per_step": 4, "validation": None,
+            "final_test": {"mean": 19.0 + seed, "std": 0.0, "runs": [19.0 + seed]},
+            "curve": {"exact_scores": exact, "step": steps, "time": [s / 1000 for s in steps],
+                      "return_last_100": returns}}
+
+
+def region_rows(page: str) -> list[dict]:
+    """The rows of every table between the markers."""
+    region = page.split("<!-- suite:begin -->")[1].split("<!-- suite:end -->")[0]
+    return [row for block in region.split("\n\n") if block.startswith("|") for row in markdown_rows(block)]
+
+
+def test_render_writes_the_region_and_curves_from_summaries_alone(suite, tmp_path):
+    savedir, _ = suite
+    data = tmp_path / "docs" / "data"
+    status, out = collect([rundir(savedir, 1), rundir(savedir, 2)], data, "--machine", "2-core VM")
+    assert status == 0, out
+    pong = data / "torchbeast_atari" / "PongNoFrameskip-v4"
+    pong.mkdir(parents=True)
+    (pong / "ppo_seed1.json").write_text(json.dumps(pong_summary("ppo", 1, [-20.0, 5.0, 18.5, 19.0, 20.0], [18.0])))
+    (pong / "ppo_seed2.json").write_text(json.dumps(pong_summary("ppo", 2, [-21.0, 1.0, 12.0, 18.0, 19.0], [18.0])))
+    page = tmp_path / "docs" / "results.md"
+    page.write_text("# Results\n\nProse before.\n\n<!-- suite:begin -->\nold table\n<!-- suite:end -->\n\n"
+                    "Prose after.\n")
+    result = run(SUITE, "render", "--data", str(data), "--out", str(page), "--img", str(tmp_path / "docs" / "img"),
+                 output=str(tmp_path / "out"), timeout=120)
+    assert result.returncode == 0, result.stdout
+    text = page.read_text()
+    assert text.startswith("# Results\n\nProse before.\n\n<!-- suite:begin -->\n") and "old table" not in text
+    assert text.endswith("<!-- suite:end -->\n\nProse after.\n")
+    rows = region_rows(text)
+    cart = [json.loads((data / f"torchbeast_gym/CartPole-v1/impala_seed{s}.json").read_text()) for s in (1, 2)]
+    ends = [c["curve"]["return_last_100"][-1] for c in cart]
+    finals = [c["final_test"]["mean"] for c in cart]
+    assert rows == [
+        {"env": "PongNoFrameskip-v4", "agent": "ppo", "seeds": "1 / 2", "agent steps": "5,000,000",
+         "last-100 at the end": "19.5 ± 0.5", "final test": "20.5 ± 0.5",
+         "first step at the anchor's score": "18: 3,000,000 / 4,000,000", "wall time": "83 min / 83 min",
+         "agent steps/s": "1,000", "machine": "H200, 16 cores",
+         "command": "seed 1: `python -m torchbeast_atari.polybeast --env PongNoFrameskip-v4 --agent ppo --seed 1`",
+         "log": f"[ppo]({os.path.relpath(REPO, page.parent)}/docs/experiments/ppo.md)"},
+        {"env": "CartPole-v1", "agent": "impala", "seeds": "1 / 2", "agent steps": "8,000",
+         "last-100 at the end": f"{np.mean(ends):.1f} ± {np.std(ends):.1f}",
+         "final test": f"{np.mean(finals):.1f} ± {np.std(finals):.1f}", "first step at the anchor's score": "-",
+         "wall time": " / ".join(f"{c['wall_seconds'] / 60:.1f} min" for c in cart),
+         "agent steps/s": f"{np.mean([8000 / c['curve']['time'][-1] for c in cart]):,.0f}",
+         "machine": "2-core VM", "command": f"seed 1: `{cart[0]['command']}`",
+         "log": f"[impala]({os.path.relpath(REPO, page.parent)}/docs/experiments/impala.md)"},
+    ]
+    for name in ("suite_torchbeast_atari_PongNoFrameskip-v4.png", "suite_torchbeast_gym_CartPole-v1.png"):
+        png = tmp_path / "docs" / "img" / name
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+        assert f"](img/{name})" in text
+    assert "[CleanRL ppo_atari.py](https://docs.cleanrl.dev/rl-algorithms/ppo/#ppo_ataripy) for ppo, impala" in text
+
+    # a page without the markers is left as it is: the region goes to stdout
+    (tmp_path / "plain.md").write_text("no markers\n")
+    result = run(SUITE, "render", "--data", str(data), "--out", str(tmp_path / "plain.md"), "--img",
+                 str(tmp_path / "img2"), output=str(tmp_path / "out2"), timeout=120)
+    assert result.returncode == 0 and (tmp_path / "plain.md").read_text() == "no markers\n"
+    assert "| PongNoFrameskip-v4 | ppo | 1 / 2 | 5,000,000 | 19.5 ± 0.5 |" in result.stdout
+    assert "has no <!-- suite:begin --> ... <!-- suite:end --> region" in result.stdout
+
+
+def test_the_plot_draws_the_anchors_points_and_a_score_not_kept_exactly_is_an_upper_bound(tmp_path):
+    from benchmarks import suite
+
+    anchors = suite.load_anchors()
+    summaries = [(str(tmp_path / f"{agent}.json"), pong_summary(agent, 1, [-20.0, 5.0, 18.5], exact))
+                 for agent, exact in (("ppo", [18.0]), ("r2d2", []))]
+    runs = [suite.run_of_summary(path, s) for path, s in summaries]
+    info = dict(summaries)
+    fig = suite.plot_env("PongNoFrameskip-v4", [[run] for run in runs], info, anchors)
+    ax = fig.axes[0]
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert labels == ["ppo (1 seed): last-100 18.5", "r2d2 (1 seed): last-100 18.5", "CleanRL dqn_atari.py (r2d2)",
+                      "CleanRL ppo_atari.py (ppo, impala)", "score 18"]
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    ppo = lines["CleanRL ppo_atari.py (ppo, impala)"]
+    assert list(ppo.get_xdata()) == [1e6, 2e6, 3e6, 4e6, 5e6, 1e7] and ppo.get_marker() == "s"
+    assert list(ppo.get_ydata()) == [-9, 13, 17, 19, 19.5, 20.36]
+    assert list(lines["CleanRL dqn_atari.py (r2d2)"].get_ydata()) == [-14, 0, 17.7, 19.4, 20, 20.25]
+    suite.pyplot().close(fig)
+    assert suite.reached_cell([runs[0]], info, 18.0) == "18: 3,000,000"
+    assert suite.reached_cell([runs[1]], info, 18.0) == "18: ≤ 3,000,000"
+    assert suite.reached_cell([runs[1]], info, 19.0) == "19: not on the kept rows"
+    assert suite.reached_cell([runs[0]], info, 19.0) == "19: not on the kept rows"  # 19 was not kept exactly either
+
+
+def test_anchors_name_their_sources_and_increase_in_steps():
+    from benchmarks import suite
+
+    anchors = suite.load_anchors()
+    pairs = {(a["env"], agent): a for a in anchors["anchors"] for agent in a["agents"]}
+    assert pairs[("BreakoutNoFrameskip-v4", "r2d2")]["points"][-1] == [10_000_000, 366.9]
+    assert pairs[("BreakoutNoFrameskip-v4", "impala")]["score"] == 100
+    assert pairs[("PongNoFrameskip-v4", "ppo")]["score"] == 18
+    for anchor in anchors["anchors"]:
+        source = anchors["sources"][anchor["source"]]
+        assert source["name"] and source["url"].startswith("https://")
+        steps = [step for step, _ in anchor["points"]]
+        assert steps == sorted(set(steps))
