@@ -52,11 +52,12 @@ def make_parser(prog: str | None = None) -> argparse.ArgumentParser:
     a("--disable_checkpoint", action="store_true", help="Disable saving checkpoint.")
     a("--checkpoint_every", type=float, default=10.0, metavar="MINUTES", help="Checkpoint period.")
     a("--log_interval", type=float, default=5.0, metavar="SECONDS", help="Console line and logs.csv row period.")
-    a("--deterministic", action="store_true",
+    a("--deterministic", action=argparse.BooleanOptionalAction, default=False,
       help="Reproducible run: acting and learning alternate in one thread in a fixed order (inference for every "
            "env at once, then the batches that data makes), so that two runs of one command on one machine write "
-           "the same logs.csv rows (steps, returns, losses; timings aside). Slower than the default asynchronous "
-           "runtime (README, Reproducible runs); rows come every --log_step_interval steps instead of "
+           "the same logs.csv rows (steps, returns, losses; timings aside), and each batch trains the weights that "
+           "collected it (PPO on Atari runs so by default, as cleanrl's). Slower than the asynchronous runtime "
+           "(--no-deterministic; README, Reproducible runs); rows come every --log_step_interval steps instead of "
            "--log_interval seconds.")
     a("--log_step_interval", type=int, default=10_000, metavar="STEPS",
       help="With --deterministic: a console line and logs.csv row after the learner batch that crosses each "

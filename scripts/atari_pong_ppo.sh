@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # PPO on Pong: feedforward AtariNet with the published Atari PPO settings (Schulman et al. 2017,
-# Table 5; cleanrl's ppo_atari.py), which are torchbeast_atari's defaults for --agent ppo.
+# Table 5; cleanrl's ppo_atari.py), which are torchbeast_atari's defaults for --agent ppo, fed as cleanrl
+# feeds them: acting and learning in lockstep (each batch trains the policy that collected it; no validation
+# during training, the final test at the end), advantages once per batch and minibatches of transitions from
+# all envs (--batch_mode split), the value loss clipped (--value_clip 0.1).
 # Extra flags are passed on, e.g. --dry_run or --use_lstm.
 set -euo pipefail
 SAVE_DIR=${SAVE_DIR:-saved_models_atari}
@@ -22,7 +25,9 @@ python -m torchbeast_atari.polybeast \
      --epsilon 0.00001 \
      --num_epochs 4 \
      --num_minibatches 4 \
-     --batch_mode shuffle \
+     --batch_mode split \
+     --value_clip 0.1 \
+     --deterministic \
      --ppo_clip 0.1 \
      --gae_lambda 0.95 \
      --entropy_cost 0.01 \
@@ -31,8 +36,6 @@ python -m torchbeast_atari.polybeast \
      --reward_clipping abs_one \
      --advantage_normalization \
      --init orthogonal \
-     --validate_every 30 \
-     --valid_num_episodes 5 \
      --xpid "ppo_${GAME}_seed${SEED}" \
      --savedir "${SAVE_DIR}" \
      "$@"

@@ -5,9 +5,11 @@
 # beta 0.6, eta 0.9); 5-step double-Q targets, gamma 0.997, value rescaling h (eps 1e-3), no reward
 # clipping; Adam 1e-4 (eps 1e-3), gradient clip 40, target copy every 2,500 learner steps, batches of
 # 64 sequences, each env step replayed 1.5 times; env i of N explores with 0.4^(1 + 7 i / (N - 1)),
-# evaluation with epsilon 0.001.  These are torchbeast_atari's defaults for --agent r2d2.
+# evaluation with epsilon 0.001.  torchbeast_atari's defaults for --agent r2d2 scale these down to a
+# 2-core machine (batches of 8 x 40 after a 20-step burn-in, replay ratio 1, a target copy every 400
+# updates, Adam 2e-4; torchbeast_atari/env.py); this script runs the paper's own values.
 #
-# Scaled to this machine: 16 envs on 2 servers (R2D2: 256 actors) and a replay of 4,000 sequences
+# Here: 16 envs on 2 servers (R2D2: 256 actors) and a replay of 4,000 sequences
 # (3.5 GB: each 84x84 frame is kept once, 0.87 MB a sequence; R2D2 keeps 4M steps = 100k sequences,
 # 87 GB).  To scale up: NUM_ACTORS / NUM_SERVERS with your cores (a server per ~8 envs), REPLAY with
 # your memory (0.87 MB a sequence), and a GPU learner (used when CUDA is available).

@@ -543,5 +543,5 @@ def test_deterministic_under_torchrun_is_refused_in_one_line(tmp_path):
                  output=str(tmp_path / "out"), timeout=240)
     assert result.returncode == 1, result.stdout[-3000:]  # torchrun's: a rank failed
     _each_rank_refused(tmp_path, result.stdout, _logged(r"\d+", "ERROR", re.escape(
-        "error: --deterministic runs one process: run it without torchrun, or drop the flag")))
+        "error: --deterministic runs one process: run it without torchrun, or with --no-deterministic")))
     assert not (tmp_path / "runs").exists()

@@ -598,14 +598,25 @@ def add_flags(parser) -> None:
 # PPO on Atari as Schulman et al. 2017 (Table 5) and cleanrl's ppo_atari.py train it: 8 envs x
 # 128 steps per update, Adam 2.5e-4 (eps 1e-5) decaying linearly, 4 epochs of 4 minibatches, clip
 # 0.1, GAE 0.95, entropy 0.01, value cost 0.5, gradient clip 0.5, clipped rewards, advantage
-# normalization, orthogonal init.  Minibatches keep unrolls whole (--batch_mode shuffle: 2 of the
-# 8 unrolls each), so --use_lstm and the other cores work with the same defaults.
+# normalization, orthogonal init.  Fed as cleanrl feeds it: acting and learning in lockstep (--deterministic), so
+# each batch trains the policy that collected it (the asynchronous runtime's learner queue left about 3 batches of
+# policy lag, outside which the 0.1 clip gives no gradient), advantages computed once per batch from the values that
+# acted and minibatches of 256 transitions from all 8 envs (--batch_mode split), and the value loss clipped around
+# those values (--value_clip 0.1).  Side by side with cleanrl's (same frames, same weights) the observations, the
+# network, its init and one minibatch's loss and gradients were the same (docs/experiments/ppo.md).  A recurrent core
+# keeps unrolls whole (--batch_mode shuffle: core_defaults).
 PPO_DEFAULTS = dict(
     num_actors=8, num_servers=2, unroll_length=128, batch_size=8, optimizer="adam", learning_rate=2.5e-4,
-    epsilon=1e-5, num_epochs=4, num_minibatches=4, batch_mode="shuffle", ppo_clip=0.1, advantage="gae",
+    epsilon=1e-5, num_epochs=4, num_minibatches=4, batch_mode="split", ppo_clip=0.1, advantage="gae",
     gae_lambda=0.95, entropy_cost=0.01, baseline_cost=0.5, grad_norm_clipping=0.5, reward_clipping="abs_one",
-    advantage_normalization=True, init="orthogonal", total_steps=10_000_000,
+    advantage_normalization=True, init="orthogonal", total_steps=10_000_000, value_clip=0.1, deterministic=True,
 )
+PPO_ONLY = ("batch_mode", "value_clip", "deterministic")  # the one-pass variants keep the asynchronous runtime
+
+
+def core_defaults(agent: str, core: str | None) -> dict:
+    """With a recurrent core, PPO's minibatches keep unrolls whole (a core cannot learn from split transitions)."""
+    return {"batch_mode": "shuffle"} if core is not None and agent == "ppo" else {}
 
 
 # R2D2 on Atari is the paper's recurrent agent (an LSTM of 512 under a dueling head; --feedforward: none) with
@@ -680,8 +691,9 @@ IMPALA_ATARI = dict(init="orthogonal", batch_size=8, num_actors=56, recycle_peri
 
 def agent_defaults(agent: str) -> dict:
     """Defaults for ``--agent``: IMPALA keeps torchbeast's (above) with orthogonal init, B=8, 56 envs, ReDo, a
-    constant learning rate and an entropy cost of 0.01 decaying to 0; PPO the published Atari ones.  VPG, AWR,
-    V-MPO and V-trace take PPO's data path and optimizer with one pass per batch."""
+    constant learning rate and an entropy cost of 0.01 decaying to 0; PPO the published Atari ones, fed as cleanrl's;
+    R2D2 the paper's recurrent agent at this scale.  VPG, AWR, V-MPO and V-trace take PPO's data path and optimizer
+    with one pass per batch, on the asynchronous runtime."""
     if agent == "impala":
         return dict(IMPALA_ATARI)
     if agent == "r2d2":
@@ -692,7 +704,7 @@ def agent_defaults(agent: str) -> dict:
         return dict(SAC_DISCRETE_IMAGE_DEFAULTS, replay_frame_stack=True)
     from rl_core.agents import on_policy_defaults
 
-    return on_policy_defaults(agent, PPO_DEFAULTS)
+    return on_policy_defaults(agent, PPO_DEFAULTS, ppo_only=PPO_ONLY)
 
 
 # RND on Atari (Burda et al. 2018, Table 5 and Appendix A; OpenAI's run_atari.py): the environment as
@@ -704,9 +716,11 @@ def agent_defaults(agent: str) -> dict:
 # of the observation statistics scaled to them: 50 rollouts of 128 steps of each env.
 RND_ENV = dict(sticky_actions=0.25, disable_episodic_life=True, max_episode_frames=18_000, reward_clipping="abs_one",
                rnd_channels=1)
+# RND keeps the asynchronous runtime and whole-unroll minibatches it was measured with.
 RND_PPO = dict(learning_rate=1e-4, lr_decay="none", entropy_cost=0.001, ppo_clip=0.1, num_epochs=4, num_minibatches=4,
                unroll_length=128, gae_lambda=0.95, baseline_cost=1.0, ext_coef=2.0, int_coef=1.0,
-               intrinsic_discounting=0.99, discounting=0.999, rnd_init_steps=50 * 128 * 8, num_actors=8, batch_size=8)
+               intrinsic_discounting=0.99, discounting=0.999, rnd_init_steps=50 * 128 * 8, num_actors=8, batch_size=8,
+               batch_mode="shuffle", value_clip=0.0, deterministic=False)
 
 
 def rnd_defaults(agent: str) -> dict:

@@ -68,7 +68,7 @@ class Training:
             try:
                 self.flags = distributed.rank_flags(self.global_flags, self.world)
                 if self.flags.deterministic:
-                    raise UserError("--deterministic runs one process: run it without torchrun, or drop the flag")
+                    raise UserError("--deterministic runs one process: run it without torchrun, or with --no-deterministic")
                 self.device = select_device(self.flags, self.world)
             except UserError as e:
                 log.error("error: %s", e)
