@@ -16,7 +16,7 @@ A layout ``P`` puts the ``--envs`` envs on P server processes; ``PxH`` on P proc
 (``--server_splits H``: a process's servers step in turn, each while the others' actions are in flight,
 sample-factory's double-buffered sampling).  All share the server cores.  Printed per layout: agent steps/s
 of all envs together, its ratio to the first layout, and the servers' busy share (their CPU time over the
-wall time of the server cores).  ``rl_core/sizing.py`` takes its splits from this (docs/results.md).
+wall time of the server cores).  ``rl_core/sizing.py`` takes its splits from this (docs/experiments/throughput.md).
 """
 
 from __future__ import annotations

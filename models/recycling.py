@@ -13,7 +13,7 @@ The fresh incoming weights: orthogonal directions with their mean taken out, sca
 of the layer's other units, bias 0.  ReDo draws them from the initial distribution; the mean is taken
 out here because an image stem's inputs (frames in [0, 1], ReLU outputs) are all positive: a fresh
 filter whose weights sum below 0 is silent on a uniform background from its first step, and on Pong
-most of the first convolution's filters die that way (docs/results.md, "Dead first-layer filters").
+most of the first convolution's filters die that way (docs/experiments/impala.md, "Dead first-layer filters").
 A centred filter answers edges, not the background's brightness.
 
 The optimizer's state of a recycled unit's incoming weights: second moments (RMSprop's

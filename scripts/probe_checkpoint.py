@@ -1,4 +1,4 @@
-"""What a checkpoint's optimizer and Atari stem look like: the probe behind docs/results.md's IMPALA Pong notes.
+"""What a checkpoint's optimizer and Atari stem look like: the probe behind docs/experiments/impala.md's Pong notes.
 
     python scripts/probe_checkpoint.py RUN/model.tar [RUN2/model.tar ...] [--game PongNoFrameskip-v4]
 

@@ -1,4 +1,4 @@
-"""What one ReDo recycling does to a trained Atari policy: the probe behind docs/results.md's Breakout collapse notes.
+"""What one ReDo recycling does to a trained Atari policy: the probe behind docs/experiments/impala.md's Breakout notes.
 
     python scripts/recycling_probe.py RUN/model.tar [--draws 4] [--games 16] [--steps 2000] [--envs 8]
 

@@ -1,5 +1,5 @@
 """A checkpoint's whole-game returns on Atari with the start's no-op count fixed: the probe behind
-docs/results.md's "Half the games" note on IMPALA Pong.
+docs/experiments/impala.md's "Half the games" note on IMPALA Pong.
 
     python scripts/returns_by_noops.py RUN/model.tar [--noops 0 1 2 3 4 5 6 7] [--games 1] [--greedy]
 

@@ -11,10 +11,10 @@ pytestmark = pytest.mark.learning
 
 # One process with torchbeast_gym's PPO defaults (--agent ppo, 200k steps) first reaches a last-100 mean of
 # 475 at 56k-68k agent steps alone (seeds 1-7) and at 58k-84.5k under CI's load (10 runs of the learning test
-# beside the rest of the suite, scripts/flake_check.py; docs/results.md, "Issue 39's flake checks"): the step at
+# beside the rest of the suite, scripts/flake_check.py; docs/experiments/ppo.md, "Issue 39's flake checks"): the step at
 # which a mean over 100 episodes of up to 500 steps crosses a line moves with the threads' timing by that much.
 # Ranks that act as one learner reach it where one process does, under the same load.  What the pace cannot
-# tell apart (a missing average learns as fast on CartPole; docs/results.md, "Several ranks") the test checks
+# tell apart (a missing average learns as fast on CartPole; docs/experiments/distributed.md) the test checks
 # exactly: identical replicas, the schedule counting global steps, and every rank's episodes in the logs.
 ONE_PROCESS_475_AT = 84_500
 WITHIN = 1.25  # what async timing moves a run by

@@ -81,7 +81,7 @@ def test_ppo_with_the_package_defaults_solves_cartpole(tmp_path):
     policy scores about 22): issue 11's criterion, here within the package's 200k steps (rl-baselines3-zoo's
     tuned CartPole settings, see torchbeast_gym/env.py), and holds it to the end as the learning rate
     and the clip decay to 0.  Measured (seeds 1-7, alone): 475 first at 56k-68k, never below 476 after it,
-    500 at the end (docs/results.md, PPO: the clip's decay against the late dips of a constant one)."""
+    500 at the end (docs/experiments/ppo.md, PPO: the clip's decay against the late dips of a constant one)."""
     returns = _on_policy_cartpole(tmp_path, "ppo")
     assert max(v for _, v in returns) >= 475, returns[-5:]
     assert returns[-1][1] >= 475, returns[-5:]
@@ -91,7 +91,7 @@ def test_ppo_with_the_package_defaults_solves_cartpole(tmp_path):
 def test_vmpo_with_the_package_defaults_learns_cartpole(tmp_path):
     """V-MPO (its temperature and KL multiplier learned as Lagrange multipliers) reaches >= 400 and holds it to the
     end of the package's 200k steps (PPO's tuned settings; a random policy scores about 22).  Measured: 400 first at
-    45k-84k, 495-500 at the end (docs/results.md: with cleanrl's settings, which it had before, one run in ten
+    45k-84k, 495-500 at the end (docs/experiments/ppo.md: with cleanrl's settings, which it had before, one run in ten
     fell back below 400 late in its 500k steps)."""
     returns = _on_policy_cartpole(tmp_path, "vmpo")
     assert returns[-1][1] >= 400, returns[-5:]

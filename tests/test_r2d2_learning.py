@@ -36,7 +36,7 @@ def test_r2d2_with_an_lstm_and_the_package_defaults_solves_the_memory_task(tmp_p
     double Q, value rescaling) with an LSTM take the memory task from chance (0) to >= 0.9.  That no
     memoryless agent can pass it is the task's own control (tests/test_memory_task.py: the feedforward
     agent stays at chance; R2D2 feedforward here gave -0.14).  CartPole runs of these defaults are
-    in docs/results.md (R2D2)."""
+    in docs/experiments/r2d2.md."""
     rows, lstm = train(tmp_path, "lstm", f"--env={MEMORY}", "--no_last_action", "--total_steps=200000",
                        "--use_lstm")
     # the log carries the replay's and the learner's state

@@ -9,7 +9,7 @@ take the package's defaults for their agent (``torchbeast_gym``: with --rnd the 
 and cleanrl's CartPole PPO, see ``rnd_defaults``); the control is given the same discount and PPO
 settings, so that RND is the only difference.  RND's exploration is proved once, under PPO (the
 paper's agent); IMPALA + RND's two V-trace heads are held to a slow reference in tests/test_rnd.py, and
-its corridor runs are in docs/results.md (RND).
+its corridor runs are in docs/experiments/rnd.md.
 """
 
 import json

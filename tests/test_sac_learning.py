@@ -65,7 +65,7 @@ def test_discrete_sac_with_the_package_defaults_learns_cartpole(tmp_path):
     policy scores about 22.  Measured at 30k steps: training last-100 mean 183 (seed 1), 172 (seed 2),
     233 (seed 3); final test (100 episodes of the most likely action) 198.5 (seed 2), 500.0
     (seed 3).  Over the package's 100k steps the policy solves CartPole (final tests of 500 in four of
-    five runs; docs/results.md, SAC)."""
+    five runs; docs/experiments/sac.md)."""
     rows = train(tmp_path, "cartpole", "--env=CartPole-v1", "--total_steps=30000")
     assert int(rows[-1]["step"]) >= 30_000
     final = json.loads((tmp_path / "cartpole" / "final_test.json").read_text())["groups"]["test"]["mean"]

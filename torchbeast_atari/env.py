@@ -570,7 +570,7 @@ ENVS_PER_SERVER = 32
 # ...each process one server (--server_splits 1).  Splits pay in benchmarks/server_overlap.py's emulation of a GPU
 # learner's round trip (1.15x), but not end to end: on the H200 machine (16 cores) IMPALA Pong ran 14 processes x 2
 # splits x 16 envs at 0.86-0.91 of the agent steps/s of 14 x 32 unsplit (benchmarks/gpu_suite.py's splits stage,
-# issue 40; docs/results.md): the learner process, not the servers, bounds the run there.
+# issue 40; docs/experiments/throughput.md): the learner process, not the servers, bounds the run there.
 SERVER_SPLITS = 1
 
 
@@ -654,37 +654,37 @@ def r2d2_defaults() -> dict:
 # stayed so: after 1.4M agent steps no feature changed sign from one frame to another, the conv weights'
 # RMSprop second moments were 1e-12 to 1e-19 and the value head explained 0.5% of its targets' variance.
 # Orthogonal init (gain sqrt 2, biases 0, policy 0.01, value 1; models/init.py) keeps the signal through the
-# four ReLU layers: the value head explained 37% by 172k steps (issue 40, docs/results.md).
+# four ReLU layers: the value head explained 37% by 172k steps (issue 40, docs/experiments/impala.md).
 # Batches of 8 unrolls, not 32: one update per 160 agent steps instead of 640, at the same agent steps/s (the
 # learner's cost is per step, not per update) and half the policy lag in agent steps (3.4 updates = 540 steps
-# against 1.7 = 1,090 in the Pong runs of docs/results.md).  RMSprop moves each weight
+# against 1.7 = 1,090 in the Pong runs of docs/experiments/impala.md).  RMSprop moves each weight
 # about one learning rate per update where its gradient's RMS exceeds eps (0.01; in the 4M-step Pong checkpoint
 # the policy head's and conv3's, not the fc layer's, a fifth of that), so per agent step that is 3e-6 (PPO's cleanrl settings: 16 Adam steps
 # of 2.5e-4 per 1,024 steps, 3.9e-6) instead of 7.5e-7.  Pong, seed 1: last-100 -15.6 at 1.15M steps with
-# B=8, -20.0 with B=32 (both orthogonal; issue 40, docs/results.md).
+# B=8, -20.0 with B=32 (both orthogonal; issue 40, docs/experiments/impala.md).
 # The stem's dormant units recycled every 1,000 learner batches (ReDo, Sokar et al. 2023: their period and
 # tau; models/recycling.py): on Pong the first convolution loses most of its filters within the first
 # thousand updates (24 of 32 dormant at the first recycling) and keeps losing them; B=8 then levelled off
 # at -3 to -5 from 2.5M to 5M steps, and with recycling went on to 7.8 at 3M and 8.5 at 5M, greedy test 12.2
-# (seed 1; docs/results.md).
+# (seed 1; docs/experiments/impala.md).
 # A constant learning rate, not torchbeast's linear decay to 0 at --total_steps: with the rate decaying over a 5M-step
 # run, both seeds stalled with one frame phase of Pong won (last-100 8.5 and 5.3 at 5M); constant, seed 1 reached 16.7
 # at 5M still rising (a second run 6.3, a third 18 at 3.91M), seed 2 18 at 4.45M steps (71 minutes on 2 cores;
-# docs/results.md).
+# docs/experiments/impala.md).
 # 56 envs, not torchbeast's 16: a batch of 8 unrolls then comes from 8 of 56 envs, not 8 of 16.  On an H200 (14 servers
 # x 4 envs, policy lag 4 updates) Pong reached a last-100 of 18 at 2.45M steps, and on 2 cores (2 servers x 28, lag 14)
-# 17.2 at 2.5M, 36 minutes, where the four 16-env runs were at -5 to -2 at 2.5M (seed 1; docs/results.md); that run
-# reached 18 at 2.85M steps (41.5 minutes), 18.95 at 5M and tested 19.83.
+# 17.2 at 2.5M, 36 minutes, where the four 16-env runs were at -5 to -2 at 2.5M (seed 1; docs/experiments/impala.md);
+# that run reached 18 at 2.85M steps (41.5 minutes), 18.95 at 5M and tested 19.83.
 # Entropy cost: torchbeast's flag default 0.0006, not the published Atari value 0.01 (torchbeast's README Pong command,
 # cleanba's IMPALA).  With 0.01 Breakout reached 352.7 at 5M without the brief collapses that 0.0006 has (81.8 and
 # 120.8), but Pong's policy stayed near-uniform (entropy 1.65 of 1.79): 18 at 2.54M steps, then 17.69 at 5M and a
-# greedy test of 16.60, where 0.0006 gave 18.95 and 18.81, tests 19.83 and 20.52 (seed 1; docs/results.md).
+# greedy test of 16.60, where 0.0006 gave 18.95 and 18.81, tests 19.83 and 20.52 (seed 1; docs/experiments/impala.md).
 # 0.0025 (seed 1): Breakout 206.1 at 5M, Pong 18.07 at 5M but a greedy test of 6.73 (entropy 1.5 of 1.79).
-# 0.001 (seed 1): Breakout as with 0.0006 (entropy 0.1-0.2), three collapses, 29.1 at 5M (docs/results.md).
+# 0.001 (seed 1): Breakout as with 0.0006 (entropy 0.1-0.2), three collapses, 29.1 at 5M (docs/experiments/impala.md).
 # So 0.01 decaying linearly to 0 at --total_steps (--entropy_decay linear): wide early, as Breakout needs, sharp at the
 # end, as Pong's greedy test needs.  Breakout seed 1 361.6 at 5M (0.0006: 81.8); Pong seeds 1 and 2 20.15 and
 # 19.57 at 5M, greedy tests 20.44 and 19.39 (0.0006: 18.95 / 18.81, 19.83 / 20.52); Pong reached 18 later,
-# at 47.3 and 49.2 minutes (0.0006: 41.5 and 46.3; docs/results.md).
+# at 47.3 and 49.2 minutes (0.0006: 41.5 and 46.3; docs/experiments/impala.md).
 IMPALA_ATARI = dict(init="orthogonal", batch_size=8, num_actors=56, recycle_period=1000, lr_decay="none",
                     entropy_cost=0.01, entropy_decay="linear")
 

@@ -248,7 +248,7 @@ _IMPALA_DEFAULTS = {
     "vtrace_lambda": 0.9,              # [sh]
     "optimizer": "adam",               # [src]
     "learning_rate": 3e-4,             # [sh] has 5.53e-5 for 500M steps; 3e-4 chosen by runs on
-                                       # academy_empty_goal_close: see docs/results.md (Football)
+                                       # academy_empty_goal_close: see docs/experiments/football.md
     "epsilon": 1e-7,                   # [src]
     "lr_decay": "none",                # [src]
     "baseline_cost": 0.5,              # [src]

@@ -12,17 +12,17 @@ from rl_core.errors import UserError
 
 
 # IMPALA's defaults for classic control and small tasks (with RMSprop eps 0.01 and a value MLP of its own).
-# Chosen by a sweep on CartPole-v1 over torchbeast's Atari settings: see docs/results.md (IMPALA).
+# Chosen by a sweep on CartPole-v1 over torchbeast's Atari settings: see docs/experiments/impala.md.
 # One env server: an env step of microseconds gains nothing from a second one, which costs the learner
 # process an actor thread and its round trips (impala, ppo, vmpo, r2d2 on 2 cores: 19-26% more steps/s
-# with one; docs/results.md, Throughput).
+# with one; docs/experiments/throughput.md).
 IMPALA_DEFAULTS = dict(
     num_actors=16, num_servers=1, batch_size=8, unroll_length=20, learning_rate=0.003, entropy_cost=0.01,
     total_steps=500_000,
 )
 # With a recurrent core (--use_lstm, --use_quasi_lstm, --use_rtrl): RMSprop eps 1e-4, lr 0.002, batches of 16,
 # forget gates at sigmoid(1) (--forget_bias 1) and a stem of one layer of 256 (--mlp_sizes 256).
-# Chosen by sweeps on the memory task and CartPole-v1: see docs/results.md (Recurrent cores).
+# Chosen by sweeps on the memory task and CartPole-v1: see docs/experiments/recurrent.md.
 IMPALA_RECURRENT_DEFAULTS = dict(batch_size=16, learning_rate=0.002, epsilon=1e-4, forget_bias=1.0, mlp_sizes="256")
 
 
@@ -46,7 +46,7 @@ def core_defaults(agent: str, core: str | None) -> dict:
 # Adam 2.5e-4 with eps 1e-5, GAE 0.95, 4 epochs of 4 minibatches, clip 0.2, entropy 0.01,
 # gradient clip 0.5, advantage normalization, orthogonal init), here as 4 unrolls of 128 steps
 # from 8 envs.  VPG and V-trace, one pass per batch, take a larger rate.
-# Measured on CartPole-v1: see docs/results.md (On-policy variants).
+# Measured on CartPole-v1: see docs/experiments/ppo.md (On-policy variants).
 ON_POLICY = dict(
     optimizer="adam", learning_rate=2.5e-4, epsilon=1e-5, num_actors=8, unroll_length=128, batch_size=4,
     grad_norm_clipping=0.5, reward_clipping="none", entropy_cost=0.01, baseline_cost=0.5, gae_lambda=0.95,
@@ -56,7 +56,7 @@ ON_POLICY = dict(
 # Optuna sweep) over those: 8 envs x 32 steps per update in one minibatch of 256, 20 epochs, gamma
 # 0.98, GAE 0.8, no entropy bonus, Adam 1e-3 and the clip 0.2 both decaying linearly to 0, over
 # 200k steps (the zoo's 100k leave little room for a mean over 100 episodes of 500 steps).
-# Chosen over cleanrl's settings by seeded runs on CartPole-v1: see docs/results.md (PPO); the clip's
+# Chosen over cleanrl's settings by seeded runs on CartPole-v1: see docs/experiments/ppo.md; the clip's
 # decay since issue 39 (with a constant clip, a solved CartPole's noise advantages kept moving the
 # policy to the clip bound every batch, and about one run in ten fell below 475 late in the run).
 PPO_TUNED = dict(unroll_length=32, batch_size=8, num_epochs=20, num_minibatches=1, discounting=0.98,
@@ -69,7 +69,7 @@ CLEANRL_PPO = dict(num_epochs=4, num_minibatches=4, batch_mode="split")
 # V-MPO takes PPO's tuned settings too: with cleanrl's it first reached a last-100 mean of 400 at 110k-390k
 # of its 500k steps and about one run in ten fell back below 400 at the end (a late dip that the learning
 # rate, decayed to near 0, froze); with the tuned ones at about 50k, and it held.
-# Chosen by seeded runs on CartPole-v1: see docs/results.md (On-policy variants).
+# Chosen by seeded runs on CartPole-v1: see docs/experiments/ppo.md (On-policy variants).
 AGENT_DEFAULTS = {
     "ppo": dict(CLEANRL_PPO, **PPO_TUNED),
     "vpg": dict(num_epochs=1, num_minibatches=1, learning_rate=1e-3),
@@ -83,7 +83,7 @@ AGENT_DEFAULTS = {
 # steps, batches of 32 sequences, each env step trained on 8 times, Adam 5e-4 (eps 1e-3) decaying
 # linearly to 0, the target network copied every 100 learner steps, gamma 0.99; no reward clipping
 # (value rescaling instead).
-# Chosen by a sweep on CartPole-v1 with an LSTM: see docs/results.md (R2D2).
+# Chosen by a sweep on CartPole-v1 with an LSTM: see docs/experiments/r2d2.md.
 R2D2 = dict(
     optimizer="adam", learning_rate=5e-4, epsilon=1e-3, lr_decay="linear", grad_norm_clipping=40.0,
     reward_clipping="none", num_actors=16, unroll_length=20, burn_in=10, batch_size=32,
@@ -97,7 +97,7 @@ R2D2 = dict(
 # smaller networks (two hidden layers of 64), Adam 1e-3 and a shorter start: 1,000 uniformly random
 # steps, learning from 1,000 transitions, a replay of 100,000, 4 envs.  Discrete actions aim at an
 # entropy of 0.1 log|A| (Christodoulou's 0.98 log 2 keeps CartPole's policy near uniform).
-# Chosen by a sweep on CartPole-v1 and Pendulum-v1: see docs/results.md (SAC).
+# Chosen by a sweep on CartPole-v1 and Pendulum-v1: see docs/experiments/sac.md.
 SAC = dict(
     num_actors=4, num_servers=1, mlp_sizes="64,64", replay_buffer_size=100_000, replay_buffer_min_size=1000,
     random_init_steps=1000, replay_ratio=256.0, target_entropy_ratio=0.1, learning_rate=1e-3, total_steps=100_000,
@@ -120,7 +120,7 @@ def agent_defaults(agent: str) -> dict:
 # steps (8 envs x 128) instead of the paper's 50 rollouts per env of Atari.  IMPALA takes the paper's
 # entropy cost, 0.001 (its advantages are not normalized); PPO and V-MPO keep 0.01 and, under --rnd, cleanrl's
 # CartPole PPO (128-step rollouts, 4 epochs x 4 minibatches, GAE 0.95: the RND paper's PPO structure).
-# Chosen by runs on tests/corridor_env.py: see docs/results.md (RND).
+# Chosen by runs on tests/corridor_env.py: see docs/experiments/rnd.md.
 RND = dict(rnd_init_steps=1024)
 
 

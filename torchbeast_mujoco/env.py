@@ -331,7 +331,7 @@ _ON_POLICY_DEFAULTS = {
     "value_clip": 0.0,            # [src] value_ppo_style_clip_eps=None
     "value_normalization": "popart",  # [gin] reward_normalizer = PopArt(AverageMeanStd, compensate=False)
     # SEED divides advantages by PopArt's std (ppo(normalize_advantages=False)); here they are normalized per
-    # minibatch instead, chosen by runs on HalfCheetah-v5: see docs/results.md (MuJoCo).
+    # minibatch instead, chosen by runs on HalfCheetah-v5: see docs/experiments/ppo.md (MuJoCo).
     "advantage_normalization": True,
     "obs_normalization": True,    # [gin] observation_normalizer = InputNormalization(AverageMeanStd)
     "obs_clip": 10.0,             # [gin] ContinuousControlAgent.input_clipping = 10.
