@@ -109,7 +109,7 @@ def test_every_sized_impala_run_keeps_its_batch_and_at_most_eight_batches_of_env
 def test_other_agents_on_a_big_machine():
     atari = {agent: defaults_of("torchbeast_atari", [f"--agent={agent}"]) for agent in ("ppo", "r2d2", "sac")}
     r2d2 = sizing.size_run(16, True, "r2d2", envs_per_server("torchbeast_atari"), atari["r2d2"], {})
-    assert (r2d2.num_servers, r2d2.num_actors, r2d2.batch_size) == (14, 448, 64)  # the paper's batch
+    assert (r2d2.num_servers, r2d2.num_actors, r2d2.batch_size) == (14, 448, 8)  # the package's batch: not sized
     # PPO's batch is 8 unrolls: its 8 envs are spread over 8 servers, never more envs than a batch
     ppo = sizing.size_run(16, True, "ppo", envs_per_server("torchbeast_atari"), atari["ppo"], {})
     assert (ppo.num_servers, ppo.num_actors, ppo.batch_size) == (8, 8, 8)
