@@ -76,3 +76,16 @@ def test_atari_r2d2_replay_fills_a_quarter_of_the_machines_memory():
     assert (flags.burn_in, flags.unroll_length) == (20, 40)
     assert flags.replay_buffer_size == pkg.replay_sequences() == max(1000, memory // 4 // per_sequence)
     assert flags.replay_buffer_size * per_sequence <= memory / 4
+
+
+def test_an_agent_without_cores_is_announced_feedforward_and_refuses_a_core(capsys):
+    from rl_core.agents import agent_traits
+    from rl_core.runtime.progress import describe_core
+
+    atari = importlib.import_module("torchbeast_atari.env")
+    flags = entry.parse_flags(atari, ["--agent", "sac"])
+    assert not agent_traits(flags).recurrent and agent_traits("r2d2").recurrent
+    assert describe_core(flags, agent_traits(flags).recurrent) == "model: feedforward"
+    with pytest.raises(SystemExit):
+        entry.parse_flags(atari, ["--agent", "sac", "--use_elstm"])
+    assert "--agent sac's networks are feedforward: drop --use_lstm" in capsys.readouterr().err

@@ -33,7 +33,8 @@ TRAITS = {
     "impala": AgentTraits(replays=False, sizing="scaled", lag_bounds_envs=True),
     **{name: AgentTraits(replays=False, sizing="on_policy") for name in ON_POLICY},
     "r2d2": AgentTraits(replays=True, sizing="scaled", rank_shares=_REPLAY_SIZES),
-    "sac": AgentTraits(replays=True, sizing="fixed", rank_shares=(*_REPLAY_SIZES, "random_init_steps")),
+    "sac": AgentTraits(replays=True, sizing="fixed", rank_shares=(*_REPLAY_SIZES, "random_init_steps"),
+                       recurrent=False),
 }
 RND_RANK_SHARES = ("rnd_init_steps",)  # --rnd's run totals (its random start), beside the inner agent's
 
@@ -347,13 +348,13 @@ def check_flags(parser: argparse.ArgumentParser, flags) -> None:
     if flags.entropy_decay != "none" and getattr(flags, "target_entropy", None) is not None:
         parser.error("--target_entropy learns the entropy's multiplier in place of --entropy_cost, so there is no "
                      "cost for --entropy_decay to schedule: drop one of them")
+    from models import core_kind
+
+    if not agent_traits(flags).recurrent and core_kind(flags) is not None:
+        parser.error(f"--agent {name}'s networks are feedforward: drop --use_lstm / --use_quasi_lstm / --use_rtrl")
     if name == "impala":
         return
     if name == "sac":
-        from models import core_kind
-
-        if core_kind(flags) is not None:
-            parser.error("--agent sac's networks are feedforward: drop --use_lstm / --use_quasi_lstm / --use_rtrl")
         if not flags.squash:
             parser.error("--agent sac samples a tanh-squashed Gaussian (its log-probabilities carry the tanh "
                          "correction): drop --no-squash")
@@ -374,8 +375,6 @@ def check_flags(parser: argparse.ArgumentParser, flags) -> None:
             parser.error("--sequence_stride exceeds the stored sequence (burn_in + unroll_length): steps would "
                          "never be stored")
         return
-    from models import core_kind
-
     split = flags.batch_mode.startswith("split")
     if split and core_kind(flags) is not None:
         parser.error(f"--batch_mode {flags.batch_mode} splits unrolls into transitions, which a recurrent core "

@@ -27,9 +27,12 @@ class AgentTraits:
 
     ``rank_shares``: its flags that count the run's totals (replay sizes, random steps): under torchrun
     each rank takes 1/W of them (``rl_core/runtime/distributed.py``).
+
+    ``recurrent``: its networks take a recurrent core (--use_lstm, --use_elstm, --use_rtrl); False: feedforward only.
     """
 
     replays: bool
     sizing: Literal["scaled", "on_policy", "fixed"]
     lag_bounds_envs: bool = False
     rank_shares: tuple[str, ...] = ()
+    recurrent: bool = True

@@ -51,13 +51,14 @@ def announce_sizing(f, sizing, replays: bool) -> None:
 CORE_NAMES = {"lstm": "an LSTM", "elstm": "an eLSTM (truncated BPTT)", "rtrl_elstm": "an eLSTM trained by RTRL"}
 
 
-def describe_core(f) -> str:
-    """The model's recurrent core, or its absence, and the flag that changes it."""
+def describe_core(f, recurrent: bool = True) -> str:
+    """The model's recurrent core, or its absence, and the flag that changes it (``recurrent``: the agent takes a
+    core at all)."""
     from models import core_kind
 
     kind = core_kind(f)
     if kind is None:
-        return "model: feedforward (--use_lstm, --use_elstm or --use_rtrl: a recurrent core)"
+        return "model: feedforward" + (" (--use_lstm, --use_elstm or --use_rtrl: a recurrent core)" if recurrent else "")
     return f"model: {CORE_NAMES[kind]} core of {f.hidden_size} units (--feedforward: none)"
 
 

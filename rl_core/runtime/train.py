@@ -157,8 +157,9 @@ class Training:
         else:
             announce_rank(self.group, self.device, f, self.global_flags)
         set_torch_threads(f, self.device)
-        announce_sizing(self.global_flags, self.sizing, agent_traits(self.global_flags).replays)
-        log.info("%s", describe_core(f))
+        traits = agent_traits(self.global_flags)
+        announce_sizing(self.global_flags, self.sizing, traits.replays)
+        log.info("%s", describe_core(f, traits.recurrent))
 
     def _train(self) -> Outcome:
         """Train until done, stopped or failed, then shut down (the final checkpoint on rank 0)."""
