@@ -39,9 +39,9 @@ as "skipped: budget"; a child still running at its share's end is stopped (SIGIN
 never runs past ``--budget_s``.  A training stage needs at least a minute.  Ctrl-C (or SIGTERM) stops the
 stage under way the same way, writes the tables of the stages done, and ends with one line.
 
-Output: markdown tables, ready for docs/results.md (the env ceiling; IMPALA Pong: the step and the minutes at
-which the last-100 return first reached 18, or "not reached" and the last-100 at the end, frames/s and their
-ratio to the ceiling, the goals met or not: >= 18 within 10 minutes of wall time, frames/s >= 0.9 of the
+Output: markdown tables, ready for docs/experiments/throughput.md (the env ceiling; IMPALA Pong: the step and the
+minutes at which the last-100 return first reached 18, or "not reached" and the last-100 at the end, frames/s and
+their ratio to the ceiling, the goals met or not: >= 18 within 10 minutes of wall time, frames/s >= 0.9 of the
 ceiling; the splits: a row per layout, processes x splits x envs, its frames/s, their ratio to the unsplit
 layout's and to the ceiling; the agents' table; the PPO rows).  They are printed at the end and written to
 ``<savedir>/gpu_suite.md`` after every stage; ``<savedir>/gpu_suite.json`` keeps each stage's result, so that
@@ -73,7 +73,7 @@ start included), from this repository's root:
   .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 || exit;``
 * The whole suite (25 minutes) outlasts a session's device time, so a session runs part of it, in calls made
   at once one after the other (the machine goes back 30 s after a call), each within one command's 10 minutes.
-  What ran on 2026-11-26 (docs/results.md, 12 of the 15 minutes with the machine's start)::
+  What ran on 2026-11-26 (docs/experiments/throughput.md, 12 of the 15 minutes with the machine's start)::
 
       call 1: ...; timeout 560 python3 benchmarks/gpu_suite.py --stages ceiling,impala_pong,splits --budget_s 545 \
               --ceiling_seconds 4 --splits_seconds 40 --savedir /tmp/gs 2>&1 | tee $OUT/suite.log;
@@ -81,13 +81,13 @@ start included), from this repository's root:
       call 2: ...; timeout 290 python3 benchmarks/gpu_suite.py --stages splits --budget_s 280 --splits_seconds 100 \
               --savedir /tmp/gs2 2>&1 | tee $OUT/suite2.log
 
-  A second session (docs/results.md) ran ``--stages agents,ppo_pong --budget_s 550``, then ``benchmarks/agents.py``
-  alone with ``--seconds 20`` (too short at 448 envs for IMPALA, R2D2 and PPO+RND to learn: keep 30); left:
-  ``--stages ppo_breakout``.  The PPO stages make about 1,000 agent steps/s there (8 envs, cleanrl's settings),
-  so a session's minutes show only their start, not cleanrl's 10M steps.  Each call's output has its own
-  tables.  A machine of 30 minutes holds the whole suite in one ``setsid`` run watched by three calls (``sleep
-  585; cat /tmp/gs.log`` in the second, ``until grep -q '^gpu_suite: \(done\|stopped\)' /tmp/gs.log; do sleep 5;
-  done`` in the third).
+  A second session (docs/experiments/throughput.md) ran ``--stages agents,ppo_pong --budget_s 550``, then
+  ``benchmarks/agents.py`` alone with ``--seconds 20`` (too short at 448 envs for IMPALA, R2D2 and PPO+RND to learn:
+  keep 30); left: ``--stages ppo_breakout``.  The PPO stages make about 1,000 agent steps/s there (8 envs,
+  cleanrl's settings), so a session's minutes show only their start, not cleanrl's 10M steps.  Each call's output
+  has its own tables.  A machine of 30 minutes holds the whole suite in one ``setsid`` run watched by three calls
+  (``sleep 585; cat /tmp/gs.log`` in the second, ``until grep -q '^gpu_suite: \(done\|stopped\)' /tmp/gs.log; do
+  sleep 5; done`` in the third).
 """
 
 from __future__ import annotations

@@ -28,9 +28,13 @@ band.
 what meta.json, logs.csv, final_test.json and out.log record of the run (its command is meta.json's argv, that of
 its last start; the machine is --machine, with the cores, GPU and device line the run recorded), its final test,
 its greedy validations and its last-100 curve cut to at most CURVE_POINTS rows (every row at which it first
-reached an anchor's score or a --score kept).  ``render`` draws the results page from those summaries alone: per
-package a table of env x agent and per env a PNG with the anchors' published points (benchmarks/anchors.json), in
-the region of --out between MARKERS (printed to stdout where --out has none).
+reached an anchor's score or a --score kept).  A summary with a ``source`` was transcribed by hand from a run's
+record in docs/experiments/ (its run directory was not kept): its curve holds the recorded points alone, its times
+and its wall time and agent steps/s only where recorded (null else).  ``render`` draws the results page from those
+summaries alone: per package that has summaries a table of env x agent (a run that ended short of its --total_steps
+"1.23M of 5M, stopped"; a transcribed run's seed marked, with a line under the table saying so), the runs' commands
+and per env a PNG with the anchors' published points (benchmarks/anchors.json), a transcribed run's points as
+markers joined by a line, in the region of --out between MARKERS (printed to stdout where --out has none).
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import textwrap
 import time
 
 import numpy as np
@@ -239,13 +244,28 @@ class Run:
     final_test: float | None
     frames_per_step: int
     label: str = ""  # a summary's --label, which tells apart runs of one env, agent and seed
+    recorded: dict | None = None  # a transcribed summary's wall_seconds and steps_per_s (None: not recorded)
+
+    @property
+    def transcribed(self) -> bool:
+        """Read from a summary transcribed from a log, not collected: its curve holds the recorded points alone."""
+        return self.recorded is not None
 
     @property
     def last_step(self) -> int:
         return int(self.steps[-1])
 
     @property
+    def wall_seconds(self) -> float:
+        """Training seconds to the last row (a transcribed run's as recorded); NaN where not recorded."""
+        if self.recorded is not None:
+            return math.nan if self.recorded["wall_seconds"] is None else float(self.recorded["wall_seconds"])
+        return float(self.seconds[-1])
+
+    @property
     def steps_per_s(self) -> float:
+        if self.recorded is not None:
+            return math.nan if self.recorded["steps_per_s"] is None else float(self.recorded["steps_per_s"])
         return self.last_step / self.seconds[-1] if self.seconds[-1] > 0 else math.nan
 
     @property
@@ -378,11 +398,11 @@ def count_label(group: list[Run]) -> str:
 
 
 def mean_std(values: list[float], group: list[Run]) -> str:
-    """``mean ± std`` (numpy's population std) over the values, ``(k of n seeds)`` (or ``runs``) when some of the
-    group's runs have none."""
+    """``mean ± std`` (numpy's population std) over the values (one value alone), ``(k of n seeds)`` (or ``runs``)
+    when some of the group's runs have none."""
     if not values:
         return "-"
-    text = f"{np.mean(values):.1f} ± {np.std(values):.1f}"
+    text = f"{np.mean(values):.1f}" + (f" ± {np.std(values):.1f}" if len(values) > 1 else "")
     if len(values) == len(group):
         return text
     return f"{text} ({len(values)} of {len(group)} {'runs' if seeds_repeat(group) else 'seeds'})"
@@ -675,21 +695,55 @@ def load_summaries(data: str) -> list[tuple[str, dict]]:
     return out
 
 
+def transcribed(summary: dict) -> bool:
+    """A summary transcribed by hand from a run's log in docs/experiments/ (its ``source`` says which; no run
+    directory behind it): its curve holds only the recorded points, its times only those recorded (null else)."""
+    return "source" in summary
+
+
 def run_of_summary(path: str, summary: dict) -> Run:
-    """The run as the summary's rows give it."""
+    """The run as the summary's rows give it (a transcribed one's wall time and agent steps/s as recorded)."""
     curve = summary["curve"]
-    returns = np.array([math.nan if v is None else v for v in curve["return_last_100"]], dtype=float)
+    returns, seconds = (np.array([math.nan if v is None else v for v in curve[key]], dtype=float)
+                        for key in ("return_last_100", "time"))
     final = summary["final_test"]
+    recorded = {key: summary.get(key) for key in ("wall_seconds", "steps_per_s")} if transcribed(summary) else None
     return Run(path, summary["env"], summary["agent"], summary["seed"], np.array(curve["step"], dtype=np.int64),
-               np.array(curve["time"], dtype=float), returns, final["mean"] if final else None,
-               summary["frames_per_step"], summary.get("label") or "")
+               seconds, returns, final["mean"] if final else None, summary["frames_per_step"],
+               summary.get("label") or "", recorded)
 
 
 def duration(seconds: float) -> str:
-    """Minutes (a decimal below 10), hours from 2 on."""
+    """Minutes (a decimal below 10), hours from 2 on; "-" where not recorded (NaN)."""
+    if math.isnan(seconds):
+        return "-"
     if seconds < 600:
         return f"{seconds / 60:.1f} min"
     return f"{seconds / 60:.0f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
+
+
+def short_steps(steps: int) -> str:
+    """Agent steps in millions to two decimals or thousands to one: 1,234,560 -> 1.23M, 5,000,000 -> 5M, 844,800 ->
+    844.8k."""
+    for size, unit, digits in ((1_000_000, "M", 2), (1_000, "k", 1)):
+        if steps >= size:
+            return f"{steps / size:.{digits}f}".rstrip("0").rstrip(".") + unit
+    return str(steps)
+
+
+def steps_cell(group: list[Run], info: dict[str, dict]) -> str:
+    """The agent steps each run reached; ``1.23M of 5M, stopped`` for one that ended short of its --total_steps
+    (``running when collected`` where it had not ended when it was collected: meta.json had no end yet)."""
+    texts = []
+    for run in group:
+        summary = info[run.run_dir]
+        total = summary.get("total_steps")
+        if total is None or run.last_step >= total:
+            texts.append(f"{run.last_step:,}")
+            continue
+        how = "running when collected" if summary.get("start") and not summary.get("end") else "stopped"
+        texts.append(f"{short_steps(run.last_step)} of {short_steps(total)}, {how}")
+    return collapsed(texts)
 
 
 def reached_cell(group: list[Run], info: dict[str, dict], score: float | None) -> str:
@@ -718,46 +772,128 @@ def machine_text(summary: dict) -> str:
     return "; ".join(parts) or "-"
 
 
-def command_cell(group: list[Run], info: dict[str, dict]) -> str:
-    """The command the runs were started with: one, or the first seed's where they differ (their seeds, xpids)."""
-    summaries = [info[run.run_dir] for run in group]
-    commands = [s["command"] for s in summaries]
-    text = f"`{commands[0]}`" if len(set(commands)) == 1 else f"seed {group[0].seed}: `{commands[0]}`"
-    world = (summaries[0].get("distributed") or {}).get("world_size")
-    return (text + (f" under torchrun, world size {world}" if world else "")).replace("|", "\\|")
+def rate_cell(group: list[Run], info: dict[str, dict]) -> str:
+    """Agent steps/s: the mean over the runs, or each run's where they ran on different machines or one's is not
+    recorded."""
+    rates = [run.steps_per_s for run in group]
+    if any(math.isnan(rate) for rate in rates) or len({machine_text(info[run.run_dir]) for run in group}) > 1:
+        return per_seed(["-" if math.isnan(rate) else f"{rate:,.0f}" for rate in rates])
+    return f"{np.mean(rates):,.0f}"
+
+
+TRANSCRIBED_MARK = "†"
 
 
 def render_row(group: list[Run], info: dict[str, dict], anchors: dict, out_dir: str) -> list[str]:
-    """One row of a package's table: the (env, agent) group's summaries."""
+    """One row of a package's table: the (env, agent) group's summaries; the agent links its history in
+    docs/experiments/, a transcribed run's seed is marked."""
     run = group[0]
     log = os.path.relpath(os.path.join(REPO, "docs", "experiments", f"{run.agent.split('+')[0]}.md"), out_dir)
-    return [run.env, run.name, per_seed([str(r.seed) for r in group]), collapsed([f"{r.last_step:,}" for r in group]),
+    return [run.env, f"[{run.name}]({log})",
+            per_seed([f"{r.seed}{TRANSCRIBED_MARK if r.transcribed else ''}" for r in group]), steps_cell(group, info),
             mean_std(known_values(last_returns(group)), group), mean_std(final_tests(group), group),
             reached_cell(group, info, anchor_score(anchors, run.env, run.agent)),
-            per_seed([duration(r.seconds[-1]) for r in group]), f"{np.mean([r.steps_per_s for r in group]):,.0f}",
-            collapsed([machine_text(info[r.run_dir]) for r in group]), command_cell(group, info),
-            f"[{run.agent.split('+')[0]}]({log})"]
+            per_seed([duration(r.wall_seconds) for r in group]), rate_cell(group, info),
+            collapsed([machine_text(info[r.run_dir]) for r in group])]
 
 
-RENDER_HEADER = ["env", "agent", "seeds", "agent steps", "last-100 at the end", "final test",
-                 "first step at the anchor's score", "wall time", "agent steps/s", "machine", "command", "log"]
+RENDER_HEADER = ["env", "agent", "seeds", "agent steps", "last-100 at the end", "final test", "steps to anchor score",
+                 "wall time", "agent steps/s", "machine"]
+RUN_IDENTITY = ("--seed", "--xpid", "--savedir", "--pipes_basename")
+COMMAND_WIDTH = 120
+
+
+def without_identity(command: str) -> list[str]:
+    """A command's words without the run's identity (RUN_IDENTITY's flags and their values)."""
+    words, out = shlex.split(command), []
+    skip = False
+    for word in words:
+        if skip:
+            skip = False
+        elif word in RUN_IDENTITY:
+            skip = True
+        elif word.split("=")[0] not in RUN_IDENTITY:
+            out.append(word)
+    return out
+
+
+def wrapped_command(command: str) -> list[str]:
+    """A shell command in lines of at most COMMAND_WIDTH characters continued with `` \\`` (a flag kept with its
+    value)."""
+    words = [shlex.quote(word) for word in shlex.split(command)]
+    units: list[str] = []
+    for word in words:
+        if units and units[-1].startswith("--") and " " not in units[-1] and not word.startswith("--"):
+            units[-1] += " " + word
+        else:
+            units.append(word)
+    lines, line = [], units[0]
+    for unit in units[1:]:
+        if len(line) + len(unit) + 3 > COMMAND_WIDTH:
+            lines.append(line + " \\")
+            line = "    " + unit
+        else:
+            line += " " + unit
+    return lines + [line]
+
+
+def command_block(groups: list[list[Run]], info: dict[str, dict]) -> list[str]:
+    """The runs' commands as a shell block: per (env, agent) the first seed's, and each other seed's that differs
+    in more than the run's identity (RUN_IDENTITY)."""
+    lines = ["```sh"]
+    for group in groups:
+        kinds: dict[tuple[str, ...], list[Run]] = {}
+        for run in group:
+            kinds.setdefault(tuple(without_identity(info[run.run_dir]["command"])), []).append(run)
+        for runs in kinds.values():
+            summary = info[runs[0].run_dir]
+            world = (summary.get("distributed") or {}).get("world_size")
+            others = [str(r.seed) for r in runs[1:]]
+            lines.append(f"# {runs[0].env} {runs[0].name}, seed {runs[0].seed}"
+                         + (f" (seed{'s' if len(others) > 1 else ''} {', '.join(others)} the same with its own "
+                            f"{', '.join(RUN_IDENTITY[:2])})" if others else "")
+                         + (f", under torchrun, world size {world}" if world else ""))
+            lines += wrapped_command(summary["command"])
+    return lines + ["```"]
+
+
+def prose(text: str) -> str:
+    """A paragraph of the page in lines of at most COMMAND_WIDTH characters, none broken inside a `code` span."""
+    parts = text.split("`")
+    kept = "`".join(part.replace(" ", "\0") if i % 2 else part for i, part in enumerate(parts))
+    return textwrap.fill(kept, COMMAND_WIDTH, break_long_words=False, break_on_hyphens=False).replace("\0", " ")
+
+
+def draw_transcribed(ax, group: list[Run], color=None) -> None:
+    """Each transcribed run of the group: its recorded points as markers joined by a line, a marker and a line style
+    per seed, in ``color`` (None: the axes' next one)."""
+    for marker, style, run in zip("osD^v<>", ["-", "--", "-.", ":"] * 2, group):
+        known = ~np.isnan(run.returns)
+        (line,) = ax.plot(run.steps[known], run.returns[known], marker=marker, linestyle=style, color=color,
+                          markersize=5, label=f"{run.name} seed {run.seed}{TRANSCRIBED_MARK} (recorded points): "
+                                              f"last-100 {run.returns[known][-1] if known.any() else math.nan:.1f}")
+        color = line.get_color()
 
 
 def plot_env(env: str, groups: list[list[Run]], info: dict[str, dict], anchors: dict):
     """The figure of one (package, env): per agent the seeds' mean last-100 return with their min-max band (and its
-    greedy validations, dashed, where the runs have them), the anchors' points as markers, their scores and random
-    returns as lines."""
+    greedy validations, dashed, where the runs have them), a transcribed run's recorded points as markers joined by
+    a line, the anchors' points as markers, their scores and random returns as lines."""
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(8, 5))
-    for group in groups:
-        end = known_values(last_returns(group))
-        line = draw_band(ax, f"{group[0].name} ({count_label(group)}): last-100 "
-                             f"{f'{np.mean(end):.1f}' if end else '-'}", [(r.steps, r.returns) for r in group])
-        validations = [info[r.run_dir].get("validation") for r in group]
-        if line is not None and all(validations):
-            curves = [(np.array(v["step"]), np.array(v["mean_return"], dtype=float)) for v in validations]
-            draw_band(ax, f"{group[0].name} greedy validation", curves, color=line.get_color(), linestyle="--",
-                      marker=".")
+    for whole in groups:
+        group = [r for r in whole if not r.transcribed]
+        line = None
+        if group:
+            end = known_values(last_returns(group))
+            line = draw_band(ax, f"{group[0].name} ({count_label(group)}): last-100 "
+                                 f"{f'{np.mean(end):.1f}' if end else '-'}", [(r.steps, r.returns) for r in group])
+            validations = [info[r.run_dir].get("validation") for r in group]
+            if line is not None and all(validations):
+                curves = [(np.array(v["step"]), np.array(v["mean_return"], dtype=float)) for v in validations]
+                draw_band(ax, f"{group[0].name} greedy validation", curves, color=line.get_color(), linestyle="--",
+                          marker=".")
+        draw_transcribed(ax, [r for r in whole if r.transcribed], line.get_color() if line is not None else None)
     for marker, anchor in zip("os^Dv<>", anchors_of(anchors, env, {r.agent for g in groups for r in g})):
         steps, values = zip(*anchor["points"])
         ax.plot(steps, values, marker=marker, linestyle=":", color="black", markersize=6,
@@ -767,18 +903,32 @@ def plot_env(env: str, groups: list[list[Run]], info: dict[str, dict], anchors: 
         ax.axhline(value, color="gray", linestyle="--" if what == "score" else "-.", linewidth=0.8,
                    label=f"{what} {value:g}")
     ax.set(title=env, xlabel="agent steps", ylabel="return (last 100 episodes; validations: greedy)")
+    ax.xaxis.set_major_formatter(lambda x, _: short_steps(int(x)))
     ax.grid(alpha=0.3)
     ax.legend(fontsize="small")
     fig.tight_layout()
     return fig
 
 
+PACKAGE_TITLES = {"torchbeast_atari": "Atari", "torchbeast_gym": "gym", "torchbeast_mujoco": "MuJoCo",
+                  "torchbeast_football": "Football", "torchbeast_procgen": "Procgen",
+                  "torchbeast_dmlab": "DeepMind Lab"}
+
+
 def render_package(package: str, runs: list[Run], info: dict[str, dict], anchors: dict, out_dir: str,
                    img: str) -> str:
-    """A package's section of the page: its table, a PNG per env (written into ``img``) and the anchors' sources."""
+    """A package's section of the page: its table (a line on the transcribed runs where it has some), the runs'
+    commands, a PNG per env (written into ``img``) and the anchors' sources."""
     groups = grouped(runs)
-    lines = [f"### {package}", "", markdown_table(RENDER_HEADER, [render_row(g, info, anchors, out_dir)
-                                                                   for g in groups.values()]), ""]
+    title = f"{PACKAGE_TITLES[package]} (`{package}`)" if package in PACKAGE_TITLES else f"`{package}`"
+    lines = [f"### {title}", "", markdown_table(RENDER_HEADER, [render_row(g, info, anchors, out_dir)
+                                                                for g in groups.values()]), ""]
+    if any(run.transcribed for run in runs):
+        lines += [prose(f"{TRANSCRIBED_MARK} Transcribed from the run's record in docs/experiments/ (the summary's "
+                        f"`source` names the section; its run directory was not kept): its curve holds the recorded "
+                        f"points alone, and \"-\" is a figure not recorded."), ""]
+    lines += [prose("Commands (every flag not given is the package's default for the agent):"), "",
+              *command_block(list(groups.values()), info), ""]
     for env in dict.fromkeys(run.env for run in runs):
         png = os.path.join(img, f"suite_{package}_{path_name(env)}.png")
         save_figure(plot_env(env, [g for (e, _), g in groups.items() if e == env], info, anchors), png)
@@ -787,22 +937,23 @@ def render_package(package: str, runs: list[Run], info: dict[str, dict], anchors
             for a in anchors_of(anchors, env, {r.agent for r in runs})}
     sources = [f"[{anchors['sources'][s]['name']}]({anchors['sources'][s]['url']}) for {', '.join(agents)}"
                for s, agents in sorted(used)]
-    lines.append("Anchors: " + ("; ".join(sources) if sources else "none for these envs") + ".")
+    lines.append(prose("Anchors: " + ("; ".join(sources) if sources else "none for these envs") + "."))
     return "\n".join(lines)
 
 
 def render_markdown(summaries: list[tuple[str, dict]], anchors: dict, out_dir: str, img: str, data: str) -> str:
-    """The page's generated region: a section per package (PNGs written into ``img``)."""
+    """The page's generated region: a section per package that has summaries (PNGs written into ``img``)."""
     runs = [run_of_summary(path, summary) for path, summary in summaries]
     info = {path: summary for path, summary in summaries}
     packages = dict.fromkeys(summary["package"] for _, summary in summaries)
     sections = [render_package(p, [r for r in runs if info[r.run_dir]["package"] == p], info, anchors, out_dir, img)
                 for p in packages]
     shown = os.path.relpath(data, REPO) if os.path.abspath(data).startswith(REPO + os.sep) else data
-    note = (f"Generated by `{PROG} render` from the run summaries in {shown} (`{PROG} collect RUN_DIR ...`): "
-            f"mean ± std over seeds (numpy's population std), per seed in the seeds' order; first step at the "
-            f"anchor's score: the agent step of the first logs.csv row whose last-100 return reached the score of "
-            f"benchmarks/anchors.json; wall time: logs.csv's time, summed over a resumed run's starts.")
+    note = prose(f"Generated by `{PROG} render` from the run summaries in {shown} (`{PROG} collect RUN_DIR ...`): "
+                 f"mean ± std over seeds (numpy's population std), per seed in the seeds' order; agent steps: \"of "
+                 f"N, stopped\" for a run that ended short of its --total_steps; steps to anchor score: "
+                 f"the agent step of the first logs.csv row whose last-100 return reached the score of "
+                 f"benchmarks/anchors.json; wall time: logs.csv's time, summed over a resumed run's starts.")
     return "\n\n".join([note, *sections])
 
 

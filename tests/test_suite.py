@@ -101,8 +101,8 @@ def expected_row(savedir, score: float, step_at: int) -> dict:
         f"minutes to ≥ {score:g}": " / ".join(r["minutes"] for r in runs),
         "agent steps/s": f"{np.mean([r['sps'] for r in runs]):,.0f}",
         "frames/s": f"{np.mean([r['sps'] for r in runs]):,.0f}",  # CartPole: one frame per agent step
-        f"last-100 at {step_at:,}": f"{np.mean(at):.1f} ± {np.std(at):.1f}"
-                                    + ("" if len(at) == 2 else f" ({len(at)} of 2 seeds)"),
+        f"last-100 at {step_at:,}": (f"{np.mean(at):.1f} ± {np.std(at):.1f}" if len(at) == 2
+                                     else f"{at[0]:.1f} (1 of 2 seeds)"),
     }
 
 
@@ -315,21 +315,27 @@ def test_render_writes_the_region_and_curves_from_summaries_alone(suite, tmp_pat
     cart = [json.loads((data / f"torchbeast_gym/CartPole-v1/impala_seed{s}.json").read_text()) for s in (1, 2)]
     ends = [c["curve"]["return_last_100"][-1] for c in cart]
     finals = [c["final_test"]["mean"] for c in cart]
+    up = os.path.relpath(REPO, page.parent)
     assert rows == [
-        {"env": "PongNoFrameskip-v4", "agent": "ppo", "seeds": "1 / 2", "agent steps": "5,000,000",
-         "last-100 at the end": "19.5 ± 0.5", "final test": "20.5 ± 0.5",
-         "first step at the anchor's score": "18: 3,000,000 / 4,000,000", "wall time": "83 min / 83 min",
-         "agent steps/s": "1,000", "machine": "H200, 16 cores",
-         "command": "seed 1: `python -m torchbeast_atari.polybeast --env PongNoFrameskip-v4 --agent ppo --seed 1`",
-         "log": f"[ppo]({os.path.relpath(REPO, page.parent)}/docs/experiments/ppo.md)"},
-        {"env": "CartPole-v1", "agent": "impala", "seeds": "1 / 2", "agent steps": "8,000",
-         "last-100 at the end": f"{np.mean(ends):.1f} ± {np.std(ends):.1f}",
-         "final test": f"{np.mean(finals):.1f} ± {np.std(finals):.1f}", "first step at the anchor's score": "-",
+        {"env": "PongNoFrameskip-v4", "agent": f"[ppo]({up}/docs/experiments/ppo.md)", "seeds": "1 / 2",
+         "agent steps": "5,000,000", "last-100 at the end": "19.5 ± 0.5", "final test": "20.5 ± 0.5",
+         "steps to anchor score": "18: 3,000,000 / 4,000,000", "wall time": "83 min / 83 min",
+         "agent steps/s": "1,000", "machine": "H200, 16 cores"},
+        {"env": "CartPole-v1", "agent": f"[impala]({up}/docs/experiments/impala.md)", "seeds": "1 / 2",
+         "agent steps": "8,000", "last-100 at the end": f"{np.mean(ends):.1f} ± {np.std(ends):.1f}",
+         "final test": f"{np.mean(finals):.1f} ± {np.std(finals):.1f}", "steps to anchor score": "-",
          "wall time": " / ".join(f"{c['wall_seconds'] / 60:.1f} min" for c in cart),
-         "agent steps/s": f"{np.mean([8000 / c['curve']['time'][-1] for c in cart]):,.0f}",
-         "machine": "2-core VM", "command": f"seed 1: `{cart[0]['command']}`",
-         "log": f"[impala]({os.path.relpath(REPO, page.parent)}/docs/experiments/impala.md)"},
+         "agent steps/s": f"{np.mean([8000 / c['curve']['time'][-1] for c in cart]):,.0f}", "machine": "2-core VM"},
     ]
+    # the commands under each table, each seed's that differs in more than its identity (--seed, --xpid, ...)
+    blocks = re.findall(r"```sh\n(.*?)\n```", text, re.S)
+    assert blocks[0].splitlines() == [
+        "# PongNoFrameskip-v4 ppo, seed 1 (seed 2 the same with its own --seed, --xpid)",
+        "python -m torchbeast_atari.polybeast --env PongNoFrameskip-v4 --agent ppo --seed 1"]
+    assert blocks[1].startswith("# CartPole-v1 impala, seed 1 (seed 2 the same with its own --seed, --xpid)\n")
+    assert blocks[1].split("\n", 1)[1].replace(" \\\n    ", " ") == cart[0]["command"]
+    assert all(len(line) <= 120 for line in blocks[1].splitlines())
+    assert "### Atari (`torchbeast_atari`)" in text and "### gym (`torchbeast_gym`)" in text and "†" not in text
     for name in ("suite_torchbeast_atari_PongNoFrameskip-v4.png", "suite_torchbeast_gym_CartPole-v1.png"):
         png = tmp_path / "docs" / "img" / name
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
@@ -341,7 +347,7 @@ def test_render_writes_the_region_and_curves_from_summaries_alone(suite, tmp_pat
     result = run(SUITE, "render", "--data", str(data), "--out", str(tmp_path / "plain.md"), "--img",
                  str(tmp_path / "img2"), output=str(tmp_path / "out2"), timeout=120)
     assert result.returncode == 0 and (tmp_path / "plain.md").read_text() == "no markers\n"
-    assert "| PongNoFrameskip-v4 | ppo | 1 / 2 | 5,000,000 | 19.5 ± 0.5 |" in result.stdout
+    assert "| 1 / 2 | 5,000,000 | 19.5 ± 0.5 |" in result.stdout
     assert "has no <!-- suite:begin --> ... <!-- suite:end --> region" in result.stdout
 
 
@@ -368,6 +374,82 @@ def test_the_plot_draws_the_anchors_points_and_a_score_not_kept_exactly_is_an_up
     assert suite.reached_cell([runs[1]], info, 18.0) == "18: ≤ 3,000,000"
     assert suite.reached_cell([runs[1]], info, 19.0) == "19: not on the kept rows"
     assert suite.reached_cell([runs[0]], info, 19.0) == "19: not on the kept rows"  # 19 was not kept exactly either
+
+
+def transcribed_summary(seed: int, points: list[tuple[int, float]], wall_seconds, final) -> dict:
+    """A summary transcribed from a log: its recorded points alone, a time only where recorded."""
+    summary = pong_summary("impala", seed, [v for _, v in points], [18.0])
+    summary["curve"].update(rows=None, step=[s for s, _ in points], time=[None] * len(points))
+    summary.update(agent_steps=points[-1][0], total_steps=5_000_000, machine="dev", final_test=final,
+                   wall_seconds=wall_seconds, steps_per_s=None if wall_seconds is None else 5e6 / wall_seconds,
+                   source="transcribed from docs/experiments/impala.md (a section); run directory not kept")
+    return summary
+
+
+def test_a_transcribed_summary_is_marked_and_drawn_from_its_recorded_points(tmp_path):
+    from benchmarks import suite
+
+    anchors = suite.load_anchors()
+    one = [(1_000_000, -19.96), (2_000_000, -14.64), (3_746_240, 18.0), (5_000_000, 20.15)]
+    two = [(1_000_000, -19.87), (3_595_520, 18.0), (4_000_000, 18.93), (5_000_000, 19.57)]
+    summaries = [(str(tmp_path / "impala_seed1.json"), transcribed_summary(1, one, None, None)),
+                 (str(tmp_path / "impala_seed2.json"),
+                  transcribed_summary(2, two, 4176.0, {"mean": 19.39, "std": 0.18, "runs": [19.39]}))]
+    runs = [suite.run_of_summary(path, s) for path, s in summaries]
+    info = dict(summaries)
+    assert [r.transcribed for r in runs] == [True, True] and math.isnan(runs[0].wall_seconds)
+    row = dict(zip(suite.RENDER_HEADER, suite.render_row(runs, info, anchors, str(tmp_path))))
+    assert row.pop("agent") == f"[impala]({os.path.relpath(REPO, tmp_path)}/docs/experiments/impala.md)"
+    assert row == {
+        "env": "PongNoFrameskip-v4", "seeds": "1† / 2†", "agent steps": "5,000,000",
+        "last-100 at the end": "19.9 ± 0.3", "final test": "19.4 (1 of 2 seeds)",
+        "steps to anchor score": "18: 3,746,240 / 3,595,520", "wall time": "- / 70 min",
+        "agent steps/s": "- / 1,197", "machine": "dev"}
+    fig = suite.plot_env("PongNoFrameskip-v4", [runs], info, anchors)
+    lines = {line.get_label(): line for line in fig.axes[0].get_lines()}
+    for seed, points, marker, style, end in ((1, one, "o", "-", "20.1"), (2, two, "s", "--", "19.6")):
+        line = lines[f"impala seed {seed}† (recorded points): last-100 {end}"]
+        assert list(line.get_xdata()) == [s for s, _ in points] and list(line.get_ydata()) == [v for _, v in points]
+        assert line.get_marker() == marker and line.get_linestyle() == style and line.get_drawstyle() == "default"
+    assert len({lines[k].get_color() for k in lines if k.startswith("impala seed")}) == 1
+    suite.pyplot().close(fig)
+    # the table says what the mark means, once, under the table
+    section = suite.render_package("torchbeast_atari", runs, info, anchors, os.path.join(REPO, "docs"), str(tmp_path))
+    assert section.count("† Transcribed from the run's record in docs/experiments/") == 1
+    assert "| [impala](experiments/impala.md) | 1† / 2† |" in section
+    assert all(len(line.encode()) <= 200 for line in section.splitlines() if not line.startswith("!["))
+
+
+def test_the_committed_summaries_load_and_say_where_a_transcribed_one_comes_from():
+    from benchmarks import suite
+
+    for path, summary in suite.load_summaries(os.path.join(REPO, "docs", "data")):
+        run = suite.run_of_summary(path, summary)
+        assert np.all(np.diff(run.steps) > 0) and run.last_step == summary["agent_steps"], path
+        if suite.transcribed(summary):
+            assert re.fullmatch(r"transcribed from docs/experiments/\w+\.md \(.+\); run directory not kept",
+                                summary["source"]), path
+            assert set(summary["curve"]["exact_scores"]) <= set(run.returns), path
+
+
+def test_an_unfinished_run_says_how_far_it_got_and_a_missing_final_test_is_a_dash(tmp_path):
+    from benchmarks import suite
+
+    stopped = pong_summary("r2d2", 1, [-21.0, -20.5], [18.0])
+    stopped.update(total_steps=5_000_000, final_test=None, start="2026-11-29T04:01:27", end="2026-11-29T05:00:00")
+    stopped["curve"]["step"] = [600_000, 1_234_560]
+    running = dict(stopped, seed=2, end=None)
+    finished = dict(pong_summary("r2d2", 3, [-21.0, -19.0], [18.0]), total_steps=2_000_000, final_test=None)
+    summaries = [(str(tmp_path / f"r2d2_seed{s['seed']}.json"), s) for s in (stopped, running, finished)]
+    runs = [suite.run_of_summary(path, s) for path, s in summaries]
+    info = dict(summaries)
+    row = dict(zip(suite.RENDER_HEADER, suite.render_row(runs, info, suite.load_anchors(), str(tmp_path))))
+    assert row["agent steps"] == "1.23M of 5M, stopped / 1.23M of 5M, running when collected / 2,000,000"
+    assert row["final test"] == "-" and row["last-100 at the end"] == "-20.0 ± 0.7"
+    assert row["steps to anchor score"] == "18: not reached / not reached / not reached"
+    row = dict(zip(suite.RENDER_HEADER, suite.render_row(runs[:1], info, suite.load_anchors(), str(tmp_path))))
+    assert row["agent steps"] == "1.23M of 5M, stopped" and row["final test"] == "-"
+    assert [suite.short_steps(n) for n in (5_000_000, 1_234_560, 844_800, 999)] == ["5M", "1.23M", "844.8k", "999"]
 
 
 def test_anchors_name_their_sources_and_increase_in_steps():
