@@ -758,7 +758,19 @@ def reached_cell(group: list[Run], info: dict[str, dict], score: float | None) -
             texts.append("not reached" if exact else "not on the kept rows")
         else:
             texts.append(f"{'' if exact else '≤ '}{int(run.steps[i]):,}")
-    return f"{score:g}: {per_seed(texts)}"
+    text = f"{score:g}: {per_seed(texts)}"
+    validations = [info[run.run_dir].get("validation") for run in group]
+    if all(validations):  # an agent read by its greedy validations (R2D2: its training returns explore)
+        text += f"; greedy validation: {per_seed([validation_reached(v, score) for v in validations])}"
+    return text
+
+
+def validation_reached(validation: dict, score: float) -> str:
+    """The step of the first greedy validation whose mean return reached ``score``, and the last one's return."""
+    points = [(step, value) for step, value in zip(validation["step"], validation["mean_return"]) if value is not None]
+    hits = [step for step, value in points if value >= score]
+    last = f"last {points[-1][1]:g} at {short_steps(points[-1][0])}" if points else "none"
+    return f"{hits[0]:,} ({last})" if hits else f"not reached ({last})"
 
 
 def machine_text(summary: dict) -> str:
@@ -953,7 +965,9 @@ def render_markdown(summaries: list[tuple[str, dict]], anchors: dict, out_dir: s
                  f"mean ± std over seeds (numpy's population std), per seed in the seeds' order; agent steps: \"of "
                  f"N, stopped\" for a run that ended short of its --total_steps; steps to anchor score: "
                  f"the agent step of the first logs.csv row whose last-100 return reached the score of "
-                 f"benchmarks/anchors.json; wall time: logs.csv's time, summed over a resumed run's starts.")
+                 f"benchmarks/anchors.json, and where every seed has greedy validations (R2D2's progress: its "
+                 f"training returns explore) the first validation at the score; wall time: logs.csv's time, summed "
+                 f"over a resumed run's starts.")
     return "\n\n".join([note, *sections])
 
 

@@ -452,6 +452,25 @@ def test_an_unfinished_run_says_how_far_it_got_and_a_missing_final_test_is_a_das
     assert [suite.short_steps(n) for n in (5_000_000, 1_234_560, 844_800, 999)] == ["5M", "1.23M", "844.8k", "999"]
 
 
+def test_an_agent_read_by_its_greedy_validations_gets_their_first_step_at_the_score(tmp_path):
+    """R2D2's training returns include each env's exploration: where every seed has validations, the cell adds the
+    step of the first validation at the score and the last validation's return."""
+    from benchmarks import suite
+
+    one = pong_summary("r2d2", 1, [-20.0, -5.0], [18.0])
+    one["validation"] = {"source": "out.log", "step": [250_000, 500_000, 750_000], "mean_return": [-21.0, 18.5, 20.0]}
+    two = pong_summary("r2d2", 2, [-21.0, -19.0], [18.0])
+    two["validation"] = {"source": "out.log", "step": [250_000, 500_000], "mean_return": [-21.0, -17.25]}
+    summaries = [(str(tmp_path / f"r2d2_seed{s['seed']}.json"), s) for s in (one, two)]
+    runs = [suite.run_of_summary(path, s) for path, s in summaries]
+    row = dict(zip(suite.RENDER_HEADER, suite.render_row(runs, dict(summaries), suite.load_anchors(), str(tmp_path))))
+    assert row["steps to anchor score"] == ("18: not reached / not reached; greedy validation: 500,000 (last 20 at "
+                                            "750k) / not reached (last -17.25 at 500k)")
+    row = dict(zip(suite.RENDER_HEADER, suite.render_row(runs, dict(summaries, **{summaries[1][0]: pong_summary(
+        "r2d2", 2, [-21.0, -19.0], [18.0])}), suite.load_anchors(), str(tmp_path))))
+    assert row["steps to anchor score"] == "18: not reached / not reached"  # a seed without validations: none shown
+
+
 def test_anchors_name_their_sources_and_increase_in_steps():
     from benchmarks import suite
 
