@@ -626,8 +626,10 @@ def core_defaults(agent: str, core: str | None) -> dict:
 # 40-step burn-in, each env step replayed 1.5 times and the target copied every 2,500 updates would give
 # about 1,500 updates in 5M agent steps, one target copy, and 200 agent steps/s on 2 cores.  Here batches of
 # 8 sequences of 40 steps after a 20-step burn-in (the paper's proportions), each env step replayed once, so
-# an update comes every 320 agent steps (IMPALA's defaults: every 160), the target copied every 400 updates
-# (128k agent steps; cleanrl's DQN: every 1k steps, i.e. 250 updates), Adam 2e-4.  The replay keeps each
+# an update comes every 320 agent steps (IMPALA's defaults: every 160), Adam 2e-4, the target copied every 100
+# updates: as far as the online network moves between copies in cleanrl's DQN (100 x 2e-4 against 250 Adam steps
+# of 1e-4), 32k agent steps, so that 5-step targets carry a reward back a Pong point's length (~40 steps) within
+# 8 copies, 256k agent steps (every 400 updates: 1M).  The replay keeps each
 # frame once (a sequence of 61 steps: 64 frames of 84x84, 0.45 MB) in a quarter of the machine's memory
 # (24 GB: 13k sequences, 266k agent steps).  Greedy validation of 8 whole games every 250k agent steps is how
 # its progress is read: its training returns include each env's exploration.
@@ -643,7 +645,7 @@ def replay_sequences(share: float = 0.25, burn_in: int = 20, unroll_length: int 
 
 def r2d2_defaults() -> dict:
     """--agent r2d2's Atari defaults (above)."""
-    return dict(R2D2_SEQUENCE, use_lstm=True, replay_ratio=1.0, learning_rate=2e-4, target_update_period=400,
+    return dict(R2D2_SEQUENCE, use_lstm=True, replay_ratio=1.0, learning_rate=2e-4, target_update_period=100,
                 replay_buffer_size=replay_sequences(**{k: R2D2_SEQUENCE[k] for k in ("burn_in", "unroll_length")}),
                 replay_buffer_min_size=500, replay_frame_stack=True, validate_step_every=250_000,
                 valid_num_episodes=8, total_steps=50_000_000)
