@@ -28,7 +28,7 @@ REQUIRED = ("add_flags", "make_env")
 # ENVS_PER_SERVER: the envs one server process steps when the launcher sizes a run to the machine;
 # SERVER_SPLITS: the --server_splits the sizing gives such a process, where measured to pay).
 OPTIONAL_FUNCTIONS = ("agent_defaults", "core_defaults", "rnd_defaults", "num_actors_multiple", "check_flags",
-                      "test_protocol", "validation_protocol", "make_test_env")
+                      "action_kind", "test_protocol", "validation_protocol", "make_test_env")
 
 
 class EnvPackage:
@@ -88,6 +88,13 @@ class EnvPackage:
         fn = self._optional.get("check_flags")
         if fn:
             fn(parser, flags)
+
+    def action_kind(self, flags) -> str | None:
+        """The kind of its envs' actions ("discrete" or "box") where known before an env is made, so that an agent
+        that does not take them is refused at parse time; None (without ``action_kind``): known once the servers
+        describe their envs."""
+        fn = self._optional.get("action_kind")
+        return fn(flags) if fn else None
 
     def test_protocol(self, flags) -> list[dict]:
         """The final test's runs (rl_core/evaluation.py); without ``test_protocol``: 100 episodes."""

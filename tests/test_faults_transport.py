@@ -12,6 +12,7 @@ import signal
 import time
 
 import numpy as np
+import pytest
 import torch
 
 from rl_core import checkpoint
@@ -287,3 +288,34 @@ def test_the_refusal_with_rnd_names_the_agents_rnd_wraps():
     for agent in ("ppo", "sac"):
         check_action_space(types.SimpleNamespace(agent=agent, rnd=False), box)  # they take it
     check_action_space(types.SimpleNamespace(agent="r2d2", rnd=False), EnvSpec(Observation((4,), "<f4"), DiscreteActions(3)))
+
+
+@pytest.mark.parametrize("package, argv, line", [
+    ("torchbeast_mujoco", ["--agent", "impala"], "--agent impala takes discrete actions; this env has box (continuous) "
+                                                 "actions: use --agent vpg, ppo, awr, vmpo, vtrace or sac"),
+    ("torchbeast_mujoco", ["--agent", "r2d2"], "--agent r2d2 takes discrete actions; this env has box (continuous) "
+                                               "actions: use --agent vpg, ppo, awr, vmpo, vtrace or sac"),
+])
+def test_what_dry_run_accepts_a_run_accepts_an_agent_the_packages_actions_refuse_is_refused_at_parse_time(
+        package, argv, line, capsys):
+    import importlib
+
+    from rl_core.runtime import entry
+
+    pkg = importlib.import_module(f"{package}.env")
+    with pytest.raises(SystemExit) as exit_:
+        entry.parse_flags(pkg, [*argv, "--dry_run"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"error: {line} (all flags: " in err[0], err
+
+
+@pytest.mark.parametrize("package, agent", [("torchbeast_mujoco", "sac"), ("torchbeast_mujoco", "ppo"),
+                                            ("torchbeast_atari", "r2d2"), ("torchbeast_procgen", "sac"),
+                                            ("torchbeast_football", "impala")])
+def test_an_agent_that_takes_the_packages_actions_passes_the_parse(package, agent):
+    import importlib
+
+    from rl_core.runtime import entry
+
+    assert entry.parse_flags(importlib.import_module(f"{package}.env"), ["--agent", agent]).agent == agent

@@ -742,6 +742,11 @@ def check_flags(parser, flags) -> None:
         parser.error(f"--sticky_actions must be in [0, 1), got {flags.sticky_actions}")
 
 
+def action_kind(flags) -> str:
+    """Its envs' actions, known before one is made: an agent that does not take them is refused at parse time."""
+    return "discrete"
+
+
 def make_env(flags, seed: int) -> gymnasium.Env:
     """The env an env server hosts, from the run's flags."""
     return create_env(

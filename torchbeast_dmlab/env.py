@@ -484,6 +484,11 @@ def check_flags(parser, flags) -> None:
         parser.exit(2, f"error: {e}\n")
 
 
+def action_kind(flags) -> str:
+    """Its envs' actions, known before one is made: an agent that does not take them is refused at parse time."""
+    return "discrete"
+
+
 def make_env(flags, seed: int) -> DmLabEnv:
     """The env an env server hosts, from the run's flags."""
     return create_env(

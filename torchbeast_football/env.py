@@ -303,6 +303,11 @@ def check_flags(parser, flags) -> None:
                      f"drop the flag")
 
 
+def action_kind(flags) -> str:
+    """Its envs' actions, known before one is made: an agent that does not take them is refused at parse time."""
+    return "discrete"
+
+
 def make_env(flags, seed: int) -> FootballEnv:
     """The env an env server hosts, from the run's flags."""
     return create_env(flags.env or DEFAULT_ENV, seed, rewards=flags.rewards)

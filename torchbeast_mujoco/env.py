@@ -413,6 +413,11 @@ def check_flags(parser, flags) -> None:
         parser.error(f"--render_size must be positive, got {flags.render_size}")
 
 
+def action_kind(flags) -> str:
+    """Its envs' actions, known before one is made: an agent that does not take them is refused at parse time."""
+    return "box"
+
+
 def make_env(flags, seed: int) -> MujocoEnv:
     """The env an env server hosts, from the run's flags."""
     return create_env(_env_name(flags), seed)

@@ -80,20 +80,28 @@ def agents_for(action_kind: str, rnd: bool = False) -> list[str]:
     return [name for name in AGENTS if action_kind in ACTION_KINDS[name] and not (rnd and name in REPLAY)]
 
 
+def action_space_refusal(name: str, kind: str, rnd: bool = False, has: str | None = None) -> str | None:
+    """The one line refusing ``--agent name`` on an env of ``kind`` ("discrete" or "box") actions, naming every
+    agent that fits (``has``: how the env's actions read, where known); None when the agent takes them."""
+    if kind in ACTION_KINDS.get(name, (kind,)):
+        return None
+    fits = agents_for(kind, rnd)
+    takes = " or ".join(ACTION_KINDS[name])
+    has = has or ("discrete actions" if kind == "discrete" else "box (continuous) actions")
+    choices = ", ".join(fits[:-1]) + f" or {fits[-1]}" if len(fits) > 1 else fits[0]
+    return f"--agent {name} takes {takes} actions; this env has {has}: use --agent {choices}" + (
+        " (with --rnd)" if rnd else "")
+
+
 def check_action_space(flags, spec: EnvSpec) -> None:
     """One line naming every agent that fits when ``--agent`` does not take the env's action space."""
     from rl_core.errors import UserError
 
-    name, action = flags.agent, spec.action
-    if action.kind in ACTION_KINDS.get(name, (action.kind,)):
-        return
-    rnd = bool(flags.rnd)
-    fits = agents_for(action.kind, rnd)
-    takes = " or ".join(ACTION_KINDS[name])
+    action = spec.action
     has = "discrete actions" if spec.discrete else f"a Box action space of shape {list(action.shape)}"
-    choices = ", ".join(fits[:-1]) + f" or {fits[-1]}" if len(fits) > 1 else fits[0]
-    raise UserError(f"--agent {name} takes {takes} actions; this env has {has}: use --agent {choices}"
-                    + (" (with --rnd)" if rnd else ""))
+    refusal = action_space_refusal(flags.agent, action.kind, bool(flags.rnd), has)
+    if refusal:
+        raise UserError(refusal)
 
 
 # R2D2's published settings (Kapturowski et al. 2019, Table 2; SEED RL's Atari R2D2): Adam 1e-4 with

@@ -206,6 +206,7 @@ def _parse(env_pkg, argv=None, prog=None, parser=None, auto_size=False):
     check_ranges(parser, flags, env_pkg.FLAG_RANGES)
     flags_lib.check(parser, flags)
     env_pkg.check_flags(parser, flags)
+    check_action_kind(env_pkg, parser, flags)
     if flags.dry_run:
         print(f"{parser.prog}: configuration")
         for key, value in sorted(vars(flags).items()):
@@ -215,6 +216,17 @@ def _parse(env_pkg, argv=None, prog=None, parser=None, auto_size=False):
             print(f"sizing: {sizing.reason}")
         sys.exit(0)
     return flags, sizing
+
+
+def check_action_kind(env_pkg, parser, flags) -> None:
+    """What --dry_run accepts, a run accepts: an agent that the package's envs' actions refuse is refused here, in
+    the line the learner would end with (``rl_core.agents.check_action_space``)."""
+    from rl_core.agents import action_space_refusal
+
+    kind = env_pkg.action_kind(flags)
+    refusal = action_space_refusal(flags.agent, kind, bool(flags.rnd)) if kind else None
+    if refusal:
+        parser.error(refusal)
 
 
 def _maybe_test_mode(env_pkg, flags, parser, argv) -> None:
