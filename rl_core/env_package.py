@@ -24,11 +24,13 @@ class EnvPackageModule(Protocol):
 
 
 REQUIRED = ("add_flags", "make_env")
-# What it may define: functions, and three constants (FLAG_RANGES: flag -> range, checked at parse time;
+# What it may define: functions, and four constants (FLAG_RANGES: flag -> range, checked at parse time;
 # ENVS_PER_SERVER: the envs one server process steps when the launcher sizes a run to the machine;
-# SERVER_SPLITS: the --server_splits the sizing gives such a process, where measured to pay).
+# SERVER_SPLITS: the --server_splits the sizing gives such a process, where measured to pay; ACTION_KIND:
+# "discrete" or "box", its envs' actions where known before an env is made, so that an agent that does not take
+# them is refused at parse time; without it the learner refuses the agent once the servers describe their envs).
 OPTIONAL_FUNCTIONS = ("agent_defaults", "core_defaults", "rnd_defaults", "num_actors_multiple", "check_flags",
-                      "action_kind", "test_protocol", "validation_protocol", "make_test_env")
+                      "test_protocol", "validation_protocol", "make_test_env")
 
 
 class EnvPackage:
@@ -50,6 +52,7 @@ class EnvPackage:
         self.FLAG_RANGES: dict | None = getattr(module, "FLAG_RANGES", None)
         self.ENVS_PER_SERVER: int | None = getattr(module, "ENVS_PER_SERVER", None)
         self.SERVER_SPLITS: int = getattr(module, "SERVER_SPLITS", 1)
+        self.ACTION_KIND: str | None = getattr(module, "ACTION_KIND", None)
         self._optional = {f: getattr(module, f) for f in OPTIONAL_FUNCTIONS if getattr(module, f, None) is not None}
 
     def __repr__(self) -> str:
@@ -88,13 +91,6 @@ class EnvPackage:
         fn = self._optional.get("check_flags")
         if fn:
             fn(parser, flags)
-
-    def action_kind(self, flags) -> str | None:
-        """The kind of its envs' actions ("discrete" or "box") where known before an env is made, so that an agent
-        that does not take them is refused at parse time; None (without ``action_kind``): known once the servers
-        describe their envs."""
-        fn = self._optional.get("action_kind")
-        return fn(flags) if fn else None
 
     def test_protocol(self, flags) -> list[dict]:
         """The final test's runs (rl_core/evaluation.py); without ``test_protocol``: 100 episodes."""

@@ -575,6 +575,7 @@ SERVER_SPLITS = 1
 
 
 FLAG_RANGES = {"max_episode_frames": "[1, inf)", "noop_max": "[0, inf)", "sticky_actions": "[0, 1]"}  # checked at parse time (rl_core/flag_ranges.py)
+ACTION_KIND = "discrete"  # its envs' actions, known before one is made (rl_core/env_package.py)
 
 
 def add_flags(parser) -> None:
@@ -741,10 +742,6 @@ def check_flags(parser, flags) -> None:
     if not 0.0 <= flags.sticky_actions < 1.0:
         parser.error(f"--sticky_actions must be in [0, 1), got {flags.sticky_actions}")
 
-
-def action_kind(flags) -> str:
-    """Its envs' actions, known before one is made: an agent that does not take them is refused at parse time."""
-    return "discrete"
 
 
 def make_env(flags, seed: int) -> gymnasium.Env:

@@ -433,6 +433,7 @@ ENVS_PER_SERVER = 1
 
 
 FLAG_RANGES = {"num_action_repeats": "[1, inf)"}  # checked at parse time (rl_core/flag_ranges.py)
+ACTION_KIND = "discrete"  # its envs' actions, known before one is made (rl_core/env_package.py)
 
 
 def add_flags(parser) -> None:
@@ -483,10 +484,6 @@ def check_flags(parser, flags) -> None:
     except UserError as e:  # one line, no usage: nothing is wrong with the command line
         parser.exit(2, f"error: {e}\n")
 
-
-def action_kind(flags) -> str:
-    """Its envs' actions, known before one is made: an agent that does not take them is refused at parse time."""
-    return "discrete"
 
 
 def make_env(flags, seed: int) -> DmLabEnv:

@@ -277,6 +277,9 @@ def agent_defaults(agent: str) -> dict:
     return on_policy_defaults(agent, _PPO_DEFAULTS) if agent in ON_POLICY else dict(_IMPALA_DEFAULTS)
 
 
+ACTION_KIND = "discrete"  # its envs' actions, known before one is made (rl_core/env_package.py)
+
+
 def add_flags(parser) -> None:
     """Football's flags; defaults of SEED RL's Football V-trace runs (see :func:`agent_defaults`)."""
     g = parser.add_argument_group(
@@ -302,10 +305,6 @@ def check_flags(parser, flags) -> None:
         parser.error(f"--num_actions {flags.num_actions} disagrees with Football's {NUM_ACTIONS} actions: "
                      f"drop the flag")
 
-
-def action_kind(flags) -> str:
-    """Its envs' actions, known before one is made: an agent that does not take them is refused at parse time."""
-    return "discrete"
 
 
 def make_env(flags, seed: int) -> FootballEnv:

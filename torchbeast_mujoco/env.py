@@ -384,6 +384,7 @@ def agent_defaults(agent: str) -> dict:
 
 
 FLAG_RANGES = {"render_size": "[1, inf)"}  # checked at parse time (rl_core/flag_ranges.py)
+ACTION_KIND = "box"  # its envs' actions, known before one is made (rl_core/env_package.py)
 
 
 def add_flags(parser) -> None:
@@ -412,10 +413,6 @@ def check_flags(parser, flags) -> None:
     if flags.render_size <= 0:
         parser.error(f"--render_size must be positive, got {flags.render_size}")
 
-
-def action_kind(flags) -> str:
-    """Its envs' actions, known before one is made: an agent that does not take them is refused at parse time."""
-    return "box"
 
 
 def make_env(flags, seed: int) -> MujocoEnv:

@@ -391,6 +391,7 @@ ENVS_PER_SERVER = 32
 
 FLAG_RANGES = {"multi_env": "[1, inf)", "num_levels": "[0, inf)", "start_level": "[0, inf)",
                "valid_num_levels": "[0, inf)", "valid_start_level": "[0, inf)"}  # checked at parse time (rl_core/flag_ranges.py)
+ACTION_KIND = "discrete"  # its envs' actions, known before one is made (rl_core/env_package.py)
 
 
 def add_flags(parser) -> None:
@@ -481,10 +482,6 @@ def check_flags(parser, flags) -> None:
         parser.error(f"--num_actions {flags.num_actions} disagrees with Procgen's {NUM_ACTIONS} actions: "
                      f"drop the flag")
 
-
-def action_kind(flags) -> str:
-    """Its envs' actions, known before one is made: an agent that does not take them is refused at parse time."""
-    return "discrete"
 
 
 def make_env(flags, seed: int, game: str | None = None) -> ProcgenEnv:

@@ -223,7 +223,7 @@ def check_action_kind(env_pkg, parser, flags) -> None:
     the line the learner would end with (``rl_core.agents.check_action_space``)."""
     from rl_core.agents import action_space_refusal
 
-    kind = env_pkg.action_kind(flags)
+    kind = env_pkg.ACTION_KIND
     refusal = action_space_refusal(flags.agent, kind, bool(flags.rnd)) if kind else None
     if refusal:
         parser.error(refusal)
