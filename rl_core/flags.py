@@ -25,6 +25,35 @@ class DefaultsHelpFormatter(argparse.HelpFormatter):
         return f"{text} (default: %(default)s)"
 
 
+def expand_flag_files(argv: list[str], _seen: tuple[str, ...] = ()) -> list[str]:
+    """``@FILE`` arguments replaced by the flags the file holds (argparse's ``fromfile_prefix_chars``, as SEED RL's
+    gin files or RND's config.yaml hold a setting beside an experiment's script): each line split as a shell would,
+    ``#`` starting a comment, flags written one or several to a line, ``@OTHER`` within expanded too; flags after
+    ``@FILE`` on the command line win over the file's.  A file that cannot be read is a UserError naming it."""
+    import os
+    import shlex
+
+    from rl_core.errors import UserError
+
+    out = []
+    for arg in argv:
+        if not (arg.startswith("@") and len(arg) > 1):
+            out.append(arg)
+            continue
+        path = os.path.abspath(os.path.expanduser(arg[1:]))
+        if path in _seen:
+            raise UserError(f"flag file {arg[1:]} includes itself (through {' -> '.join(_seen)}): drop the loop")
+        try:
+            with open(path) as f:
+                words = shlex.split(f.read(), comments=True)
+        except OSError as e:
+            raise UserError(f"flag file {arg[1:]}: {e.strerror or e}: give an existing file after @") from None
+        except ValueError as e:
+            raise UserError(f"flag file {arg[1:]}: {e}: quote it as a shell would") from None
+        out += expand_flag_files(words, (*_seen, path))
+    return out
+
+
 class FlagParser(argparse.ArgumentParser):
     """argparse whose refusals are one line naming the cause and pointing to --help, not the usage dump."""
 

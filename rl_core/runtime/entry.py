@@ -197,7 +197,10 @@ def _parse(env_pkg, argv=None, prog=None, parser=None, auto_size=False):
     ``(flags, Sizing or None)``."""
     env_pkg = env_package(env_pkg)
     parser = parser or make_parser(env_pkg, prog)
-    argv = sys.argv[1:] if argv is None else argv
+    try:
+        argv = flags_lib.expand_flag_files(sys.argv[1:] if argv is None else argv)
+    except UserError as e:
+        parser.error(str(e))
     apply_agent_defaults(env_pkg, parser, argv)
     sizing = apply_sizing(env_pkg, parser, argv) if auto_size else None
     flags = parser.parse_args(argv)
@@ -241,6 +244,19 @@ def _maybe_test_mode(env_pkg, flags, parser, argv) -> None:
         sys.exit(evaluate_checkpoint(flags, env_pkg, parser, argv))
 
 
+def command_line(argv: list[str] | None) -> list[str]:
+    """The entry point's flags (``sys.argv``'s without ``argv``) with ``@FILE`` flag files expanded
+    (``flags.expand_flag_files``); the process's own ``sys.argv`` then holds them too, so that meta.json records the
+    flags that ran and the servers get them on their command line."""
+    try:
+        expanded = flags_lib.expand_flag_files(sys.argv[1:] if argv is None else list(argv))
+    except UserError as e:
+        _fail(str(e))
+    if argv is None:
+        sys.argv[1:] = expanded
+    return expanded
+
+
 def _fail(message: str) -> "NoReturn":  # noqa: F821
     print(f"error: {message}", file=sys.stderr, flush=True)
     report = os.environ.get(FAILURE_FILE_ENV)
@@ -256,7 +272,7 @@ def _fail(message: str) -> "NoReturn":  # noqa: F821
 def env_main(env_pkg, argv=None) -> None:
     """``python -m <pkg>.polybeast_env``: one server with --server_index, else all of them."""
     env_pkg = _checked(env_pkg)
-    argv = sys.argv[1:] if argv is None else argv
+    argv = command_line(argv)
     flags = parse_flags(env_pkg, argv, prog=f"python -m {env_pkg.package}.polybeast_env")
     flags.pipes_basename = flags.pipes_basename or SHARED_BASENAME
     setup_logging(None)
@@ -330,7 +346,7 @@ def learner_main(env_pkg, argv=None) -> None:
     from rl_core.runtime.train import train
 
     env_pkg = _checked(env_pkg)
-    argv = sys.argv[1:] if argv is None else argv
+    argv = command_line(argv)
     parser = make_parser(env_pkg, prog=f"python -m {env_pkg.package}.polybeast_learner")
     flags = parse_flags(env_pkg, argv, parser=parser)
     flags.pipes_basename = flags.pipes_basename or SHARED_BASENAME
@@ -345,7 +361,7 @@ def launcher_main(env_pkg, argv=None) -> None:
     from rl_core.runtime.train import train
 
     env_pkg = _checked(env_pkg)
-    argv = sys.argv[1:] if argv is None else argv
+    argv = command_line(argv)
     parser = make_parser(env_pkg, prog=f"python -m {env_pkg.package}.polybeast")
     flags, sizing = _parse(env_pkg, argv, parser=parser, auto_size=True)
     _hide_secrets_from_own_argv()
