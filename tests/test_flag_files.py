@@ -56,6 +56,6 @@ def test_the_launcher_expands_a_flag_file_before_it_parses(tmp_path):
                              "--dry_run"], cwd=REPO, capture_output=True, text=True, timeout=120,
                             env=dict(os.environ, PYTHONPATH=REPO))
     assert result.returncode == 0, result.stderr
-    config = dict(line.strip()[2:].split("=", 1) for line in result.stdout.splitlines() if line.startswith("  --"))
+    config = dict(line.strip()[2:].split("  # ")[0].split("=", 1) for line in result.stdout.splitlines() if line.startswith("  --"))
     assert (config["env"], config["agent"], config["use_lstm"], config["replay_ratio"], config["seed"]) == (
         "CartPole-v1", "r2d2", "True", "3.0", "4")

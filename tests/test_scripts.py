@@ -33,7 +33,7 @@ def test_script_parses_and_its_flags_parse(script, tmp_path):
     result = subprocess.run(["bash", script, "--dry_run"], cwd=REPO, env=env, capture_output=True, text=True,
                             timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
-    config = dict(line.strip()[2:].split("=", 1) for line in result.stdout.splitlines()[1:] if line.startswith("  --"))
+    config = dict(line.strip()[2:].split("  # ")[0].split("=", 1) for line in result.stdout.splitlines()[1:] if line.startswith("  --"))
     assert config["seed"].isdigit()
     assert config["savedir"] == str(tmp_path)
     assert all(value != "" for value in config.values()), "no empty flag values"

@@ -15,6 +15,7 @@ import os
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import argparse  # noqa: E402
+import dataclasses  # noqa: E402
 import json  # noqa: E402
 import math  # noqa: E402
 import logging  # noqa: E402
@@ -42,34 +43,39 @@ def make_parser(env_pkg, prog=None):
 CORE_FLAGS = ("use_lstm", "use_quasi_lstm", "use_rtrl")  # models.core_kind's flags: one core at most
 
 
-def apply_agent_defaults(env_pkg, parser, argv) -> None:
+def apply_agent_defaults(env_pkg, parser, argv) -> list[tuple[str, dict]]:
     """The agent's published defaults (``rl_core.agents.published_defaults``), the package's for the
     chosen --agent (``env_pkg.agent_defaults(name)``), with a
     recurrent core, for that (``env_pkg.core_defaults(name, core)``), and with --rnd RND's
     (``rl_core.agents.RND_DEFAULTS``, then ``env_pkg.rnd_defaults(name)``), under the flags given on the
     command line: the agent and core are read first, then their defaults are set.  A core named on the command
-    line (or ``--feedforward``) replaces the one a package's defaults give."""
+    line (or ``--feedforward``) replaces the one a package's defaults give.  Returns the layers, each
+    ``(source, values)``, in the order they were laid (a later one wins)."""
     from models import core_kind
     from rl_core.agents import published_defaults
 
     env_pkg = env_package(env_pkg)
     # --help is left out here, so that the help printed by the full parse shows these defaults
     known, _ = parser.parse_known_args([a for a in argv if a not in ("-h", "--help")])
-    defaults = published_defaults(known.agent)  # the agent's paper, under the package's own
-    defaults.update(env_pkg.agent_defaults(known.agent))
+    agent, pkg = known.agent, env_pkg.package
+    layers = [(f"paper: --agent {agent}", published_defaults(agent)),  # the agent's paper, under the package's own
+              (f"{pkg}: --agent {agent}", env_pkg.agent_defaults(agent))]
     if known.feedforward or any(getattr(known, k) for k in CORE_FLAGS):  # a core named on the command line
-        defaults = {k: v for k, v in defaults.items() if k not in CORE_FLAGS}  # replaces the package's
-    core = core_kind(argparse.Namespace(**{k: defaults.get(k, getattr(known, k)) for k in CORE_FLAGS}))
-    defaults.update(env_pkg.core_defaults(known.agent, core))  # then its recurrent core's, if any
+        layers = [(source, {k: v for k, v in values.items() if k not in CORE_FLAGS})  # replaces the package's
+                  for source, values in layers]
+    laid = {k: v for _, values in layers for k, v in values.items()}
+    core = core_kind(argparse.Namespace(**{k: laid.get(k, getattr(known, k)) for k in CORE_FLAGS}))
+    layers.append((f"{pkg}: --agent {agent} with a {core} core", env_pkg.core_defaults(agent, core)))
     if known.rnd:  # then RND's: the paper's, and the package's for RND runs
         from rl_core.agents import RND_DEFAULTS
 
-        defaults.update(RND_DEFAULTS)
-        defaults.update(env_pkg.rnd_defaults(known.agent))
+        layers += [("paper: --rnd", dict(RND_DEFAULTS)), (f"{pkg}: --rnd", env_pkg.rnd_defaults(agent))]
+    defaults = {k: v for _, values in layers for k, v in values.items()}
     unknown = [k for k in defaults if not hasattr(known, k)]
     if unknown:
-        raise ValueError(f"{env_pkg.name}.agent_defaults({known.agent!r}) names unknown flags {unknown}")
+        raise ValueError(f"{env_pkg.name}.agent_defaults({agent!r}) names unknown flags {unknown}")
     parser.set_defaults(**defaults)
+    return [(source, values) for source, values in layers if values]
 
 
 def given_flags(parser, argv) -> dict:
@@ -188,20 +194,31 @@ def _divisible_by_ranks(values: dict, auto: tuple) -> list[str]:
 
 
 def parse_flags(env_pkg, argv=None, prog=None, parser=None):
-    """Parse and check; ``--dry_run`` prints the configuration and exits 0."""
-    return _parse(env_pkg, argv, prog, parser)[0]
+    """Parse and check; ``--dry_run`` prints the configuration, each value with its source, and exits 0."""
+    return _parse(env_pkg, argv, prog, parser).flags
 
 
-def _parse(env_pkg, argv=None, prog=None, parser=None, auto_size=False):
-    """``parse_flags``; with ``auto_size`` (the launcher) the flags not given are sized to the machine first:
-    ``(flags, Sizing or None)``."""
+@dataclasses.dataclass
+class Parsed:
+    """A parsed command line: the flags, the launcher's sizing (or None), the command line with its ``@FILE`` flag
+    files expanded, and each flag's source (``flag_sources``)."""
+
+    flags: argparse.Namespace
+    sizing: object
+    argv: list[str]
+    sources: dict[str, str]
+
+
+def _parse(env_pkg, argv=None, prog=None, parser=None, auto_size=False) -> Parsed:
+    """``parse_flags``; with ``auto_size`` (the launcher) the flags not given are sized to the machine first."""
     env_pkg = env_package(env_pkg)
     parser = parser or make_parser(env_pkg, prog)
+    raw = sys.argv[1:] if argv is None else list(argv)
     try:
-        argv = flags_lib.expand_flag_files(sys.argv[1:] if argv is None else argv)
+        argv = flags_lib.expand_flag_files(raw)
     except UserError as e:
         parser.error(str(e))
-    apply_agent_defaults(env_pkg, parser, argv)
+    layers = apply_agent_defaults(env_pkg, parser, argv)
     sizing = apply_sizing(env_pkg, parser, argv) if auto_size else None
     flags = parser.parse_args(argv)
     from rl_core.flag_ranges import check_ranges
@@ -210,15 +227,52 @@ def _parse(env_pkg, argv=None, prog=None, parser=None, auto_size=False):
     flags_lib.check(parser, flags)
     env_pkg.check_flags(parser, flags)
     check_action_kind(env_pkg, parser, flags)
+    sources = flag_sources(env_pkg, parser, raw, layers, sizing)
     if flags.dry_run:
-        print(f"{parser.prog}: configuration")
+        print(f"{parser.prog}: configuration (each value's source after #)")
         for key, value in sorted(vars(flags).items()):
             if key != "server_secret":
-                print(f"  --{key}={value}")
+                print(f"  --{key}={value}  # {sources.get(key, FLAG_DEFAULT)}")
         if sizing is not None and sizing.reason:
             print(f"sizing: {sizing.reason}")
         sys.exit(0)
-    return flags, sizing
+    return Parsed(flags, sizing, argv, sources)
+
+
+FLAG_DEFAULT, COMMAND_LINE, SIZING = "flag default", "command line", "sizing: this machine"
+
+
+def flag_sources(env_pkg, parser, raw_argv: list[str], layers: list[tuple[str, dict]], sizing) -> dict[str, str]:
+    """Where each flag's value came from, the first that gives it of: the command line or a flag file (the last
+    one that names it), the launcher's sizing (where it changed the value), the layers of agent and package defaults
+    (``apply_agent_defaults``, the last first), the package's own defaults of the shared flags, the flag's own
+    default."""
+    base = {a.dest: a.default for a in flags_lib.make_parser()._actions}
+    package = {a.dest: a.default for a in make_parser(env_pkg)._actions}
+    sources = {k: env_pkg.package if package.get(k, base.get(k)) != base.get(k) else FLAG_DEFAULT for k in package}
+    laid = dict(package)
+    for source, values in layers:
+        sources.update(dict.fromkeys(values, source))
+        laid.update(values)
+    sized = sizing.values() if sizing is not None else {}
+    sources.update({k: SIZING for k in (sizing.auto if sizing is not None else ()) if sized.get(k, laid.get(k)) !=
+                    laid.get(k)})  # what the sizing kept stays its layer's
+    for source, args in _argv_segments(raw_argv):
+        sources.update(dict.fromkeys(given_flags(parser, args), source))
+    return sources
+
+
+def _argv_segments(raw_argv: list[str]) -> list[tuple[str, list[str]]]:
+    """The command line cut where a ``@FILE`` stands: ``(source, flags)`` in order, a file's flags expanded."""
+    segments: list[tuple[str, list[str]]] = []
+    for arg in raw_argv:
+        if arg.startswith("@") and len(arg) > 1:
+            segments.append((f"flag file {arg[1:]}", flags_lib.expand_flag_files([arg])))
+        elif segments and segments[-1][0] == COMMAND_LINE:
+            segments[-1][1].append(arg)
+        else:
+            segments.append((COMMAND_LINE, [arg]))
+    return segments
 
 
 def check_action_kind(env_pkg, parser, flags) -> None:
@@ -244,17 +298,12 @@ def _maybe_test_mode(env_pkg, flags, parser, argv) -> None:
         sys.exit(evaluate_checkpoint(flags, env_pkg, parser, argv))
 
 
-def command_line(argv: list[str] | None) -> list[str]:
-    """The entry point's flags (``sys.argv``'s without ``argv``) with ``@FILE`` flag files expanded
-    (``flags.expand_flag_files``); the process's own ``sys.argv`` then holds them too, so that meta.json records the
-    flags that ran and the servers get them on their command line."""
-    try:
-        expanded = flags_lib.expand_flag_files(sys.argv[1:] if argv is None else list(argv))
-    except UserError as e:
-        _fail(str(e))
+def own_argv(parsed: Parsed, argv: list[str] | None) -> list[str]:
+    """The command line that ran, its ``@FILE`` flag files expanded; where it is the process's own (``argv``
+    None), ``sys.argv`` holds it too, so that meta.json records the flags that ran and the servers get them."""
     if argv is None:
-        sys.argv[1:] = expanded
-    return expanded
+        sys.argv[1:] = parsed.argv
+    return parsed.argv
 
 
 def _fail(message: str) -> "NoReturn":  # noqa: F821
@@ -272,8 +321,8 @@ def _fail(message: str) -> "NoReturn":  # noqa: F821
 def env_main(env_pkg, argv=None) -> None:
     """``python -m <pkg>.polybeast_env``: one server with --server_index, else all of them."""
     env_pkg = _checked(env_pkg)
-    argv = command_line(argv)
-    flags = parse_flags(env_pkg, argv, prog=f"python -m {env_pkg.package}.polybeast_env")
+    parsed = _parse(env_pkg, argv, prog=f"python -m {env_pkg.package}.polybeast_env")
+    flags, argv = parsed.flags, own_argv(parsed, argv)
     flags.pipes_basename = flags.pipes_basename or SHARED_BASENAME
     setup_logging(None)
     if flags.server_index is None:
@@ -346,13 +395,13 @@ def learner_main(env_pkg, argv=None) -> None:
     from rl_core.runtime.train import train
 
     env_pkg = _checked(env_pkg)
-    argv = command_line(argv)
     parser = make_parser(env_pkg, prog=f"python -m {env_pkg.package}.polybeast_learner")
-    flags = parse_flags(env_pkg, argv, parser=parser)
+    parsed = _parse(env_pkg, argv, parser=parser)
+    flags, argv = parsed.flags, own_argv(parsed, argv)
     flags.pipes_basename = flags.pipes_basename or SHARED_BASENAME
     _hide_secrets_from_own_argv()
     _maybe_test_mode(env_pkg, flags, parser, argv)
-    sys.exit(train(flags, env_pkg))
+    sys.exit(train(flags, env_pkg, sources=parsed.sources))
 
 
 def launcher_main(env_pkg, argv=None) -> None:
@@ -361,9 +410,9 @@ def launcher_main(env_pkg, argv=None) -> None:
     from rl_core.runtime.train import train
 
     env_pkg = _checked(env_pkg)
-    argv = command_line(argv)
     parser = make_parser(env_pkg, prog=f"python -m {env_pkg.package}.polybeast")
-    flags, sizing = _parse(env_pkg, argv, parser=parser, auto_size=True)
+    parsed = _parse(env_pkg, argv, parser=parser, auto_size=True)
+    flags, sizing, argv = parsed.flags, parsed.sizing, own_argv(parsed, argv)
     _hide_secrets_from_own_argv()
     _maybe_test_mode(env_pkg, flags, parser, argv)
     if flags.pipes_basename is None:  # this run's own: two runs started with defaults never meet
@@ -393,7 +442,7 @@ def launcher_main(env_pkg, argv=None) -> None:
         _fail(str(e))
     supervisor = ServerSupervisor(module, server_argv, mine.num_servers, flags.pipes_basename, flags.server_secret,
                                   getattr(mine, "server_offset", 0), flags.server_splits)
-    sys.exit(train(flags, env_pkg, supervisor, sizing))
+    sys.exit(train(flags, env_pkg, supervisor, sizing, parsed.sources))
 
 
 def _checked(env_pkg) -> EnvPackage:

@@ -62,6 +62,18 @@ def describe_core(f, recurrent: bool = True) -> str:
     return f"model: {CORE_NAMES[kind]} core of {f.hidden_size} units (--feedforward: none)"
 
 
+def announce_sources(flags, sources: dict[str, str]) -> list[str]:
+    """The start's lines: the values that are not their flags' own defaults, grouped by where they came from."""
+    from rl_core import flags as flags_lib
+
+    base = {a.dest: a.default for a in flags_lib.make_parser()._actions}
+    groups: dict[str, list[str]] = {}
+    for key, value in sorted(vars(flags).items()):
+        if key in base and value != base[key] and key not in ("server_secret", "pipes_basename"):
+            groups.setdefault(sources.get(key, "flag default"), []).append(f"--{key} {value}")
+    return [f"from {source}: {', '.join(values)}" for source, values in groups.items()]
+
+
 def sizing_record(f, sizing) -> dict:
     """meta.json's ``sizing``: the values used, which of them the launcher chose (``auto``) and why."""
     record = sizing.record() if sizing is not None else {"auto": [], "reason": ""}

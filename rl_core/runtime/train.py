@@ -24,7 +24,9 @@ from rl_core.runtime.device import select_device, set_torch_threads
 from rl_core.runtime.outcome import FINISHED, INTERRUPTED, Outcome, after_shutdown, outcome_of_error
 from rl_core.runtime.parts import (Parts, build_parts, check_can_record, check_num_actions, connect_servers,
                                    start_lockstep, start_threads)
-from rl_core.runtime.progress import Progress, announce_rank, announce_sizing, describe_core, sizing_record
+from rl_core.runtime.progress import (
+    Progress, announce_rank, announce_sizing, announce_sources, describe_core, sizing_record,
+)
 from rl_core.runtime.signals import StopSignals
 from rl_core.runtime.threads import ErrorBox, where_they_wait
 from rl_core.runtime.validation import Validation, run_final_test
@@ -36,7 +38,7 @@ class Training:
     """One training run; ``run()`` returns the exit status.  Under torchrun rank 0 runs every phase
     (``_lead``), the other ranks train without a run directory (``_follow``)."""
 
-    def __init__(self, flags, env_pkg, supervisor=None, sizing=None):
+    def __init__(self, flags, env_pkg, supervisor=None, sizing=None, sources=None):
         self.flags = flags
         # Under torchrun each rank trains with its share of the run's totals (``self.flags``, set in ``run``);
         # meta.json and checkpoints record the run's own flags, whatever the world size.
@@ -46,6 +48,7 @@ class Training:
         self.env_pkg = env_pkg
         self.supervisor = supervisor
         self.sizing = sizing  # rl_core.sizing.Sizing: what the launcher chose and why; None: the flags as given
+        self.sources = sources or {}  # each flag's source (entry.flag_sources): announced, and kept in meta.json
         self.stop = threading.Event()
         self.test_stop = threading.Event()
         self.errors = ErrorBox(self.stop)
@@ -109,7 +112,7 @@ class Training:
             log.error("error: %s", e)
             put_back_meta(rundir, previous_meta)
             return 2
-        self.run_log.write_meta(sizing=sizing_record(self.global_flags, self.sizing))
+        self.run_log.write_meta(sizing=sizing_record(self.global_flags, self.sizing), flag_sources=self.sources)
         if self.group is not None:
             self.run_log.write_meta(distributed={"world_size": self.group.size, "backend": self.group.backend})
         self.signals.install()
@@ -160,6 +163,8 @@ class Training:
         traits = agent_traits(self.global_flags)
         announce_sizing(self.global_flags, self.sizing, traits.replays)
         log.info("%s", describe_core(f, traits.recurrent))
+        for line in announce_sources(self.global_flags, self.sources):
+            log.info("%s", line)
 
     def _train(self) -> Outcome:
         """Train until done, stopped or failed, then shut down (the final checkpoint on rank 0)."""
@@ -331,8 +336,8 @@ class Training:
         return self.parts.learner.step if self.parts is not None else 0
 
 
-def train(flags, env_pkg, supervisor=None, sizing=None) -> int:
-    training = Training(flags, env_pkg, supervisor, sizing)
+def train(flags, env_pkg, supervisor=None, sizing=None, sources=None) -> int:
+    training = Training(flags, env_pkg, supervisor, sizing, sources)
     status = training.run()
     if not any(thread.is_alive() for thread in training.threads):
         distributed.stop(training.group)
