@@ -20,7 +20,7 @@ GYM = importlib.import_module("torchbeast_gym.env")
 def test_each_value_names_the_layer_it_came_from(tmp_path):
     flags_file = tmp_path / "exp.flags"
     flags_file.write_text("--learning_rate 0.0003\n--seed 7\n")
-    parsed = entry._parse(ATARI, ["--agent", "r2d2", f"@{flags_file}", "--seed", "9", "--use_rtrl"])
+    parsed = entry.parse_command_line(ATARI, ["--agent", "r2d2", f"@{flags_file}", "--seed", "9", "--use_rtrl"])
     sources, flags = parsed.sources, parsed.flags
     assert (flags.seed, flags.learning_rate) == (9, 0.0003)
     assert sources["agent"] == sources["seed"] == sources["use_rtrl"] == "command line"  # the last to name it
@@ -30,21 +30,21 @@ def test_each_value_names_the_layer_it_came_from(tmp_path):
     assert sources["use_lstm"] == "flag default"  # the package's LSTM gave way to the core named
     assert sources["noop_max"] == sources["num_actors"] == "torchbeast_atari"  # the package's flags and defaults
     assert sources["entropy_cost"] == "flag default"
-    rnd = entry._parse(ATARI, ["--agent", "ppo", "--rnd", "--use_lstm"]).sources
+    rnd = entry.parse_command_line(ATARI, ["--agent", "ppo", "--rnd", "--use_lstm"]).sources
     assert rnd["batch_mode"] == "torchbeast_atari: --rnd" and rnd["discounting"] == "torchbeast_atari: --rnd"
     assert rnd["rnd_init_steps"] == "torchbeast_atari: --rnd"
-    lstm = entry._parse(ATARI, ["--agent", "ppo", "--use_lstm"]).sources
+    lstm = entry.parse_command_line(ATARI, ["--agent", "ppo", "--use_lstm"]).sources
     assert lstm["batch_mode"] == "torchbeast_atari: --agent ppo with a lstm core"
 
 
 def test_the_sizing_is_a_source_only_where_it_changed_a_value(monkeypatch):
     monkeypatch.setenv("POLYBEAST_CORES", "16")
-    big = entry._parse(ATARI, ["--disable_cuda"], auto_size=True)
+    big = entry.parse_command_line(ATARI, ["--disable_cuda"], auto_size=True)
     assert big.flags.num_actors != 56 and big.sources["num_actors"] == big.sources["num_servers"] == \
         "sizing: this machine"
     assert big.sources["batch_size"] == "torchbeast_atari: --agent impala"  # the sizing kept IMPALA's batch
     monkeypatch.setenv("POLYBEAST_CORES", "2")
-    small = entry._parse(ATARI, ["--disable_cuda"], auto_size=True)
+    small = entry.parse_command_line(ATARI, ["--disable_cuda"], auto_size=True)
     assert small.sources["num_actors"] == "torchbeast_atari: --agent impala"
 
 
@@ -52,7 +52,7 @@ def test_r2acs_atari_script_is_told_which_settings_came_from_the_package(tmp_pat
     """R2AC's own Qbert command: the start names the package's IMPALA settings it did not ask for."""
     argv = ["--env", "QbertNoFrameskip-v4", "--use_rtrl", "--learning_rate", "0.0006", "--entropy_cost", "0.01",
             "--batch_size", "32", "--unroll_length", "50", "--num_actors", "48", "--num_servers", "12"]
-    parsed = entry._parse(ATARI, argv)
+    parsed = entry.parse_command_line(ATARI, argv)
     lines = announce_sources(parsed.flags, parsed.sources)
     package = next(line for line in lines if line.startswith("from torchbeast_atari: --agent impala: "))
     for setting in ("--entropy_decay linear", "--init orthogonal", "--lr_decay none", "--recycle_period 1000"):

@@ -195,7 +195,7 @@ def _divisible_by_ranks(values: dict, auto: tuple) -> list[str]:
 
 def parse_flags(env_pkg, argv=None, prog=None, parser=None):
     """Parse and check; ``--dry_run`` prints the configuration, each value with its source, and exits 0."""
-    return _parse(env_pkg, argv, prog, parser).flags
+    return parse_command_line(env_pkg, argv, prog, parser).flags
 
 
 @dataclasses.dataclass
@@ -209,7 +209,7 @@ class Parsed:
     sources: dict[str, str]
 
 
-def _parse(env_pkg, argv=None, prog=None, parser=None, auto_size=False) -> Parsed:
+def parse_command_line(env_pkg, argv=None, prog=None, parser=None, auto_size=False) -> Parsed:
     """``parse_flags``; with ``auto_size`` (the launcher) the flags not given are sized to the machine first."""
     env_pkg = env_package(env_pkg)
     parser = parser or make_parser(env_pkg, prog)
@@ -321,7 +321,7 @@ def _fail(message: str) -> "NoReturn":  # noqa: F821
 def env_main(env_pkg, argv=None) -> None:
     """``python -m <pkg>.polybeast_env``: one server with --server_index, else all of them."""
     env_pkg = _checked(env_pkg)
-    parsed = _parse(env_pkg, argv, prog=f"python -m {env_pkg.package}.polybeast_env")
+    parsed = parse_command_line(env_pkg, argv, prog=f"python -m {env_pkg.package}.polybeast_env")
     flags, argv = parsed.flags, own_argv(parsed, argv)
     flags.pipes_basename = flags.pipes_basename or SHARED_BASENAME
     setup_logging(None)
@@ -396,7 +396,7 @@ def learner_main(env_pkg, argv=None) -> None:
 
     env_pkg = _checked(env_pkg)
     parser = make_parser(env_pkg, prog=f"python -m {env_pkg.package}.polybeast_learner")
-    parsed = _parse(env_pkg, argv, parser=parser)
+    parsed = parse_command_line(env_pkg, argv, parser=parser)
     flags, argv = parsed.flags, own_argv(parsed, argv)
     flags.pipes_basename = flags.pipes_basename or SHARED_BASENAME
     _hide_secrets_from_own_argv()
@@ -411,7 +411,7 @@ def launcher_main(env_pkg, argv=None) -> None:
 
     env_pkg = _checked(env_pkg)
     parser = make_parser(env_pkg, prog=f"python -m {env_pkg.package}.polybeast")
-    parsed = _parse(env_pkg, argv, parser=parser, auto_size=True)
+    parsed = parse_command_line(env_pkg, argv, parser=parser, auto_size=True)
     flags, sizing, argv = parsed.flags, parsed.sizing, own_argv(parsed, argv)
     _hide_secrets_from_own_argv()
     _maybe_test_mode(env_pkg, flags, parser, argv)
