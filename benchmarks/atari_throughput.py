@@ -10,7 +10,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from throughput import ATARI, main  # noqa: E402
+from throughput import ATARI, main
 
 if __name__ == "__main__":
     main(ATARI, default_model="atari", default_T=20)

@@ -11,7 +11,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from throughput import FOOTBALL, main  # noqa: E402
+from throughput import FOOTBALL, main
 
 if __name__ == "__main__":
     main(FOOTBALL, default_model="resnet", default_T=32, default_seconds=240.0)  # a CPU update takes ~10 s

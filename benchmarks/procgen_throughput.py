@@ -10,7 +10,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from throughput import PROCGEN, main  # noqa: E402
+from throughput import PROCGEN, main
 
 if __name__ == "__main__":
     main(PROCGEN, default_model="resnet", default_T=50)

@@ -21,9 +21,9 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import torch  # noqa: E402
+import torch
 
-from models.recurrent import make_core  # noqa: E402
+from models.recurrent import make_core
 
 INPUT_SIZE = 257
 BATCH = 32

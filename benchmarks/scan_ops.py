@@ -21,10 +21,10 @@ from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from rl_core.losses import advantages as adv_lib  # noqa: E402
-from rl_core.losses import rnd as rnd_lib  # noqa: E402
-from rl_core.losses import vtrace as vtrace_lib  # noqa: E402
-from tests import loop_reference as ref  # noqa: E402
+from rl_core.losses import advantages as adv_lib
+from rl_core.losses import rnd as rnd_lib
+from rl_core.losses import vtrace as vtrace_lib
+from tests import loop_reference as ref
 
 
 def cases(T, B, dtype, device):

@@ -35,7 +35,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import types
 
 import numpy as np
 import torch

@@ -28,7 +28,7 @@ from torch.nn import functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from torchbeast_atari import env as atari  # noqa: E402
+from torchbeast_atari import env as atari
 
 
 def load(path: str):

@@ -31,8 +31,8 @@ def test_each_value_names_the_layer_it_came_from(tmp_path):
     assert sources["noop_max"] == sources["num_actors"] == "torchbeast_atari"  # the package's flags and defaults
     assert sources["entropy_cost"] == "flag default"
     rnd = entry.parse_command_line(ATARI, ["--agent", "ppo", "--rnd", "--use_lstm"]).sources
-    assert rnd["batch_mode"] == "torchbeast_atari: --rnd" and rnd["discounting"] == "torchbeast_atari: --rnd"
-    assert rnd["rnd_init_steps"] == "torchbeast_atari: --rnd"
+    assert rnd["batch_mode"] == rnd["discounting"] == rnd["rnd_init_steps"] == "torchbeast_atari: --agent ppo --rnd"
+    assert rnd["int_coef"] == "torchbeast_atari: --agent ppo --rnd"
     lstm = entry.parse_command_line(ATARI, ["--agent", "ppo", "--use_lstm"]).sources
     assert lstm["batch_mode"] == "torchbeast_atari: --agent ppo with a lstm core"
 

@@ -319,12 +319,12 @@ def test_multi_task_final_test_plays_every_game_on_every_set(n):
     assert [(r["set"], r["task"]) for r in runs] == [(s.name, g) for s in sets for g in games]
     assert {r["episodes"] for r in runs} == {200}
     # the env each run builds, for every seed the final test gives it, is the run's game on the set's levels
-    for r, run in enumerate(runs):
-        level_set = sets[[s.name for s in sets].index(run["set"])]
-        env_fn = evaluation.make_test_env_fn(EnvPackage(procgen), f, run["overrides"], record=False)
+    for r, planned in enumerate(runs):
+        level_set = sets[[s.name for s in sets].index(planned["set"])]
+        env_fn = evaluation.make_test_env_fn(EnvPackage(procgen), f, planned["overrides"], record=False)
         seeds = evaluation.test_seeds(f, r)
         for seed in (seeds[0], seeds[-1]) if n == 16 else seeds:
-            assert _built_env_facts(env_fn, seed) == (run["task"], level_set.start_level, level_set.num_levels,
+            assert _built_env_facts(env_fn, seed) == (planned["task"], level_set.start_level, level_set.num_levels,
                                                       "hard")
     # --test_runs keeps whole sets (every game of the first set of each group)
     f1 = flags_of("--multi_env", str(n), "--num_levels", "500", "--test_runs", "1", "--test_episodes", "3")
@@ -375,10 +375,10 @@ def test_multi_task_validation_plays_every_game_on_the_valid_levels(n, episodes,
     games = multi_env_games(n)
     runs = evaluation.validation_runs(EnvPackage(procgen), f)
     assert [(r["task"], r["episodes"]) for r in runs] == [(g, each) for g in games]
-    for run in runs:
-        env_fn = evaluation.make_test_env_fn(EnvPackage(procgen), f, run["overrides"], record=False)
+    for planned in runs:
+        env_fn = evaluation.make_test_env_fn(EnvPackage(procgen), f, planned["overrides"], record=False)
         for seed in evaluation.test_seeds(f, -1):
-            assert _built_env_facts(env_fn, seed) == (run["task"], 5000, 7, "easy")
+            assert _built_env_facts(env_fn, seed) == (planned["task"], 5000, 7, "easy")
     if n != 2:
         return
     # played for real (bigfish and fruitbot end quickly): every episode on a validation level of its game

@@ -438,7 +438,7 @@ def test_concurrent_insert_sample_update():
         try:
             for k in range(300):
                 _ids(replay, 3, start=8 + 3 * k, priorities=np.full(3, 0.5 + k % 7))
-        except Exception as e:  # pragma: no cover - reported below
+        except Exception as e:  # noqa: BLE001 - reported below
             errors.append(e)
 
     def learner():
@@ -447,7 +447,7 @@ def test_concurrent_insert_sample_update():
                 idx, items, weights = replay.sample(8)
                 assert torch.all(weights <= 1.0) and torch.all(weights > 0)
                 replay.update_priorities(idx, np.full(len(idx), 1.5))
-        except Exception as e:  # pragma: no cover - reported below
+        except Exception as e:  # noqa: BLE001 - reported below
             errors.append(e)
 
     threads = [threading.Thread(target=feeder), threading.Thread(target=learner)]

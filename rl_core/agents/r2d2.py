@@ -22,7 +22,6 @@ episode was cut (``rl_core.losses.advantages.bootstrap_truncations``).
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 
 from rl_core.agents.base import Agent

@@ -16,6 +16,7 @@ at the start of every unroll for the learner.
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 import time
 
@@ -314,7 +315,7 @@ class ActorThread:
             try:
                 self.learner_queue.put(item, timeout=0.5)
                 return
-            except Exception:  # queue.Full
+            except queue.Full:
                 if self.stop.is_set():
                     raise tp.Stopped()
 

@@ -14,15 +14,15 @@ import os
 # an OMP_WAIT_POLICY of the user's wins.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-import argparse  # noqa: E402
-import dataclasses  # noqa: E402
-import json  # noqa: E402
-import math  # noqa: E402
-import logging  # noqa: E402
-import secrets  # noqa: E402
-import signal  # noqa: E402
-import sys  # noqa: E402
-import threading  # noqa: E402
+import argparse
+import dataclasses
+import json
+import math
+import logging
+import secrets
+import signal
+import sys
+import threading
 
 from rl_core import flags as flags_lib
 from rl_core.env_package import EnvPackage, env_package
@@ -67,9 +67,10 @@ def apply_agent_defaults(env_pkg, parser, argv) -> list[tuple[str, dict]]:
     core = core_kind(argparse.Namespace(**{k: laid.get(k, getattr(known, k)) for k in CORE_FLAGS}))
     layers.append((f"{pkg}: --agent {agent} with a {core} core", env_pkg.core_defaults(agent, core)))
     if known.rnd:  # then RND's: the paper's, and the package's for RND runs
-        from rl_core.agents import RND_DEFAULTS
+        from rl_core.agents import RND_DEFAULTS, describe_agent
 
-        layers += [("paper: --rnd", dict(RND_DEFAULTS)), (f"{pkg}: --rnd", env_pkg.rnd_defaults(agent))]
+        run = describe_agent(vars(known))  # --agent NAME --rnd
+        layers += [(f"paper: {run}", dict(RND_DEFAULTS)), (f"{pkg}: {run}", env_pkg.rnd_defaults(agent))]
     defaults = {k: v for _, values in layers for k, v in values.items()}
     unknown = [k for k in defaults if not hasattr(known, k)]
     if unknown:

@@ -233,8 +233,8 @@ class EnvServer:
                 obs, _ = env.reset(seed=self.seeds[slot])
             else:
                 obs, _ = env.reset()
-        except Exception:
-            raise EnvError(slot, traceback.format_exc())
+        except Exception:  # noqa: BLE001 - whatever the env raised is its slot's error, with its traceback
+            raise EnvError(slot, traceback.format_exc()) from None
         self._busy = None
         return obs
 
@@ -292,8 +292,8 @@ class EnvServer:
                     self._busy = ("step", slot, time.monotonic())
                     try:
                         o, r, terminated, truncated, info = env.step(actions[slot])
-                    except Exception:
-                        raise EnvError(slot, traceback.format_exc())
+                    except Exception:  # noqa: BLE001 - whatever the env raised is its slot's error
+                        raise EnvError(slot, traceback.format_exc()) from None
                     self._busy = None
                     d = bool(terminated or truncated)
                     episode_return[slot] += r
@@ -340,7 +340,7 @@ class EnvServer:
         for env in self.envs:
             try:
                 env.close()
-            except Exception:
+            except Exception:  # noqa: BLE001 - an env that fails to close is being dropped anyway
                 pass
         self.envs = []
 

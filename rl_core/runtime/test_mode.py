@@ -11,7 +11,7 @@ import torch
 from rl_core import checkpoint, evaluation
 from rl_core.env_spec import EnvSpec
 from rl_core.errors import UserError
-from rl_core.run_log import RunLog, setup_logging
+from rl_core.run_log import setup_logging
 
 log = logging.getLogger("test_mode")
 

@@ -305,14 +305,14 @@ class Training:
         if self.progress is not None:
             try:
                 self.progress.tick()
-            except Exception:  # noqa: BLE001 - the run is ending anyway
+            except Exception:
                 log.exception("final log tick failed")
         if save and self.rundir is not None:
             try:
                 self._save()
             except CheckpointWriteError as e:
                 self.save_error = e
-            except Exception:  # noqa: BLE001
+            except Exception:
                 log.exception("final checkpoint failed; the previous one is kept")
         connections = [actor.conn for actor in self.parts.actors] if self.parts is not None else self.connections
         for conn in connections:
@@ -327,7 +327,7 @@ class Training:
         except UserError as e:
             log.error("error: %s", e)
             return Outcome(f"error: {e}", 2)
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             log.exception("error in the final test")
             return Outcome(f"error in the final test: {type(e).__name__}: {e}", 1)
         return outcome
