@@ -1,4 +1,4 @@
-"""Every agent's speed in one table, measured in one run (issue 30).
+"""Every agent's speed in one table, measured in one run (its tables: docs/experiments/throughput.md).
 
 For impala, ppo, vmpo, r2d2, sac (discrete: CartPole; box: Pendulum) and ppo+rnd with the
 package's defaults on its default env (``--package torchbeast_atari``: every one of them but sac_box on

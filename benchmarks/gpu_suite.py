@@ -1,4 +1,4 @@
-r"""The GPU suite (issue 40): a GPU machine's figures in one command, within a time budget.
+r"""The GPU suite: a GPU machine's figures in one command, within a time budget (docs/experiments/throughput.md).
 
     python benchmarks/gpu_suite.py [--budget_s 1500] [--savedir DIR]
                                    [--stages ceiling,impala_pong,splits,agents,ppo_pong,ppo_breakout]
@@ -125,7 +125,7 @@ TRAINING = {"impala_pong": ("impala", PONG), "ppo_pong": ("ppo", PONG), "ppo_bre
 TARGET = 18.0  # IMPALA Pong's last-100 return to reach
 GOAL_WALL_S = 600.0  # ... within 10 minutes of wall time
 GOAL_CEILING_RATIO = 0.9  # IMPALA's frames/s against the env ceiling
-CLEANRL_10M = {PONG: 20.36, BREAKOUT: 415.0}  # cleanrl's ppo_atari at 10M steps, as issue 40 quotes them
+CLEANRL_10M = {PONG: 20.36, BREAKOUT: 415.0}  # cleanrl's ppo_atari at 10M steps (docs.cleanrl.dev; docs/results.md)
 AGENTS = tuple(configs(PACKAGE))  # benchmarks/agents.py's agents on Atari, in its order
 
 MARGIN_S = 15.0  # the suite's own start (torch's import) and its tables at the end

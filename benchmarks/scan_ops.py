@@ -1,5 +1,5 @@
 """Torch ops and time per call of the recurrences over time, the per-step Python loops they were
-(tests/loop_reference.py) against the scans they are (rl_core/losses/scan.py; issue 30): GAE,
+(tests/loop_reference.py) against the scans they are (rl_core/losses/scan.py; docs/design-notes.md): GAE,
 V-trace (``from_importance_weights``) and RND's reward forward filter, at T=16 and T=512, B=32,
 on the CPU (one thread by default) and on CUDA when there is one.
 

@@ -3,8 +3,8 @@
     python benchmarks/server_overlap.py [--envs 16] [--layouts 1 2 4 1x2 1x4] [--seconds 20]
                                         [--server_cores 1] [--inference_cores 0] [--latency_ms MS]
 
-Issue 40 measured it on a 16-core H100 machine: each of 14 Atari env servers (32 envs each) was busy 74% of
-the time, idle while its actions made the round trip through central inference.  This benchmark isolates
+On a 16-core H100 machine each of 14 Atari env servers (32 envs each) was busy 74% of the time, idle while
+its actions made the round trip through central inference (docs/experiments/throughput.md).  This benchmark isolates
 that round trip on any machine: real ``EnvServer`` processes (Pong, the package's preprocessing) pinned to
 ``--server_cores``, and one client process pinned to ``--inference_cores`` that answers every server as the
 learner's actors do: it receives the server's step, runs the package's AtariNet on the observations (a

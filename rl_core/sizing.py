@@ -21,7 +21,7 @@ chose as parser defaults, so that explicit flags always win.  The rule:
   batch is a learning hyperparameter, not a speed knob.  On the H200 machine (16 cores) IMPALA Pong with the
   envs grown to 448 and the batch to 56 ran at 48k frames/s and was at -17.4 after 4.2M steps (6 minutes);
   with 56 envs and the package's B=8 at 20k frames/s, it reached a last-100 return of 18 at 2.45M steps,
-  8.3 minutes (issue 40, docs/experiments/impala.md).  R2D2 learns from its replay at --replay_ratio; its batch is the
+  8.3 minutes (docs/experiments/impala.md).  R2D2 learns from its replay at --replay_ratio; its batch is the
   paper's.  The on-policy agents' batch (envs x unroll steps per
   update) is their published hyperparameter and an env beyond it only waits with an unroll of a stale
   policy, so their envs ("on_policy") stay at most ``max(defaults, batch_size)`` (a --batch_size given

@@ -570,7 +570,7 @@ ENVS_PER_SERVER = 32
 # ...each process one server (--server_splits 1).  Splits pay in benchmarks/server_overlap.py's emulation of a GPU
 # learner's round trip (1.15x), but not end to end: on the H200 machine (16 cores) IMPALA Pong ran 14 processes x 2
 # splits x 16 envs at 0.86-0.91 of the agent steps/s of 14 x 32 unsplit (benchmarks/gpu_suite.py's splits stage,
-# issue 40; docs/experiments/throughput.md): the learner process, not the servers, bounds the run there.
+# docs/experiments/throughput.md): the learner process, not the servers, bounds the run there.
 SERVER_SPLITS = 1
 
 
@@ -657,14 +657,14 @@ def r2d2_defaults() -> dict:
 # stayed so: after 1.4M agent steps no feature changed sign from one frame to another, the conv weights'
 # RMSprop second moments were 1e-12 to 1e-19 and the value head explained 0.5% of its targets' variance.
 # Orthogonal init (gain sqrt 2, biases 0, policy 0.01, value 1; models/init.py) keeps the signal through the
-# four ReLU layers: the value head explained 37% by 172k steps (issue 40, docs/experiments/impala.md).
+# four ReLU layers: the value head explained 37% by 172k steps (docs/experiments/impala.md).
 # Batches of 8 unrolls, not 32: one update per 160 agent steps instead of 640, at the same agent steps/s (the
 # learner's cost is per step, not per update) and half the policy lag in agent steps (3.4 updates = 540 steps
 # against 1.7 = 1,090 in the Pong runs of docs/experiments/impala.md).  RMSprop moves each weight
 # about one learning rate per update where its gradient's RMS exceeds eps (0.01; in the 4M-step Pong checkpoint
 # the policy head's and conv3's, not the fc layer's, a fifth of that), so per agent step that is 3e-6 (PPO's cleanrl settings: 16 Adam steps
 # of 2.5e-4 per 1,024 steps, 3.9e-6) instead of 7.5e-7.  Pong, seed 1: last-100 -15.6 at 1.15M steps with
-# B=8, -20.0 with B=32 (both orthogonal; issue 40, docs/experiments/impala.md).
+# B=8, -20.0 with B=32 (both orthogonal; docs/experiments/impala.md).
 # The stem's dormant units recycled every 1,000 learner batches (ReDo, Sokar et al. 2023: their period and
 # tau; models/recycling.py): on Pong the first convolution loses most of its filters within the first
 # thousand updates (24 of 32 dormant at the first recycling) and keeps losing them; B=8 then levelled off

@@ -56,8 +56,8 @@ ON_POLICY = dict(
 # Optuna sweep) over those: 8 envs x 32 steps per update in one minibatch of 256, 20 epochs, gamma
 # 0.98, GAE 0.8, no entropy bonus, Adam 1e-3 and the clip 0.2 both decaying linearly to 0, over
 # 200k steps (the zoo's 100k leave little room for a mean over 100 episodes of 500 steps).
-# Chosen over cleanrl's settings by seeded runs on CartPole-v1: see docs/experiments/ppo.md; the clip's
-# decay since issue 39 (with a constant clip, a solved CartPole's noise advantages kept moving the
+# Chosen over cleanrl's settings by seeded runs on CartPole-v1: see docs/experiments/ppo.md, as is why the
+# clip decays (with a constant clip, a solved CartPole's noise advantages kept moving the
 # policy to the clip bound every batch, and about one run in ten fell below 475 late in the run).
 PPO_TUNED = dict(unroll_length=32, batch_size=8, num_epochs=20, num_minibatches=1, discounting=0.98,
                  gae_lambda=0.8, entropy_cost=0.0, learning_rate=1e-3, total_steps=200_000,

@@ -1,4 +1,4 @@
-"""What the runtime asks of an agent (DESIGN.md, "Agents").
+"""What the runtime asks of an agent (docs/architecture.md, "The agent seam").
 
 The runtime (actor pool, inference batcher, learner loop, evaluation, checkpoints)
 knows no agent by name.  It asks the agent for:

@@ -23,7 +23,7 @@ class AgentTraits:
     ``lag_bounds_envs``: its envs, where the sizing chooses them, stay at most ``sizing.MAX_LAG`` batches, so that
     an unroll waits at most about that many learner steps (V-trace corrects the lag); its batch stays the
     package's (a learning hyperparameter: IMPALA's batch grown to 56 with the envs learned Pong several times
-    slower per step than B=8, issue 40).
+    slower per step than B=8, docs/experiments/impala.md).
 
     ``rank_shares``: its flags that count the run's totals (replay sizes, random steps): under torchrun
     each rank takes 1/W of them (``rl_core/runtime/distributed.py``).

@@ -13,8 +13,9 @@ HMAC challenge in each direction before any message is exchanged; a server
 answers a wrong MAC with ``AUTH_REJECTED`` before it closes, so that the client
 reports "authentication failed" rather than a server that closed on it).
 
-Measured on this project's machine (DESIGN.md): a raw AF_UNIX socket with a
-length prefix costs ~62 us per 28 KB round trip, so that is what this uses.
+Measured on this project's machine: a raw AF_UNIX socket with a length prefix
+costs ~62 us per 28 KB round trip, so that is what this uses
+(``benchmarks/transport_overhead.py`` measures the transport's cost end to end).
 """
 
 from __future__ import annotations
