@@ -2,11 +2,14 @@
 
 A package (``torchbeast_gym``, ``torchbeast_atari``, ...) hands its ``env.py`` module to the entry
 points (``rl_core/runtime/entry.py``), which wrap it in an :class:`EnvPackage`; the runtime then calls
-the package through that object only, its optional parts answered with the runtime's defaults.
+the package through that object only, its optional parts answered with the runtime's defaults.  Its flag
+defaults per agent (``PRESET_FUNCTIONS``) may live in a torch-free ``presets.py`` beside ``env.py``.
 """
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 from types import ModuleType
 from typing import Any, Protocol
 
@@ -31,6 +34,21 @@ REQUIRED = ("add_flags", "make_env")
 # them is refused at parse time; without it the learner refuses the agent once the servers describe their envs).
 OPTIONAL_FUNCTIONS = ("agent_defaults", "core_defaults", "rnd_defaults", "num_actors_multiple", "check_flags",
                       "test_protocol", "validation_protocol", "make_test_env")
+# The optional functions read from the package's presets module (<package>/presets.py) where it has one, else
+# from env.py: its flag defaults per agent, with a recurrent core and with --rnd, kept apart as data.
+PRESET_FUNCTIONS = ("agent_defaults", "core_defaults", "rnd_defaults")
+
+
+def presets_module(module: ModuleType) -> ModuleType | None:
+    """The ``presets`` module of ``module``'s package, imported; None where the package has none."""
+    package = getattr(module, "__package__", None)
+    if not package:
+        return None
+    try:
+        found = importlib.util.find_spec(f"{package}.presets")
+    except ModuleNotFoundError:  # a package Python cannot import (a module made by hand)
+        return None
+    return importlib.import_module(found.name) if found else None
 
 
 class EnvPackage:
@@ -42,18 +60,27 @@ class EnvPackage:
         if missing:
             raise UserError(f"env package {name} lacks {' and '.join(missing)}: an env package's env.py defines "
                             f"add_flags(parser) and make_env(flags, seed) (rl_core/env_package.py)")
-        wrong = [f for f in OPTIONAL_FUNCTIONS if getattr(module, f, None) is not None
-                 and not callable(getattr(module, f))]
+        self.presets = presets = presets_module(module)
+        self.presets_name = presets.__name__ if presets else name  # where its defaults per agent are read
+        found = {f: getattr(module, f) for f in OPTIONAL_FUNCTIONS if getattr(module, f, None) is not None}
+        preset = {f: getattr(presets, f) for f in PRESET_FUNCTIONS if getattr(presets, f, None) is not None}
+        wrong = ([f for f, fn in found.items() if not callable(fn)]
+                 + [f"presets.{f}" for f, fn in preset.items() if not callable(fn)])
         if wrong:
             raise UserError(f"env package {name}: {' and '.join(wrong)} must be "
                             f"{'a function' if len(wrong) == 1 else 'functions'} (rl_core/env_package.py)")
+        twice = [f for f in preset if f in found and found[f] is not preset[f]]
+        if twice:
+            raise UserError(f"env package {name}: {' and '.join(twice)} defined in both env.py and presets.py: "
+                            f"keep {'it' if len(twice) == 1 else 'them'} in presets.py (rl_core/env_package.py)")
+        self._optional = {**found, **preset}
         self.module = module
-        self.package = getattr(module, "__package__", None) or name  # the package whose polybeast_env module runs a server
+        # the package whose polybeast_env module runs a server
+        self.package = getattr(module, "__package__", None) or name
         self.FLAG_RANGES: dict | None = getattr(module, "FLAG_RANGES", None)
         self.ENVS_PER_SERVER: int | None = getattr(module, "ENVS_PER_SERVER", None)
         self.SERVER_SPLITS: int = getattr(module, "SERVER_SPLITS", 1)
         self.ACTION_KIND: str | None = getattr(module, "ACTION_KIND", None)
-        self._optional = {f: getattr(module, f) for f in OPTIONAL_FUNCTIONS if getattr(module, f, None) is not None}
 
     def __repr__(self) -> str:
         return f"EnvPackage({self.name})"

@@ -7,7 +7,7 @@
 # 64 sequences, each env step replayed 1.5 times; env i of N explores with 0.4^(1 + 7 i / (N - 1)),
 # evaluation with epsilon 0.001.  torchbeast_atari's defaults for --agent r2d2 scale these down to a
 # 2-core machine (batches of 8 x 40 after a 20-step burn-in, replay ratio 1, a target copy every 100
-# updates, Adam 2e-4; torchbeast_atari/env.py); this script runs the paper's own values.
+# updates, Adam 2e-4; torchbeast_atari/presets.py); this script runs the paper's own values.
 #
 # Here: 16 envs on 2 servers (R2D2: 256 actors) and a replay of 4,000 sequences
 # (3.5 GB: each 84x84 frame is kept once, 0.87 MB a sequence; R2D2 keeps 4M steps = 100k sequences,

@@ -53,6 +53,9 @@ def test_observation_shape_dtype_and_spaces():
     assert obs.shape == (4, 84, 84) and obs.dtype == np.uint8
     assert isinstance(reward, float)
     assert not terminated and not truncated
+    from torchbeast_atari import presets  # R2D2's replay sizing counts these frames without the ALE
+
+    assert (presets.FRAME_STACK, presets.FRAME_BYTES) == (obs.shape[0], obs[0].nbytes)
 
 
 def test_stack_order_newest_last():

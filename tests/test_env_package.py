@@ -22,6 +22,38 @@ def test_every_package_passes_the_check(name):
     assert pkg.package == name and pkg.name == f"{name}.env" and env_package(pkg) is pkg
     flags = entry.make_parser(pkg).parse_args([])  # (not the package's checks: DMLab's needs its module)
     assert flags.num_actors % pkg.num_actors_multiple(flags) == 0
+    presets = importlib.import_module(f"{name}.presets")  # its defaults per agent, read there
+    assert pkg.presets is presets and pkg.presets_name == f"{name}.presets"
+    assert pkg.agent_defaults("ppo") == presets.agent_defaults("ppo") and not hasattr(module, "agent_defaults")
+
+
+def _package_on_disk(root, name, env_py, presets_py=None):
+    """A package ``name`` under ``root`` with that env.py (and presets.py), its env module imported."""
+    (root / name).mkdir()
+    (root / name / "__init__.py").write_text("")
+    (root / name / "env.py").write_text("add_flags = make_env = print\n" + env_py)
+    if presets_py is not None:
+        (root / name / "presets.py").write_text(presets_py)
+    return importlib.import_module(f"{name}.env")
+
+
+def test_a_packages_presets_module_answers_its_defaults_and_env_py_without_one(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(tmp_path))
+    both = _package_on_disk(tmp_path, "torchbeast_both", "def rnd_defaults(agent):\n    return {'seed': 2}\n",
+                            "def agent_defaults(agent):\n    return {'seed': 1}\n")
+    pkg = EnvPackage(both)
+    assert (pkg.agent_defaults("ppo"), pkg.rnd_defaults("ppo"), pkg.presets_name) == (
+        {"seed": 1}, {"seed": 2}, "torchbeast_both.presets")
+    alone = _package_on_disk(tmp_path, "torchbeast_alone", "def agent_defaults(agent):\n    return {'seed': 3}\n")
+    assert EnvPackage(alone).agent_defaults("ppo") == {"seed": 3} and EnvPackage(alone).presets is None
+    twice = _package_on_disk(tmp_path, "torchbeast_twice", "def agent_defaults(agent):\n    return {}\n",
+                             "def agent_defaults(agent):\n    return {}\n")
+    with pytest.raises(UserError, match=r"^env package torchbeast_twice.env: agent_defaults defined in both env.py "
+                                        r"and presets.py: keep it in presets.py"):
+        EnvPackage(twice)
+    same = _package_on_disk(tmp_path, "torchbeast_same", "from torchbeast_same.presets import agent_defaults\n",
+                            "def agent_defaults(agent):\n    return {'seed': 4}\n")
+    assert EnvPackage(same).agent_defaults("ppo") == {"seed": 4}  # env.py's re-export of it is the same function
 
 
 def test_a_package_lacking_a_required_function_is_refused_in_one_line(capsys):

@@ -41,7 +41,6 @@ of its 24 rooms they were).
 from __future__ import annotations
 
 import functools
-import os
 import re
 from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol
@@ -54,6 +53,7 @@ from gymnasium import spaces
 from gymnasium.utils import seeding
 
 from rl_core.errors import UserError
+from torchbeast_atari.presets import replay_sequences  # noqa: F401 - tests/test_package_defaults.py reads it here
 
 __all__ = [
     "AtariEnv",
@@ -563,6 +563,7 @@ def create_env(
 
 
 # ------------------------------------------------------- package interface
+# Its flag defaults per agent, with a recurrent core and with --rnd: presets.py (rl_core/env_package.py reads them).
 
 # Envs a server steps with a GPU learner on more than 2 cores, half as many without one (rl_core/sizing.py):
 # 14 servers x 32 on 16 cores with an H100 reached 57k frames/s on Pong, the sizing's anchor.
@@ -594,141 +595,6 @@ def add_flags(parser) -> None:
                         "84x84 grayscale frames the network sees (network).")
     parser.set_defaults(env="PongNoFrameskip-v4", model="atari", num_actors=16, num_servers=2,
                         batch_size=32, unroll_length=20, total_steps=50_000_000, rnd_channels=1)
-
-
-# PPO on Atari as Schulman et al. 2017 (Table 5) and cleanrl's ppo_atari.py train it: 8 envs x
-# 128 steps per update, Adam 2.5e-4 (eps 1e-5) decaying linearly, 4 epochs of 4 minibatches, clip
-# 0.1, GAE 0.95, entropy 0.01, value cost 0.5, gradient clip 0.5, clipped rewards, advantage
-# normalization, orthogonal init.  Fed as cleanrl feeds it: acting and learning in lockstep (--deterministic), so
-# each batch trains the policy that collected it (the asynchronous runtime's learner queue left about 3 batches of
-# policy lag, outside which the 0.1 clip gives no gradient), advantages computed once per batch from the values that
-# acted and minibatches of 256 transitions from all 8 envs (--batch_mode split), and the value loss clipped around
-# those values (--value_clip 0.1).  Side by side with cleanrl's (same frames, same weights) the observations, the
-# network, its init and one minibatch's loss and gradients were the same (docs/experiments/ppo.md).  A recurrent core
-# keeps unrolls whole (--batch_mode shuffle: core_defaults).
-PPO_DEFAULTS = dict(
-    num_actors=8, num_servers=2, unroll_length=128, batch_size=8, optimizer="adam", learning_rate=2.5e-4,
-    epsilon=1e-5, num_epochs=4, num_minibatches=4, batch_mode="split", ppo_clip=0.1, advantage="gae",
-    gae_lambda=0.95, entropy_cost=0.01, baseline_cost=0.5, grad_norm_clipping=0.5, reward_clipping="abs_one",
-    advantage_normalization=True, init="orthogonal", total_steps=10_000_000, value_clip=0.1, deterministic=True,
-)
-PPO_ONLY = ("batch_mode", "value_clip", "deterministic")  # the one-pass variants keep the asynchronous runtime
-
-
-def core_defaults(agent: str, core: str | None) -> dict:
-    """With a recurrent core, PPO's minibatches keep unrolls whole (a core cannot learn from split transitions)."""
-    return {"batch_mode": "shuffle"} if core is not None and agent == "ppo" else {}
-
-
-# R2D2 on Atari is the paper's recurrent agent (an LSTM of 512 under a dueling head; --feedforward: none) with
-# its published settings (rl_core.agents.R2D2_DEFAULTS: Adam eps 1e-3, 5-step double Q, gamma 0.997, value
-# rescaling, Ape-X epsilons per env, prioritized replay 0.9 / 0.6 / eta 0.9), scaled to a learner that does
-# thousands of updates where the paper's did hundreds of thousands: its batches of 64 x 80 steps after a
-# 40-step burn-in, each env step replayed 1.5 times and the target copied every 2,500 updates would give
-# about 1,500 updates in 5M agent steps, one target copy, and 200 agent steps/s on 2 cores.  Here batches of
-# 8 sequences of 40 steps after a 20-step burn-in (the paper's proportions), each env step replayed once, so
-# an update comes every 320 agent steps (IMPALA's defaults: every 160), Adam 2e-4, the target copied every 100
-# updates: as far as the online network moves between copies in cleanrl's DQN (100 x 2e-4 against 250 Adam steps
-# of 1e-4), 32k agent steps, so that 5-step targets carry a reward back a Pong point's length (~40 steps) within
-# 8 copies, 256k agent steps (every 400 updates: 1M).  The replay keeps each
-# frame once (a sequence of 61 steps: 64 frames of 84x84, 0.45 MB) in a quarter of the machine's memory
-# (24 GB: 13k sequences, 266k agent steps).  Greedy validation of 8 whole games every 250k agent steps is how
-# its progress is read: its training returns include each env's exploration.
-R2D2_SEQUENCE = dict(batch_size=8, unroll_length=40, burn_in=20)
-
-
-def replay_sequences(share: float = 0.25, burn_in: int = 20, unroll_length: int = 40) -> int:
-    """The R2D2 sequences (each frame of 84x84 kept once) that fit in ``share`` of the machine's memory."""
-    frames = burn_in + unroll_length + 1 + FRAME_STACK - 1
-    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    return max(1000, int(share * memory) // (frames * 84 * 84))
-
-
-def r2d2_defaults() -> dict:
-    """--agent r2d2's Atari defaults (above)."""
-    return dict(R2D2_SEQUENCE, use_lstm=True, replay_ratio=1.0, learning_rate=2e-4, target_update_period=100,
-                replay_buffer_size=replay_sequences(**{k: R2D2_SEQUENCE[k] for k in ("burn_in", "unroll_length")}),
-                replay_buffer_min_size=500, replay_frame_stack=True, validate_step_every=250_000,
-                valid_num_episodes=8, total_steps=50_000_000)
-
-
-# IMPALA keeps torchbeast's hyperparameters but not PyTorch's default initialisation: with it the AtariNet
-# stem is blind to Pong (its 512 features vary across frames by a std of 2e-4, the biases dominate), and it
-# stayed so: after 1.4M agent steps no feature changed sign from one frame to another, the conv weights'
-# RMSprop second moments were 1e-12 to 1e-19 and the value head explained 0.5% of its targets' variance.
-# Orthogonal init (gain sqrt 2, biases 0, policy 0.01, value 1; models/init.py) keeps the signal through the
-# four ReLU layers: the value head explained 37% by 172k steps (docs/experiments/impala.md).
-# Batches of 8 unrolls, not 32: one update per 160 agent steps instead of 640, at the same agent steps/s (the
-# learner's cost is per step, not per update) and half the policy lag in agent steps (3.4 updates = 540 steps
-# against 1.7 = 1,090 in the Pong runs of docs/experiments/impala.md).  RMSprop moves each weight
-# about one learning rate per update where its gradient's RMS exceeds eps (0.01; in the 4M-step Pong checkpoint
-# the policy head's and conv3's, not the fc layer's, a fifth of that), so per agent step that is 3e-6 (PPO's cleanrl settings: 16 Adam steps
-# of 2.5e-4 per 1,024 steps, 3.9e-6) instead of 7.5e-7.  Pong, seed 1: last-100 -15.6 at 1.15M steps with
-# B=8, -20.0 with B=32 (both orthogonal; docs/experiments/impala.md).
-# The stem's dormant units recycled every 1,000 learner batches (ReDo, Sokar et al. 2023: their period and
-# tau; models/recycling.py): on Pong the first convolution loses most of its filters within the first
-# thousand updates (24 of 32 dormant at the first recycling) and keeps losing them; B=8 then levelled off
-# at -3 to -5 from 2.5M to 5M steps, and with recycling went on to 7.8 at 3M and 8.5 at 5M, greedy test 12.2
-# (seed 1; docs/experiments/impala.md).
-# A constant learning rate, not torchbeast's linear decay to 0 at --total_steps: with the rate decaying over a 5M-step
-# run, both seeds stalled with one frame phase of Pong won (last-100 8.5 and 5.3 at 5M); constant, seed 1 reached 16.7
-# at 5M still rising (a second run 6.3, a third 18 at 3.91M), seed 2 18 at 4.45M steps (71 minutes on 2 cores;
-# docs/experiments/impala.md).
-# 56 envs, not torchbeast's 16: a batch of 8 unrolls then comes from 8 of 56 envs, not 8 of 16.  On an H200 (14 servers
-# x 4 envs, policy lag 4 updates) Pong reached a last-100 of 18 at 2.45M steps, and on 2 cores (2 servers x 28, lag 14)
-# 17.2 at 2.5M, 36 minutes, where the four 16-env runs were at -5 to -2 at 2.5M (seed 1; docs/experiments/impala.md);
-# that run reached 18 at 2.85M steps (41.5 minutes), 18.95 at 5M and tested 19.83.
-# Entropy cost: torchbeast's flag default 0.0006, not the published Atari value 0.01 (torchbeast's README Pong command,
-# cleanba's IMPALA).  With 0.01 Breakout reached 352.7 at 5M without the brief collapses that 0.0006 has (81.8 and
-# 120.8), but Pong's policy stayed near-uniform (entropy 1.65 of 1.79): 18 at 2.54M steps, then 17.69 at 5M and a
-# greedy test of 16.60, where 0.0006 gave 18.95 and 18.81, tests 19.83 and 20.52 (seed 1; docs/experiments/impala.md).
-# 0.0025 (seed 1): Breakout 206.1 at 5M, Pong 18.07 at 5M but a greedy test of 6.73 (entropy 1.5 of 1.79).
-# 0.001 (seed 1): Breakout as with 0.0006 (entropy 0.1-0.2), three collapses, 29.1 at 5M (docs/experiments/impala.md).
-# So 0.01 decaying linearly to 0 at --total_steps (--entropy_decay linear): wide early, as Breakout needs, sharp at the
-# end, as Pong's greedy test needs.  Breakout seed 1 361.6 at 5M (0.0006: 81.8); Pong seeds 1 and 2 20.15 and
-# 19.57 at 5M, greedy tests 20.44 and 19.39 (0.0006: 18.95 / 18.81, 19.83 / 20.52); Pong reached 18 later,
-# at 47.3 and 49.2 minutes (0.0006: 41.5 and 46.3; docs/experiments/impala.md).
-IMPALA_ATARI = dict(init="orthogonal", batch_size=8, num_actors=56, recycle_period=1000, lr_decay="none",
-                    entropy_cost=0.01, entropy_decay="linear")
-
-
-def agent_defaults(agent: str) -> dict:
-    """Defaults for ``--agent``: IMPALA keeps torchbeast's (above) with orthogonal init, B=8, 56 envs, ReDo, a
-    constant learning rate and an entropy cost of 0.01 decaying to 0; PPO the published Atari ones, fed as cleanrl's;
-    R2D2 the paper's recurrent agent at this scale.  VPG, AWR, V-MPO and V-trace take PPO's data path and optimizer
-    with one pass per batch, on the asynchronous runtime."""
-    if agent == "impala":
-        return dict(IMPALA_ATARI)
-    if agent == "r2d2":
-        return r2d2_defaults()
-    if agent == "sac":
-        from rl_core.agents import SAC_DISCRETE_IMAGE_DEFAULTS
-
-        return dict(SAC_DISCRETE_IMAGE_DEFAULTS, replay_frame_stack=True)
-    from rl_core.agents import on_policy_defaults
-
-    return on_policy_defaults(agent, PPO_DEFAULTS, ppo_only=PPO_ONLY)
-
-
-# RND on Atari (Burda et al. 2018, Table 5 and Appendix A; OpenAI's run_atari.py): the environment as
-# the paper plays it (sticky actions 0.25, no episodic life, a game cut after 18,000 frames = 4,500
-# agent steps, rewards clipped for the extrinsic head), PPO with 128-step rollouts, 4 epochs of 4
-# minibatches, Adam 1e-4 (constant), entropy 0.001, clip 0.1, GAE 0.95, the two value losses with
-# weight 1 each (0.5 (V - G)^2), extrinsic and intrinsic advantages weighted 2 and 1.  The paper runs
-# 32 to 1,024 envs; here 8 (PPO's Atari default on this machine) with the random initialisation
-# of the observation statistics scaled to them: 50 rollouts of 128 steps of each env.
-RND_ENV = dict(sticky_actions=0.25, disable_episodic_life=True, max_episode_frames=18_000, reward_clipping="abs_one",
-               rnd_channels=1)
-# RND keeps the asynchronous runtime and whole-unroll minibatches it was measured with.
-RND_PPO = dict(learning_rate=1e-4, lr_decay="none", entropy_cost=0.001, ppo_clip=0.1, num_epochs=4, num_minibatches=4,
-               unroll_length=128, gae_lambda=0.95, baseline_cost=1.0, ext_coef=2.0, int_coef=1.0,
-               intrinsic_discounting=0.99, discounting=0.999, rnd_init_steps=50 * 128 * 8, num_actors=8, batch_size=8,
-               batch_mode="shuffle", value_clip=0.0, deterministic=False)
-
-
-def rnd_defaults(agent: str) -> dict:
-    """With --rnd: the paper's Atari environment for every agent, and its PPO settings for ppo."""
-    return dict(RND_ENV, **(RND_PPO if agent == "ppo" else {}))
 
 
 def check_flags(parser, flags) -> None:

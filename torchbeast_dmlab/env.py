@@ -427,6 +427,7 @@ def final_test_seeds(flags, run_index: int) -> list[int]:
 
 
 # ------------------------------------------------------- package interface
+# Its flag defaults per agent: presets.py (rl_core/env_package.py reads them).
 
 # Envs a server steps on more than 2 cores (rl_core/sizing.py): R2AC's layout, one env per server process.
 ENVS_PER_SERVER = 1
@@ -456,16 +457,6 @@ def add_flags(parser) -> None:
         unroll_length=100, total_steps=100_000_000, learning_rate=0.0006, entropy_cost=0.01, epsilon=0.01,
         grad_norm_clipping=40.0, hidden_size=512,
     )
-
-
-def agent_defaults(agent: str) -> dict:
-    """Defaults for ``--agent``: IMPALA keeps the R2AC settings (above); SAC takes discrete SAC's image
-    settings (rl_core.agents.SAC_DISCRETE_IMAGE_DEFAULTS, not measured on DMLab); the others the common ones."""
-    if agent == "sac":
-        from rl_core.agents import SAC_DISCRETE_IMAGE_DEFAULTS
-
-        return dict(SAC_DISCRETE_IMAGE_DEFAULTS)
-    return {}
 
 
 def check_flags(parser, flags) -> None:

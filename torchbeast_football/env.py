@@ -47,6 +47,7 @@ from gymnasium import spaces
 
 from rl_core.envpool_env import SingleEnvpoolEnv
 from rl_core.errors import UserError
+from torchbeast_football.presets import IMPALA_DEFAULTS
 
 __all__ = [
     "DEFAULT_ENV",
@@ -58,7 +59,6 @@ __all__ = [
     "SCENARIOS",
     "SMM_SHAPE",
     "add_flags",
-    "agent_defaults",
     "canonical_scenario",
     "check_flags",
     "create_env",
@@ -223,65 +223,17 @@ def create_env(scenario: str, seed: int | None = None, *, rewards: str = "scorin
 
 
 # ------------------------------------------------------- package interface
+# Its flag defaults per agent: presets.py (rl_core/env_package.py reads them).
 
 # Envs a server steps with a GPU learner on more than 2 cores, half as many without one (rl_core/sizing.py):
 # Football steps ~350 times a second, so 16 already keep a core busy.
 ENVS_PER_SERVER = 16
 
-# Where the defaults come from (google-research/seed_rl):
-#   [sh]  gcp/train_football_scoring.sh: 11_vs_11_hard_stochastic, reward_experiment scoring, batch_size 32,
-#         unroll_length 32, inference_batch_size 64, 500M frames, discounting 0.997, entropy_cost 3.19e-5,
-#         lambda_ 0.9, learning_rate 5.53e-5
-#   [net] football/networks.py GFootball: the IMPALA ResNet with four stacks (16, 32, 32, 32) of a conv, a
-#         max-pool and two residual blocks each, fc 256, no LSTM; frames divided by 255
-#   [src] football/vtrace_main.py: Adam (Keras's epsilon 1e-7), constant rate; agents/vtrace/learner.py:
-#         baseline_cost 0.5, max_abs_reward 0 (no reward clipping), no gradient clipping
-_IMPALA_DEFAULTS = {
-    "model": "resnet",
-    "resnet_channels": "16,32,32,32",  # [net]
-    "num_actors": 32,                  # SEED: 25 workers x 8 envs; 32 envs on 2 servers fit 2 cores
-    "num_servers": 2,
-    "batch_size": 32,                  # [sh]
-    "unroll_length": 32,               # [sh]
-    "discounting": 0.997,              # [sh]
-    "entropy_cost": 3.1948e-5,         # [sh]
-    "vtrace_lambda": 0.9,              # [sh]
-    "optimizer": "adam",               # [src]
-    "learning_rate": 3e-4,             # [sh] has 5.53e-5 for 500M steps; 3e-4 chosen by runs on
-                                       # academy_empty_goal_close: see docs/experiments/football.md
-    "epsilon": 1e-7,                   # [src]
-    "lr_decay": "none",                # [src]
-    "baseline_cost": 0.5,              # [src]
-    "reward_clipping": "none",         # [src]
-    "grad_norm_clipping": 0.0,         # [src]
-    "total_steps": 50_000_000,         # [sh] trains 500M; a tenth of it is days on a 2-core machine
-}
-
-# PPO: the gfootball repository's scoring-reward PPO runs (google-research/football,
-# gfootball/examples/repro_scoring_{easy,hard}_ppo2.sh: 16 envs x 512 steps, 2 epochs of 4 minibatches,
-# Adam 1.1879e-4, clip 0.115, gamma 0.997, GAE 0.95, entropy 0.00155, value cost 0.5, gradient clip 0.76)
-# on this package's network and 32 envs.
-_PPO_DEFAULTS = {
-    **_IMPALA_DEFAULTS,
-    "unroll_length": 512, "batch_size": 32, "learning_rate": 1.1879e-4, "epsilon": 1e-5, "num_epochs": 2,
-    "num_minibatches": 4, "batch_mode": "shuffle", "ppo_clip": 0.115, "discounting": 0.997, "gae_lambda": 0.95,
-    "entropy_cost": 0.00155, "baseline_cost": 0.5, "grad_norm_clipping": 0.76,
-}
-
-
-def agent_defaults(agent: str) -> dict:
-    """Defaults for ``--agent``: IMPALA takes SEED RL's Football V-trace settings (above); PPO
-    the gfootball repository's; VPG, AWR, V-MPO and V-trace PPO's with one pass per batch."""
-    from rl_core.agents import ON_POLICY, on_policy_defaults
-
-    return on_policy_defaults(agent, _PPO_DEFAULTS) if agent in ON_POLICY else dict(_IMPALA_DEFAULTS)
-
-
 ACTION_KIND = "discrete"  # its envs' actions, known before one is made (rl_core/env_package.py)
 
 
 def add_flags(parser) -> None:
-    """Football's flags; defaults of SEED RL's Football V-trace runs (see :func:`agent_defaults`)."""
+    """Football's flags; defaults of SEED RL's Football V-trace runs (their sources: presets.py)."""
     g = parser.add_argument_group(
         "football", f"--env names a Google Research Football scenario ({', '.join(SCENARIOS)}; "
                     f"default {DEFAULT_ENV}), with or without the gfootball/ prefix.")
@@ -289,7 +241,7 @@ def add_flags(parser) -> None:
                    help="scoring: +1 / -1 per goal. scoring,checkpoints needs what envpool does not give "
                         "(the flag says so).")
     # --rnd sees the newest super-minimap (its 4 planes), not the stack of 4
-    parser.set_defaults(env=DEFAULT_ENV, rnd_channels=SMM_SHAPE[0], **_IMPALA_DEFAULTS)
+    parser.set_defaults(env=DEFAULT_ENV, rnd_channels=SMM_SHAPE[0], **IMPALA_DEFAULTS)
 
 
 def check_flags(parser, flags) -> None:

@@ -384,6 +384,7 @@ LEVEL_SETS = final_test_level_sets  # the same function under a shorter public n
 
 
 # ------------------------------------------------------- package interface
+# Its flag defaults per agent: presets.py (rl_core/env_package.py reads them).
 
 # Envs a server steps with a GPU learner on more than 2 cores, half as many without one (rl_core/sizing.py).
 ENVS_PER_SERVER = 32
@@ -416,30 +417,6 @@ def add_flags(parser) -> None:
         total_steps=200_000_000, learning_rate=0.0006, entropy_cost=0.01, epsilon=0.01,
         grad_norm_clipping=40.0, hidden_size=256,
     )
-
-
-# PPO on Procgen as Cobbe et al. 2020 ("Leveraging Procedural Generation", Table 1) train it:
-# 64 envs x 256 steps, 3 epochs of 8 minibatches, Adam 5e-4, gamma 0.999, GAE 0.95, clip 0.2,
-# entropy 0.01, value cost 0.5, gradient clip 0.5, the IMPALA ResNet; their reward normalization
-# is the return-std value normalization here.  Scaled to this package's 48 envs: 48 unrolls of 256.
-PPO_DEFAULTS = dict(
-    unroll_length=256, batch_size=48, optimizer="adam", learning_rate=5e-4, epsilon=1e-5, num_epochs=3,
-    num_minibatches=8, batch_mode="shuffle", discounting=0.999, gae_lambda=0.95, ppo_clip=0.2, entropy_cost=0.01,
-    baseline_cost=0.5, grad_norm_clipping=0.5, reward_clipping="none", value_normalization="return_std",
-    advantage_normalization=True, lr_decay="none", total_steps=25_000_000,
-)
-
-
-def agent_defaults(agent: str) -> dict:
-    """Defaults for ``--agent``: IMPALA keeps the R2AC settings (above), PPO Cobbe et al.'s; the
-    other on-policy agents take PPO's with one pass per batch."""
-    if agent == "sac":
-        from rl_core.agents import SAC_DISCRETE_IMAGE_DEFAULTS
-
-        return dict(SAC_DISCRETE_IMAGE_DEFAULTS)
-    from rl_core.agents import on_policy_defaults
-
-    return on_policy_defaults(agent, PPO_DEFAULTS)
 
 
 def _games(flags) -> tuple[str, ...]:

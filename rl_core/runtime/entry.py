@@ -74,7 +74,7 @@ def apply_agent_defaults(env_pkg, parser, argv) -> list[tuple[str, dict]]:
     defaults = {k: v for _, values in layers for k, v in values.items()}
     unknown = [k for k in defaults if not hasattr(known, k)]
     if unknown:
-        raise ValueError(f"{env_pkg.name}.agent_defaults({agent!r}) names unknown flags {unknown}")
+        raise ValueError(f"{env_pkg.presets_name}: the defaults of --agent {agent} name unknown flags {unknown}")
     parser.set_defaults(**defaults)
     return [(source, values) for source, values in layers if values]
 

@@ -1,0 +1,23 @@
+"""torchbeast_procgen's flag defaults per agent (rl_core/env_package.py reads ``agent_defaults`` here; IMPALA keeps
+the R2AC settings that ``env.add_flags`` sets).  Data only: no torch, no envpool."""
+
+from __future__ import annotations
+
+from rl_core.agents import SAC_DISCRETE_IMAGE_DEFAULTS, on_policy_defaults
+
+# PPO as Cobbe et al. 2020 ("Leveraging Procedural Generation", Table 1) train it, scaled from 64 envs to this
+# package's 48; their reward normalization is the return-std value normalization here.
+PPO_DEFAULTS = dict(
+    unroll_length=256, batch_size=48, optimizer="adam", learning_rate=5e-4, epsilon=1e-5, num_epochs=3,
+    num_minibatches=8, batch_mode="shuffle", discounting=0.999, gae_lambda=0.95, ppo_clip=0.2, entropy_cost=0.01,
+    baseline_cost=0.5, grad_norm_clipping=0.5, reward_clipping="none", value_normalization="return_std",
+    advantage_normalization=True, lr_decay="none", total_steps=25_000_000,
+)
+
+
+def agent_defaults(agent: str) -> dict:
+    """Defaults for ``--agent``: IMPALA keeps the R2AC settings (env.py's), PPO Cobbe et al.'s; the
+    other on-policy agents take PPO's with one pass per batch."""
+    if agent == "sac":
+        return dict(SAC_DISCRETE_IMAGE_DEFAULTS)
+    return on_policy_defaults(agent, PPO_DEFAULTS)
