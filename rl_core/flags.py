@@ -248,8 +248,8 @@ def check(parser: argparse.ArgumentParser, flags: argparse.Namespace) -> None:
     if flags.deterministic and (flags.validate_every > 0 or flags.validate_step_every > 0) \
             and not flags.disable_validation:
         parser.error("--deterministic runs no validation during training (its episodes would draw from the run's "
-                     "random numbers at times the clock decides): drop --validate_every / --validate_step_every; "
-                     "the final test still runs")
+                     "random numbers at times the clock decides): drop --validate_every / --validate_step_every "
+                     "(the final test still runs), or run asynchronously with --no-deterministic")
     if flags.mode == "test" and not flags.checkpoint:
         parser.error("--mode test needs --checkpoint PATH (a model.tar)")
     if flags.not_load_fc and not flags.load_conv_net_from:
