@@ -1,8 +1,8 @@
 r"""The GPU suite: a GPU machine's figures in one command, within a time budget (docs/experiments/throughput.md).
 
     python benchmarks/gpu_suite.py [--budget_s 1500] [--savedir DIR]
-                                   [--stages ceiling,impala_pong,splits,agents,ppo_pong,ppo_breakout]
-                                   [--impala_steps N] [--ppo_steps N] [--impala_max_s 720]
+                                   [--stages ceiling,impala_pong,splits,agents,ppo_pong,r2d2_pong,ppo_breakout]
+                                   [--impala_steps N] [--ppo_steps N] [--r2d2_steps N] [--impala_max_s 720]
                                    [--ceiling_seconds 5] [--splits_seconds 75] [--agents_seconds 30]
                                    [--agents_repeats 10]
 
@@ -26,9 +26,10 @@ Stages, one after another, each a subprocess of the project's own scripts and la
    against the unsplit run's and the env ceiling's.
 4. ``agents``: ``benchmarks/agents.py --package torchbeast_atari``: every agent's throughput on Pong (end to end
    with the launcher's sizing, and its learner alone), as many agents as the budget holds.
-5. ``ppo_pong``, ``ppo_breakout``: ``--agent ppo`` (torchbeast_atari's PPO defaults are cleanrl's ppo_atari
-   settings, 10M steps) on Pong and Breakout for what is left, stopped the same way; cleanrl reaches 20.36 and
-   415 at 10M steps.
+5. ``ppo_pong``, ``r2d2_pong``, ``ppo_breakout``: ``--agent ppo`` (torchbeast_atari's PPO defaults are cleanrl's
+   ppo_atari settings, 10M steps) and ``--agent r2d2`` (the package's recurrent R2D2) with no other flag, for what
+   is left, stopped the same way: on Pong at a last-100 of 18 (the wall time to it), or at their share's end;
+   cleanrl's PPO reaches 20.36 and 415 at 10M steps, its DQN 20.25 on Pong.
 
 The budget.  Each stage gets what is left of ``--budget_s`` (less a margin for the suite's own start and its
 tables): the ceiling, the splits and the agents what they need (their measurement seconds and a start-up per
@@ -118,14 +119,17 @@ from rl_core.errors import UserError  # noqa: E402
 from rl_core.plot import read_columns  # noqa: E402
 
 PROG = "python benchmarks/gpu_suite.py"
-STAGES = ("ceiling", "impala_pong", "splits", "agents", "ppo_pong", "ppo_breakout")
+STAGES = ("ceiling", "impala_pong", "splits", "agents", "ppo_pong", "r2d2_pong", "ppo_breakout")
 PACKAGE = "torchbeast_atari"
 PONG, BREAKOUT = "PongNoFrameskip-v4", "BreakoutNoFrameskip-v4"
-TRAINING = {"impala_pong": ("impala", PONG), "ppo_pong": ("ppo", PONG), "ppo_breakout": ("ppo", BREAKOUT)}
-TARGET = 18.0  # IMPALA Pong's last-100 return to reach
+TRAINING = {"impala_pong": ("impala", PONG), "ppo_pong": ("ppo", PONG), "r2d2_pong": ("r2d2", PONG),
+            "ppo_breakout": ("ppo", BREAKOUT)}
+AGENT_STAGES = ("ppo_pong", "r2d2_pong", "ppo_breakout")  # the agents beside IMPALA, in one table
+TARGET = 18.0  # the last-100 return on Pong a training stage stops at
 GOAL_WALL_S = 600.0  # ... within 10 minutes of wall time
 GOAL_CEILING_RATIO = 0.9  # IMPALA's frames/s against the env ceiling
-CLEANRL_10M = {PONG: 20.36, BREAKOUT: 415.0}  # cleanrl's ppo_atari at 10M steps (docs.cleanrl.dev; docs/results.md)
+# cleanrl at 10M steps (docs.cleanrl.dev; docs/results.md): ppo_atari, and dqn_atari beside R2D2
+CLEANRL_10M = {("ppo", PONG): 20.36, ("ppo", BREAKOUT): 415.0, ("r2d2", PONG): 20.25}
 AGENTS = tuple(configs(PACKAGE))  # benchmarks/agents.py's agents on Atari, in its order
 
 MARGIN_S = 15.0  # the suite's own start (torch's import) and its tables at the end
@@ -351,11 +355,11 @@ def stage_training(ctx, stage: str, share: float) -> dict:
     agent, game = TRAINING[stage]
     xpid = free_name(ctx.savedir, stage)
     rundir = os.path.join(ctx.savedir, xpid)
-    steps = ctx.args.impala_steps if agent == "impala" else ctx.args.ppo_steps
+    steps = {"impala": ctx.args.impala_steps, "ppo": ctx.args.ppo_steps, "r2d2": ctx.args.r2d2_steps}[agent]
     argv = ["--env", game, *([] if agent == "impala" else ["--agent", agent]), "--savedir", ctx.savedir,
             "--xpid", xpid, "--disable_final_test", *([] if steps is None else ["--total_steps", str(steps)])]
     cmd = polybeast_cmd(argv)
-    target = TARGET if stage == "impala_pong" else None
+    target = TARGET if game == PONG else None
 
     def reached() -> bool:
         try:
@@ -580,21 +584,26 @@ def agents_table(r: dict) -> list[str]:
     return out
 
 
-def ppo_rows(results: dict) -> list[str]:
-    out = ["**PPO, cleanrl's settings** (`--agent ppo`, torchbeast_atari's defaults)", "",
-           "| game | agent steps | last-100 at the end | cleanrl at 10M | training min | frames/s | layout | stopped | "
-           "date, machine |", "|---|---|---|---|---|---|---|---|---|"]
-    for stage in ("ppo_pong", "ppo_breakout"):
+def agent_rows(results: dict) -> list[str]:
+    """PPO's and R2D2's stages: each run's steps, last-100, the step and minutes at which it reached 18 on Pong."""
+    out = ["**PPO and R2D2 with the package's defaults** (`--agent ppo`: cleanrl's settings in lockstep; `--agent "
+           "r2d2`: recurrent)", "",
+           "| game | agent | agent steps | last-100 at the end | 18 first at | cleanrl at 10M | training min | frames/s | "
+           "layout | stopped | date, machine |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for stage in AGENT_STAGES:
         r = results.get(stage)
         if r is None:
             continue
-        game = TRAINING[stage][1]
+        agent, game = TRAINING[stage]
         if r["status"] != "done":
-            out.append(f"| {game} | {r['status']} |" + " |" * 7)
+            out.append(f"| {game} | {agent} | {r['status']} |" + " |" * 8)
             continue
-        out.append(f"| {game} | {fmt(r['steps'])} | {fmt(r['last100'], '.2f', 'no episode ended')} | "
-                   f"{CLEANRL_10M[game]:g} | {minutes(r['train_s'])} | {fmt(r['frames_s'])} | {r['layout']} | "
-                   f"{r['stopped']} | {r.get('date', '?')}, {r.get('machine', '?')} |")
+        step = r.get("reached_step")
+        reached = "-" if game != PONG else "not reached" if step is None else \
+            f"{fmt(step)} ({minutes(r['reached_train_s'])} min)"
+        out.append(f"| {game} | {agent} | {fmt(r['steps'])} | {fmt(r['last100'], '.2f', 'no episode ended')} | "
+                   f"{reached} | {CLEANRL_10M[agent, game]:g} | {minutes(r['train_s'])} | {fmt(r['frames_s'])} | "
+                   f"{r['layout']} | {r['stopped']} | {r.get('date', '?')}, {r.get('machine', '?')} |")
     return out
 
 
@@ -603,10 +612,10 @@ def markdown(results: dict, machine: str) -> str:
     out = [f"### GPU suite (`{PROG}`), {machine}", ""]
     for stage in STAGES:
         r = results.get(stage)
-        if r is None or stage == "ppo_breakout" and "ppo_pong" in results:
+        if r is None or stage in AGENT_STAGES and stage != next(s for s in AGENT_STAGES if s in results):
             continue
-        if stage.startswith("ppo"):
-            out += ppo_rows(results) + [""]
+        if stage in AGENT_STAGES:
+            out += agent_rows(results) + [""]
         elif stage == "splits" and r.get("runs"):
             out += splits_table(r, results.get("ceiling")) + [""]
         elif r["status"] != "done":
@@ -679,6 +688,7 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--impala_steps", type=int, default=None,
                    help="IMPALA's --total_steps (default: the package's, 50M: stopped at 18 or by the budget).")
     p.add_argument("--ppo_steps", type=int, default=None, help="PPO's --total_steps (default: the package's, 10M).")
+    p.add_argument("--r2d2_steps", type=int, default=None, help="R2D2's --total_steps (default: the package's).")
     p.add_argument("--impala_max_s", type=float, default=720.0, help="IMPALA's share at most (seconds).")
     p.add_argument("--ceiling_seconds", type=float, default=5.0, help="Each env-ceiling measurement's seconds.")
     p.add_argument("--splits_seconds", type=float, default=75.0,

@@ -27,10 +27,11 @@ def test_each_stage_gets_its_share_and_what_does_not_fit_is_skipped():
     # the splits 2 x (75 + 20) s, the 6 agents 75 s each, the rest to PPO on Pong (halves would be too short)
     assert gpu_suite.plan(1500, list(gpu_suite.STAGES), a, 16) == {
         "ceiling": 45.0, "impala_pong": 720.0, "splits": 190.0, "agents": 450.0, "ppo_pong": 80.0,
-        "ppo_breakout": 0.0}
+        "r2d2_pong": 0.0, "ppo_breakout": 0.0}
     # 2 cores and 100 s: the ceiling (2 measurements) and IMPALA; the splits, the agents and PPO do not fit
     assert gpu_suite.plan(100, list(gpu_suite.STAGES), a, 2) == {
-        "ceiling": 18.0, "impala_pong": 67.0, "splits": 0.0, "agents": 0.0, "ppo_pong": 0.0, "ppo_breakout": 0.0}
+        "ceiling": 18.0, "impala_pong": 67.0, "splits": 0.0, "agents": 0.0, "ppo_pong": 0.0, "r2d2_pong": 0.0,
+        "ppo_breakout": 0.0}
     # IMPALA leaves the agents that fit beside its minimum minute: here 3 of them
     shares = gpu_suite.plan(300, ["impala_pong", "agents"], a, 16)
     assert shares == {"impala_pong": 60.0, "agents": 225.0}
@@ -146,8 +147,15 @@ def test_tables_from_a_synthetic_run_directory(tmp_path):
     # steps, step at 18, training and wall minutes, last-100, mean and steady frames/s, their ratio (26,667 /
     # 28,000), 18 within 10 minutes: yes, 0.9 of the ceiling: yes
     assert "| 1,600,000 | 1,000,000 | 2.50 | 2.83 | 20.00 at the end | 26,667 | 26,667 | 0.95 | yes | yes |" in rows
-    assert "| PongNoFrameskip-v4 | skipped: budget |" + " |" * 7 in rows
+    assert "| PongNoFrameskip-v4 | ppo | skipped: budget |" + " |" * 8 in rows
     assert "BreakoutNoFrameskip-v4" not in text
+    # R2D2 on Pong beside it: the step and minutes at which it reached 18, cleanrl's DQN at 10M
+    r2d2 = {**result, "status": "done", "stopped": "target", "layout": "14 servers x 32 envs, B=8, T=40",
+            "date": "d", "machine": "m"}
+    rows = [line for line in gpu_suite.markdown({"ppo_pong": {"status": "skipped: budget"}, "r2d2_pong": r2d2},
+                                                "m").splitlines() if line.startswith("| PongNoFrameskip-v4 | r2d2")]
+    assert rows == ["| PongNoFrameskip-v4 | r2d2 | 1,600,000 | 20.00 | 1,000,000 (2.50 min) | 20.25 | 4.00 | 26,667 | "
+                    "14 servers x 32 envs, B=8, T=40 | target | d, m |"]
 
     slow = str(tmp_path / "slow")  # never 18, and slower than 0.9 of the ceiling
     synthetic_run(slow, [-21, -20.0, 3.0], dt=100.0)
@@ -289,7 +297,8 @@ def test_a_budget_too_small_for_any_stage_skips_them_all(tmp_path, capsys):
     for stage in gpu_suite.STAGES:
         assert f"[{stage}] skipped: budget" in out.stdout
     md = (tmp_path / "s" / "gpu_suite.md").read_text()
-    assert "**ceiling**: skipped: budget" in md and "| BreakoutNoFrameskip-v4 | skipped: budget |" in md
+    assert "**ceiling**: skipped: budget" in md and "| BreakoutNoFrameskip-v4 | ppo | skipped: budget |" in md
+    assert "| PongNoFrameskip-v4 | r2d2 | skipped: budget |" in md
     assert json.loads((tmp_path / "s" / "gpu_suite.json").read_text())["stages"]["agents"]["status"] == \
         "skipped: budget"
     with pytest.raises(SystemExit) as refused:  # refused before anything starts
