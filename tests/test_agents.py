@@ -330,10 +330,10 @@ def test_impala_agent_loss_feeds_the_loss_function_the_right_slices_and_flags(cl
 
 @pytest.mark.parametrize("package", ["torchbeast_atari", "torchbeast_procgen", "torchbeast_gym", "torchbeast_mujoco"])
 @pytest.mark.parametrize("core", [None, "--use_lstm", "--use_quasi_lstm", "--use_rtrl"])
-def test_each_package_builds_and_updates_r2d2_with_its_defaults(package, core):
+def test_each_package_builds_and_updates_r2d2_with_its_defaults(package, core, capsys):
     """--agent r2d2 in every package with discrete actions: its defaults (R2D2's published ones under
     the package's) build a Q-network that acts and learns from a replay batch; Box actions are refused
-    in one line."""
+    in one line: at parse time where the package says its action kind (MuJoCo), else when the agent is made."""
     import importlib
 
     from rl_core.errors import UserError
@@ -342,14 +342,18 @@ def test_each_package_builds_and_updates_r2d2_with_its_defaults(package, core):
     pkg = importlib.import_module(f"{package}.env")
     args = ["--agent=r2d2", "--unroll_length=3", "--burn_in=2", "--batch_size=2", "--replay_buffer_min_size=2",
             "--hidden_size=16", "--dueling_hidden_size=16", *([core] if core else [])]
+    if package == "torchbeast_mujoco":
+        with pytest.raises(SystemExit):
+            parse_flags(pkg, args)
+        assert "error: --agent r2d2 takes discrete actions; this env has box" in capsys.readouterr().err
+        gym_flags = parse_flags(importlib.import_module("torchbeast_gym.env"), args)  # a package that cannot say
+        with pytest.raises(UserError, match="discrete actions"):
+            make_agent(gym_flags, BOX).build_model()
+        return
     f = parse_flags(pkg, args)
     spec = {"torchbeast_atari": EnvSpec(Observation((4, 84, 84), "|u1"), DiscreteActions(6)),
             "torchbeast_procgen": EnvSpec(Observation((3, 64, 64), "|u1"), DiscreteActions(15)),
-            "torchbeast_gym": DISCRETE, "torchbeast_mujoco": BOX}[package]
-    if package == "torchbeast_mujoco":  # refused when the agent is made, before any model is built
-        with pytest.raises(UserError, match="discrete actions"):
-            make_agent(f, spec).build_model()
-        return
+            "torchbeast_gym": DISCRETE}[package]
     agent = make_agent(f, spec)
     assert (f.optimizer, f.n_steps, f.grad_norm_clipping, f.reward_clipping) == ("adam", 5, 40.0, "none")
     model = agent.build_model()
