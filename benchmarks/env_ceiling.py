@@ -26,8 +26,9 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-PACKAGES = ("torchbeast_atari", "torchbeast_gym", "torchbeast_procgen", "torchbeast_mujoco", "torchbeast_football",
-            "torchbeast_dmlab")
+from rl_core.env_package import installed_env_packages  # noqa: E402  (after the repository's path)
+
+PACKAGES = tuple(installed_env_packages())  # every registered package (pyproject.toml)
 # The env measured when --env is not given: the package's default, but Football's cheapest scenario.
 DEFAULT_ENVS = {"torchbeast_football": "academy_empty_goal_close"}
 

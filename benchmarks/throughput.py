@@ -103,7 +103,7 @@ def build(setup: Setup, model: str, device: str):
 
 def learner_seconds(setup: Setup, model: str, T: int, B: int, threads: int, device: str, repeats: int = 5) -> float:
     """Median wall seconds of one update (loss, backward, RMSprop step, weight publish)."""
-    from rl_core.agents.impala import ImpalaAgent
+    from rl_core.agents.impala.agent import ImpalaAgent
 
     torch.set_num_threads(threads)
     flags, net = build(setup, model, device)
@@ -142,7 +142,7 @@ def inference_seconds(setup: Setup, model: str, batch: int, device: str, precisi
                       repeats: int = 50) -> float:
     """Median wall seconds of one batched forward pass (T=1) plus sampling, on one thread, at the
     run's --inference_precision."""
-    from rl_core.agents.impala import sample_actions
+    from rl_core.agents.impala.agent import sample_actions
 
     torch.set_num_threads(1)
     _, net = build(setup, model, device)

@@ -21,7 +21,7 @@ returns one number per batch element:
 policy outputs.  These classes avoid ``torch.distributions``: its argument
 validation and generic broadcasting are slower on CPU, and sampling a
 categorical with :func:`torch.multinomial` on the flattened probabilities is
-what :func:`rl_core.agents.impala.sample_actions` does.
+what :func:`rl_core.agents.impala.agent.sample_actions` does.
 """
 
 from __future__ import annotations

@@ -39,6 +39,22 @@ OPTIONAL_FUNCTIONS = ("agent_defaults", "core_defaults", "rnd_defaults", "num_ac
 PRESET_FUNCTIONS = ("agent_defaults", "core_defaults", "rnd_defaults")
 
 
+ENTRY_POINT_GROUP = "rl_core.env_packages"
+
+
+def installed_env_packages() -> dict[str, str]:
+    """The installed env packages, each name -> its env module, as their distributions register them under the
+    entry-point group ``rl_core.env_packages`` (this repository's in pyproject.toml); tests and benchmarks walk
+    them.  The runtime needs none of this: a run names its package (``python -m <package>.polybeast``)."""
+    from importlib import metadata
+
+    found = {ep.name: ep.value for ep in metadata.entry_points(group=ENTRY_POINT_GROUP)}
+    if not found:
+        raise UserError(f"no env package is registered under the entry points {ENTRY_POINT_GROUP!r}: install this "
+                        f"repository (python -m pip install --no-deps -e .), whose pyproject.toml registers its own")
+    return found
+
+
 def presets_module(module: ModuleType) -> ModuleType | None:
     """The ``presets`` module of ``module``'s package, imported; None where the package has none."""
     package = getattr(module, "__package__", None)

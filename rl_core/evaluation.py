@@ -133,7 +133,7 @@ def play(
     try:
         obs = [env.reset(seed=seeds[i])[0] for i, env in enumerate(envs)]
         if agent is None:
-            from rl_core.agents.impala import ImpalaAgent
+            from rl_core.agents.impala.agent import ImpalaAgent
 
             first = np.asarray(obs[0])
             spec = EnvSpec(Observation(first.shape, first.dtype.str), DiscreteActions(model.num_actions))

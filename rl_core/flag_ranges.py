@@ -1,8 +1,9 @@
 """The valid range of every numeric flag, checked when the flags are parsed.
 
 Ranges are written in interval notation: ``"[0, 1]"``, ``"(0, inf)"``, ``"[1, inf)"``;
-``"finite"`` accepts any finite number.  An environment package adds the ranges of its
-own flags as ``FLAG_RANGES`` in its ``env`` module.  A numeric flag without a range is
+``"finite"`` accepts any finite number.  An agent's folder gives the ranges of its own flags
+(``AgentSpec.flag_ranges``; the shared groups': ``rl_core.agents.shared_flags.RANGES``) and an environment
+package those of its own as ``FLAG_RANGES`` in its ``env`` module.  A numeric flag without a range is
 an error of the code (a test walks every package's parser), not of the user.
 """
 
@@ -36,25 +37,6 @@ COMMON_RANGES: dict[str, str] = {
     "publish_interval": "[1, inf)",
     "recycle_period": "[0, inf)",
     "recycle_tau": "[0, 1)",
-    # on-policy agent
-    "num_epochs": "[1, inf)", "num_minibatches": "[1, inf)", "gae_lambda": "[0, 1]", "nstep": "[0, inf)",
-    "ppo_clip": "(0, inf)", "awr_beta": "(0, inf)", "awr_max_weight": "(0, inf)", "huber_delta": "(0, inf)",
-    "value_clip": "[0, inf)", "kl_cost": "[0, inf)", "target_kl": "(0, inf)", "target_entropy": "finite",
-    "lagrange_init": "(0, inf)", "popart_beta": "[0, 1)", "obs_clip": "(0, inf)", "initial_std": "(0, inf)",
-    "min_std": "(0, inf)", "policy_init_scale": "[0, inf)", "vmpo_eps_eta": "(0, inf)",
-    "vmpo_eps_alpha": "(0, inf)", "vmpo_init_temperature": "(0, inf)", "vmpo_init_alpha": "(0, inf)",
-    # R2D2 and the replay path
-    "burn_in": "[0, inf)", "sequence_stride": "[0, inf)", "replay_buffer_size": "[1, inf)",
-    "replay_buffer_min_size": "[1, inf)", "priority_exponent": "[0, inf)", "importance_sampling_exponent": "[0, 1]",
-    "priority_eta": "[0, 1]", "replay_ratio": "(0, inf)", "n_steps": "[1, inf)",
-    "value_function_rescaling_epsilon": "[0, inf)", "target_update_period": "[1, inf)", "eval_epsilon": "[0, 1]",
-    "epsilon_base": "[0, 1]", "epsilon_alpha": "[0, inf)", "dueling_hidden_size": "[1, inf)",
-    # SAC
-    "polyak_tau": "(0, 1]", "random_init_steps": "[0, inf)", "initial_temperature": "(0, inf)",
-    "target_entropy_ratio": "[0, 1]",
-    # RND
-    "rnd_init_steps": "[0, inf)", "intrinsic_discounting": "[0, 1]", "ext_coef": "[0, inf)", "int_coef": "[0, inf)",
-    "rnd_update_proportion": "(0, 1]", "rnd_channels": "[0, inf)", "rnd_feature_size": "[1, inf)",
 }
 
 _INTERVAL = re.compile(r"^([\[(])\s*(-?inf|[-0-9.e]+)\s*,\s*(-?inf|[-0-9.e]+)\s*([\])])$")
@@ -81,7 +63,8 @@ def numeric_dests(parser) -> dict[str, type]:
 
 
 def check_ranges(parser, flags, extra: dict[str, str] | None = None) -> None:
-    """``parser.error`` (one line, exit 2) for the first numeric flag outside its range."""
+    """``parser.error`` (one line, exit 2) for the first numeric flag outside its range (``extra``: the agents'
+    and the package's ranges)."""
     ranges = dict(COMMON_RANGES, **(extra or {}))
     for dest in numeric_dests(parser):
         value = getattr(flags, dest)

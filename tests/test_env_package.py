@@ -7,12 +7,11 @@ import types
 
 import pytest
 
-from rl_core.env_package import EnvPackage, env_package
+from rl_core.env_package import EnvPackage, env_package, installed_env_packages
 from rl_core.errors import UserError
 from rl_core.runtime import entry
 
-PACKAGES = ["torchbeast_gym", "torchbeast_atari", "torchbeast_procgen", "torchbeast_dmlab", "torchbeast_mujoco",
-            "torchbeast_football"]
+PACKAGES = list(installed_env_packages())  # every registered package (pyproject.toml)
 
 
 @pytest.mark.parametrize("name", PACKAGES)

@@ -11,13 +11,15 @@ import ast
 import pathlib
 import re
 
+from rl_core.agents import AGENTS
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PACKAGES = ("rl_core", "models")
 # Below the runtime: none of these may import rl_core.runtime
 LOWER = ("rl_core.agents", "rl_core.losses", "models", "rl_core.normalization", "rl_core.replay")
 # The core that knows no agent and no env package by name
 CORE = ("rl_core.runtime", "rl_core.sizing", "rl_core.flags")
-AGENT_NAMES = ("impala", "ppo", "vpg", "awr", "vmpo", "vtrace", "r2d2", "sac", "rnd")
+AGENT_NAMES = (*AGENTS, "rnd")  # the registry's agents and the add-on
 AGENT_SETS = ("REPLAY", "ON_POLICY", "SCALED_AGENTS")
 NAMED = re.compile(r"(?<![\w])(" + "|".join(AGENT_NAMES) + r")(?![\w])|torchbeast_\w+")
 

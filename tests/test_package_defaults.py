@@ -1,6 +1,6 @@
 """Every package's merged flag defaults, for every agent, with and without a recurrent core and --rnd, are
 those recorded before the on-policy variants' defaults came from one function
-(``rl_core.agents.on_policy_defaults``): tests/data/merged_defaults.json, taken on the code before."""
+(``rl_core.agents.policy_gradient.on_policy_defaults``): tests/data/merged_defaults.json, taken on the code before."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from rl_core.agents import AGENTS
 from rl_core.runtime import entry
 
 RECORD = os.path.join(os.path.dirname(__file__), "data", "merged_defaults.json")
-PACKAGES = ["torchbeast_gym", "torchbeast_atari", "torchbeast_procgen", "torchbeast_dmlab", "torchbeast_mujoco",
-            "torchbeast_football"]
+with open(RECORD) as _f:
+    PACKAGES = list(json.load(_f)["base"])  # the packages recorded
 VARIANTS = {"": [], "lstm": ["--use_lstm"], "rnd": ["--rnd"], "lstm+rnd": ["--use_lstm", "--rnd"]}
 
 

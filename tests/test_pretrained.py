@@ -8,7 +8,7 @@ import torch
 from models import build_model
 from models.pretrained import apply_flags
 from rl_core import checkpoint
-from rl_core.agents.impala import ImpalaAgent
+from rl_core.agents.impala.agent import ImpalaAgent
 from rl_core.env_spec import DiscreteActions, EnvSpec, Observation
 from rl_core.errors import UserError
 from rl_core.flags import make_parser

@@ -11,6 +11,7 @@ import time
 import pytest
 import torch
 
+from rl_core.env_package import installed_env_packages
 from tests.proc_utils import alive, children, csv_rows, free_port, read, run, sockets_left, start, wait_for
 
 GYM = "torchbeast_gym.polybeast"
@@ -437,8 +438,7 @@ def test_a_missing_env_module_is_named(tmp_path):
             gym_pkg.make_env(flags, 0)
 
 
-PACKAGES = ["torchbeast_gym", "torchbeast_atari", "torchbeast_procgen", "torchbeast_dmlab", "torchbeast_mujoco",
-            "torchbeast_football"]
+PACKAGES = list(installed_env_packages())  # every registered package (pyproject.toml)
 
 
 @pytest.mark.parametrize("package", PACKAGES)
@@ -447,11 +447,12 @@ def test_every_numeric_flag_has_a_range_checked_when_parsed(package, capsys):
     the parse with one line naming the flag and the range, before anything starts."""
     import importlib
 
+    from rl_core import agents
     from rl_core.flag_ranges import COMMON_RANGES, numeric_dests
     from rl_core.runtime.entry import make_parser, parse_flags
 
     pkg = importlib.import_module(f"{package}.env")
-    ranges = dict(COMMON_RANGES, **getattr(pkg, "FLAG_RANGES", {}))
+    ranges = dict(COMMON_RANGES, **agents.flag_ranges(), **getattr(pkg, "FLAG_RANGES", {}))
     dests = numeric_dests(make_parser(pkg))
     assert set(dests) <= set(ranges), f"numeric flags without a range: {sorted(set(dests) - set(ranges))}"
     bad_values = {"[0, inf)": "-1", "(0, inf)": "0", "[1, inf)": "0", "[0, 1]": "1.5", "[0, 1)": "1", "(0, 1]": "0",

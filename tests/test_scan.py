@@ -13,7 +13,7 @@ import pytest
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from rl_core.agents.rnd import RNDAgent, occurrence_groups
+from rl_core.agents.rnd.agent import RNDAgent, occurrence_groups
 from rl_core.losses import advantages as adv_lib
 from rl_core.losses import r2d2 as r2d2_lib
 from rl_core.losses import rnd as rnd_lib

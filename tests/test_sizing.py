@@ -10,11 +10,11 @@ import os
 import pytest
 
 from rl_core import sizing
+from rl_core.agents import AGENTS
+from rl_core.env_package import installed_env_packages
 from rl_core.runtime import entry
 
-PACKAGES = ["torchbeast_gym", "torchbeast_atari", "torchbeast_procgen", "torchbeast_dmlab", "torchbeast_mujoco",
-            "torchbeast_football"]
-AGENTS = ["impala", "vpg", "ppo", "awr", "vmpo", "vtrace", "r2d2", "sac"]
+PACKAGES = list(installed_env_packages())  # every registered package (pyproject.toml)
 KEYS = ("num_servers", "num_actors", "batch_size", "unroll_length", "total_steps", "server_splits")
 
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import os
 
-from rl_core.agents import SAC_DISCRETE_IMAGE_DEFAULTS, on_policy_defaults
+from rl_core.agents.policy_gradient import on_policy_defaults
+from rl_core.agents.sac import SAC_DISCRETE_IMAGE_DEFAULTS
 
 FRAME_BYTES = 84 * 84  # one preprocessed frame, uint8 (env.py: FRAME_SIZE)
 FRAME_STACK = 4  # frames an observation stacks (env.py: FRAME_STACK)
@@ -27,7 +28,7 @@ def core_defaults(agent: str, core: str | None) -> dict:
     return {"batch_mode": "shuffle"} if core is not None and agent == "ppo" else {}
 
 
-# R2D2: the paper's recurrent agent (rl_core.agents.R2D2_DEFAULTS) scaled to thousands of updates on 2 cores:
+# R2D2: the paper's recurrent agent (rl_core.agents.r2d2.R2D2_DEFAULTS) scaled to thousands of updates on 2 cores:
 # docs/experiments/r2d2.md (R2D2 on Atari: the defaults).
 R2D2_SEQUENCE = dict(batch_size=8, unroll_length=40, burn_in=20)
 

@@ -4,7 +4,7 @@ source."""
 
 from __future__ import annotations
 
-from rl_core.agents import ON_POLICY, on_policy_defaults
+from rl_core.agents.policy_gradient import ON_POLICY, on_policy_defaults
 
 # Where the defaults come from (google-research/seed_rl):
 #   [sh]  gcp/train_football_scoring.sh: 11_vs_11_hard_stochastic, reward_experiment scoring, batch_size 32,

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from rl_core.agents import ON_POLICY, on_policy_defaults
+from rl_core.agents.policy_gradient import ON_POLICY, on_policy_defaults
 
 # Where the defaults come from (google-research/seed_rl):
 #   [sh]  mujoco/local_baseline_HalfCheetah-v2.sh: run_local.sh mujoco ppo 8 32 --total_environment_frames=2000000
@@ -70,7 +70,7 @@ PPO_DEFAULTS = {
 # agent) GAE advantages, V-trace too.
 PPO_ONLY = ("ppo_clip", "num_epochs", "batch_mode", "num_minibatches")
 
-# SAC: the paper's MuJoCo settings (rl_core.agents.SAC_DEFAULTS: 256 x 256 ReLU networks, batches of
+# SAC: the paper's MuJoCo settings (rl_core.agents.sac.SAC_DEFAULTS: 256 x 256 ReLU networks, batches of
 # 256, one update per env step, 10,000 random steps, no gradient clipping) on 16 envs; 1M steps.
 SAC_DEFAULTS = {**ENV_DEFAULTS, "mlp_sizes": "256,256", "grad_norm_clipping": 0.0, "unroll_length": 8,
                 "total_steps": 1_000_000}

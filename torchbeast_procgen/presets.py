@@ -3,7 +3,8 @@ the R2AC settings that ``env.add_flags`` sets).  Data only: no torch, no envpool
 
 from __future__ import annotations
 
-from rl_core.agents import SAC_DISCRETE_IMAGE_DEFAULTS, on_policy_defaults
+from rl_core.agents.policy_gradient import on_policy_defaults
+from rl_core.agents.sac import SAC_DISCRETE_IMAGE_DEFAULTS
 
 # PPO as Cobbe et al. 2020 ("Leveraging Procedural Generation", Table 1) train it, scaled from 64 envs to this
 # package's 48; their reward normalization is the return-std value normalization here.

@@ -47,7 +47,7 @@ def apply_agent_defaults(env_pkg, parser, argv) -> list[tuple[str, dict]]:
     """The agent's published defaults (``rl_core.agents.published_defaults``), the package's for the
     chosen --agent (``env_pkg.agent_defaults(name)``), with a
     recurrent core, for that (``env_pkg.core_defaults(name, core)``), and with --rnd RND's
-    (``rl_core.agents.RND_DEFAULTS``, then ``env_pkg.rnd_defaults(name)``), under the flags given on the
+    (``rl_core.agents.rnd.RND_DEFAULTS``, then ``env_pkg.rnd_defaults(name)``), under the flags given on the
     command line: the agent and core are read first, then their defaults are set.  A core named on the command
     line (or ``--feedforward``) replaces the one a package's defaults give.  Returns the layers, each
     ``(source, values)``, in the order they were laid (a later one wins)."""
@@ -67,7 +67,8 @@ def apply_agent_defaults(env_pkg, parser, argv) -> list[tuple[str, dict]]:
     core = core_kind(argparse.Namespace(**{k: laid.get(k, getattr(known, k)) for k in CORE_FLAGS}))
     layers.append((f"{pkg}: --agent {agent} with a {core} core", env_pkg.core_defaults(agent, core)))
     if known.rnd:  # then RND's: the paper's, and the package's for RND runs
-        from rl_core.agents import RND_DEFAULTS, describe_agent
+        from rl_core.agents import describe_agent
+        from rl_core.agents.rnd import RND_DEFAULTS
 
         run = describe_agent(vars(known))  # --agent NAME --rnd
         layers += [(f"paper: {run}", dict(RND_DEFAULTS)), (f"{pkg}: {run}", env_pkg.rnd_defaults(agent))]
@@ -222,9 +223,10 @@ def parse_command_line(env_pkg, argv=None, prog=None, parser=None, auto_size=Fal
     layers = apply_agent_defaults(env_pkg, parser, argv)
     sizing = apply_sizing(env_pkg, parser, argv) if auto_size else None
     flags = parser.parse_args(argv)
+    from rl_core import agents
     from rl_core.flag_ranges import check_ranges
 
-    check_ranges(parser, flags, env_pkg.FLAG_RANGES)
+    check_ranges(parser, flags, dict(agents.flag_ranges(), **(env_pkg.FLAG_RANGES or {})))
     flags_lib.check(parser, flags)
     env_pkg.check_flags(parser, flags)
     check_action_kind(env_pkg, parser, flags)

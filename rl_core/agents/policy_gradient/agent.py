@@ -28,7 +28,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from rl_core.agents.base import Agent, action_field, extrinsic_stream
-from rl_core.agents.impala import sample_actions
+from rl_core.agents.impala.agent import sample_actions
 from rl_core.distributions import make_distribution
 from rl_core.losses import advantages as adv_lib
 from rl_core.losses import policy_gradient as pg_lib
