@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch.nn import functional as F
 
-from rl_core.agents import make_agent
+from rl_core.agents import ON_POLICY, make_agent
 from rl_core.env_spec import BoxActions, DiscreteActions, EnvSpec, Observation
 from rl_core.flags import make_parser
 
@@ -218,7 +218,7 @@ def test_resume_twice_equals_an_uninterrupted_run(case):
     assert straight.scheduler.state_dict()["last_epoch"] == resumed.scheduler.state_dict()["last_epoch"] == 6
 
 
-@pytest.mark.parametrize("agent_name", ["vpg", "ppo", "awr", "vmpo", "vtrace"])
+@pytest.mark.parametrize("agent_name", ON_POLICY)
 @pytest.mark.parametrize("spec", [DISCRETE, BOX], ids=["discrete", "box"])
 def test_every_on_policy_agent_takes_steps_on_both_action_kinds(agent_name, spec):
     f = flags(f"--agent={agent_name}", "--num_epochs=2", "--num_minibatches=2", "--optimizer=adam",

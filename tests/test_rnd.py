@@ -13,7 +13,7 @@ import pytest
 import torch
 from torch.nn import functional as F
 
-from rl_core.agents import make_agent
+from rl_core.agents import make_agent, rnd_wraps
 from rl_core.env_spec import BoxActions, DiscreteActions, EnvSpec, Observation
 from rl_core.flags import make_parser
 from rl_core.losses import impala as impala_lib
@@ -287,7 +287,7 @@ def test_multi_head_impala_loss_with_one_head_is_impala_loss():
 # ---------------------------------------------------- agent and model
 
 
-@pytest.mark.parametrize("agent_name", ["impala", "ppo", "vpg", "awr", "vmpo", "vtrace"])
+@pytest.mark.parametrize("agent_name", rnd_wraps())
 def test_every_on_policy_agent_takes_the_add_on(agent_name):
     f = flags(f"--agent={agent_name}", "--num_epochs=2", "--num_minibatches=2", "--optimizer=adam")
     agent = make_agent(f, DISCRETE)
