@@ -52,8 +52,18 @@ CONFIGS = {
 }
 FRAMES_PER_STEP = {"torchbeast_atari": 4}
 # The table's columns, in order (benchmarks/gpu_suite.py reads the rows by them)
-COLUMNS = ("agent", "steps/s", "frames/s", "upd/s", "run ms", "alone ms", "ratio", "core-us/st", "ops/upd T",
-           "ops/upd 4T")
+COLUMNS = (
+    "agent",
+    "steps/s",
+    "frames/s",
+    "upd/s",
+    "run ms",
+    "alone ms",
+    "ratio",
+    "core-us/st",
+    "ops/upd T",
+    "ops/upd 4T",
+)
 
 
 def configs(package: str) -> dict[str, tuple[str, list[str]]]:
@@ -70,8 +80,20 @@ def end_to_end(tree: str, package: str, argv: list[str], seconds: float) -> dict
     with tempfile.TemporaryDirectory() as tmp:
         # the tree first, the caller's path after it (where the env's packages may be: a --target install)
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (tree, os.environ.get("PYTHONPATH")) if p))
-        cmd = [sys.executable, "-m", f"{package}.polybeast", *argv, "--total_steps", "100000000",
-               "--savedir", tmp, "--xpid", "run", "--disable_checkpoint", "--disable_final_test"]
+        cmd = [
+            sys.executable,
+            "-m",
+            f"{package}.polybeast",
+            *argv,
+            "--total_steps",
+            "100000000",
+            "--savedir",
+            tmp,
+            "--xpid",
+            "run",
+            "--disable_checkpoint",
+            "--disable_final_test",
+        ]
         console = os.path.join(tmp, "console.log")
         with open(console, "w") as out:
             proc = subprocess.Popen(cmd, cwd=tmp, env=env, stdout=out, stderr=subprocess.STDOUT)
@@ -86,11 +108,18 @@ def end_to_end(tree: str, package: str, argv: list[str], seconds: float) -> dict
                 proc.kill()
         path = os.path.join(tmp, "run", "logs.csv")
         rows = list(csv.DictReader(open(path))) if os.path.exists(path) else []
-        learning = [r for r in rows if _num(r.get("update_ms")) == _num(r.get("update_ms"))
-                    and _num(r.get("optimizer_steps", "1")) > 0]
+        learning = [
+            r
+            for r in rows
+            if _num(r.get("update_ms")) == _num(r.get("update_ms")) and _num(r.get("optimizer_steps", "1")) > 0
+        ]
         if len(learning) < 2:
-            print(f"# {' '.join(argv)}: no learning in the end-to-end run ({len(rows)} logs.csv rows, exit status "
-                  f"{proc.returncode}): {last_line(console)}", file=sys.stderr, flush=True)
+            print(
+                f"# {' '.join(argv)}: no learning in the end-to-end run ({len(rows)} logs.csv rows, exit status "
+                f"{proc.returncode}): {last_line(console)}",
+                file=sys.stderr,
+                flush=True,
+            )
             return {}
     first, last = learning[0], learning[-1]
     span = float(last["time"]) - float(first["time"])
@@ -98,8 +127,11 @@ def end_to_end(tree: str, package: str, argv: list[str], seconds: float) -> dict
     busy = statistics.mean(_num(r["learner_busy"]) for r in rest)
     update_ms = statistics.mean(_num(r["update_ms"]) for r in rest)
     opt_steps = statistics.mean(_num(r.get("optimizer_steps", "1")) for r in rest)
-    return {"steps_per_s": (int(last["step"]) - int(first["step"])) / span, "update_ms": update_ms,
-            "updates_per_s": busy * 1000.0 / update_ms * opt_steps}
+    return {
+        "steps_per_s": (int(last["step"]) - int(first["step"])) / span,
+        "update_ms": update_ms,
+        "updates_per_s": busy * 1000.0 / update_ms * opt_steps,
+    }
 
 
 def last_line(path: str) -> str:
@@ -133,12 +165,16 @@ def synthetic_unroll(agent, spec, K: int, rng: np.random.Generator, frame_stack:
     if frame_stack:  # frames [L+C, K, H, W]; step t's stack is frames t .. t+C-1
         C = spec.obs.shape[0]
         frames = rng.integers(0, 255, (L1 + C - 1, K, *spec.obs.shape[1:]))
-        obs = np.stack([frames[c:c + L1] for c in range(C)], axis=2)
+        obs = np.stack([frames[c : c + L1] for c in range(C)], axis=2)
     else:
         obs = rng.standard_normal(shape) if obs_dtype.kind == "f" else rng.integers(0, 255, shape)
-    unroll = {"obs": obs.astype(obs_dtype), "reward": rng.standard_normal((L1, K)).astype(np.float32),
-              "done": rng.random((L1, K)) < 0.02, "truncated": np.zeros((L1, K), np.bool_),
-              POLICY_VERSION: np.zeros((L1, K), np.int32)}
+    unroll = {
+        "obs": obs.astype(obs_dtype),
+        "reward": rng.standard_normal((L1, K)).astype(np.float32),
+        "done": rng.random((L1, K)) < 0.02,
+        "truncated": np.zeros((L1, K), np.bool_),
+        POLICY_VERSION: np.zeros((L1, K), np.int32),
+    }
     for name, (shape, dtype) in {"action": action_field(spec), **agent.unroll_fields()}.items():
         if name == "action" and spec.discrete:
             value = rng.integers(0, spec.num_actions, (L1, K))
@@ -228,16 +264,26 @@ def standalone(package: str, argv: list[str], unroll_length: int | None, repeats
     finally:
         os.dup2(saved, 2)
     ops = sum(e.count for e in prof.key_averages() if e.key.startswith("aten::"))
-    return {"batch_ms": 1e3 * statistics.median(walls), "core_us_per_step": 1e6 * statistics.median(cpus) / per_batch,
-            "ops_per_update": ops / max(learner.optimizer_steps - before, 1), "T": f.unroll_length}
+    return {
+        "batch_ms": 1e3 * statistics.median(walls),
+        "core_us_per_step": 1e6 * statistics.median(cpus) / per_batch,
+        "ops_per_update": ops / max(learner.optimizer_steps - before, 1),
+        "T": f.unroll_length,
+    }
 
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--package", default="torchbeast_gym",
-                   help="The env package whose default env every agent runs on (e.g. torchbeast_atari).")
-    p.add_argument("--agents", default=None, help=f"Comma-separated (default: every one of the package's: "
-                                                  f"{','.join(CONFIGS)} for torchbeast_gym).")
+    p.add_argument(
+        "--package",
+        default="torchbeast_gym",
+        help="The env package whose default env every agent runs on (e.g. torchbeast_atari).",
+    )
+    p.add_argument(
+        "--agents",
+        default=None,
+        help=f"Comma-separated (default: every one of the package's: {','.join(CONFIGS)} for torchbeast_gym).",
+    )
     p.add_argument("--seconds", type=float, default=40.0, help="end-to-end seconds per run")
     p.add_argument("--repeats", type=int, default=20, help="standalone batches timed per agent")
     p.add_argument("--old", default=None, help="another checkout to compare end to end with (e.g. ed6d25c)")
@@ -254,9 +300,12 @@ def main(argv=None) -> None:
 
     keep_freed_memory()  # as the learner process does, so that "alone" is measured as the run's learner runs
     cores = len(os.sched_getaffinity(0))
-    print(f"# benchmarks/agents.py  {time.strftime('%Y-%m-%d %H:%M')}  {cores} cores, learner on {device}"
-          + (f" ({torch.cuda.get_device_name()})" if device.type == "cuda" else "") + f", torch {torch.__version__}"
-          + ("" if args.package == "torchbeast_gym" else f", {args.package} on its default env"))
+    print(
+        f"# benchmarks/agents.py  {time.strftime('%Y-%m-%d %H:%M')}  {cores} cores, learner on {device}"
+        + (f" ({torch.cuda.get_device_name()})" if device.type == "cuda" else "")
+        + f", torch {torch.__version__}"
+        + ("" if args.package == "torchbeast_gym" else f", {args.package} on its default env")
+    )
     widths = (13, 8, 9, 7, 8, 9, 6, 10, 10, 10)
     head = " ".join(f"{c:<{w}}" if i == 0 else f"{c:>{w}}" for i, (c, w) in enumerate(zip(COLUMNS, widths)))
     if args.old:
@@ -272,16 +321,20 @@ def main(argv=None) -> None:
         fps = FRAMES_PER_STEP.get(package, 1)
         sps = e2e.get("steps_per_s", math.nan)
         run_ms = e2e.get("update_ms", math.nan)
-        line = (f"{name:<13} {sps:>8.0f} {sps * fps:>9.0f} {e2e.get('updates_per_s', math.nan):>7.0f} {run_ms:>8.2f} "
-                f"{alone['batch_ms']:>9.2f} {run_ms / alone['batch_ms']:>6.2f} {alone['core_us_per_step']:>10.1f} "
-                f"{alone['ops_per_update']:>10.0f} {alone4['ops_per_update']:>10.0f}")
+        line = (
+            f"{name:<13} {sps:>8.0f} {sps * fps:>9.0f} {e2e.get('updates_per_s', math.nan):>7.0f} {run_ms:>8.2f} "
+            f"{alone['batch_ms']:>9.2f} {run_ms / alone['batch_ms']:>6.2f} {alone['core_us_per_step']:>10.1f} "
+            f"{alone['ops_per_update']:>10.0f} {alone4['ops_per_update']:>10.0f}"
+        )
         if args.old:
             old_sps = old.get("steps_per_s", math.nan)
             line += f" {old_sps:>9.0f} {sps / old_sps:>8.2f}"
         print(line, flush=True)
-    print("steps/s, frames/s, upd/s (optimizer updates), run ms (learner batch in the run): end to end once learning "
-          "started; alone ms: the same batch with no other thread; ratio = run / alone; core-us/st: learner CPU per "
-          "agent step; ops/upd: aten ops per optimizer update at the default unroll length T and at 4T")
+    print(
+        "steps/s, frames/s, upd/s (optimizer updates), run ms (learner batch in the run): end to end once learning "
+        "started; alone ms: the same batch with no other thread; ratio = run / alone; core-us/st: learner CPU per "
+        "agent step; ops/upd: aten ops per optimizer update at the default unroll length T and at 4T"
+    )
 
 
 if __name__ == "__main__":

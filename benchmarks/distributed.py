@@ -65,11 +65,19 @@ ATARI = EnvSpec(Observation((4, 84, 84), "|u1"), DiscreteActions(6))
 MODELS = {
     "AtariNet (atari)": ("torchbeast_atari", [], ATARI),
     "ResNet (atari --model resnet)": ("torchbeast_atari", ["--model", "resnet"], ATARI),
-    "MLP (gym CartPole)": ("torchbeast_gym", [],
-                           EnvSpec(Observation((4,), "<f4"), DiscreteActions(2))),
-    "SAC MLPs (gym Pendulum)": ("torchbeast_gym", ["--agent", "sac", "--env", "Pendulum-v1",  # a small replay
-                                                   "--replay_buffer_min_size", "1"],  # to time updates on
-                                EnvSpec(Observation((3,), "<f4"), BoxActions((1,), (-2.0,), (2.0,)))),
+    "MLP (gym CartPole)": ("torchbeast_gym", [], EnvSpec(Observation((4,), "<f4"), DiscreteActions(2))),
+    "SAC MLPs (gym Pendulum)": (
+        "torchbeast_gym",
+        [
+            "--agent",
+            "sac",
+            "--env",
+            "Pendulum-v1",  # a small replay
+            "--replay_buffer_min_size",
+            "1",
+        ],  # to time updates on
+        EnvSpec(Observation((3,), "<f4"), BoxActions((1,), (-2.0,), (2.0,))),
+    ),
 }
 
 
@@ -132,8 +140,14 @@ def update_seconds(name: str, repeats: int) -> float:
 
 # ------------------------------------------------------------------ the all-reduce, N ranks
 def _reduce_worker(rank: int, size: int, port: int, device_type: str, shapes: dict, iters: int, results) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(size),
-                      LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(size))
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        RANK=str(rank),
+        WORLD_SIZE=str(size),
+        LOCAL_RANK=str(rank),
+        LOCAL_WORLD_SIZE=str(size),
+    )
     torch.set_num_threads(1)
     from rl_core.runtime import distributed
 
@@ -199,35 +213,68 @@ def allreduce_table(args) -> None:
     for name in MODELS:
         nbytes = 4 * (sizes[name] + 1)  # float32 gradients and the loss
         update = update_seconds(name, args.update_repeats) if args.update_repeats else None
-        row = [name, f"{sizes[name]:,}", f"{4 * sizes[name] / 1e6:.3f}", f"{1e3 * gloo[name]:.3f}",
-               f"{1e3 * update:.1f}" if update else "-", f"{gloo[name] / update:.1%}" if update else "-"]
+        row = [
+            name,
+            f"{sizes[name]:,}",
+            f"{4 * sizes[name] / 1e6:.3f}",
+            f"{1e3 * gloo[name]:.3f}",
+            f"{1e3 * update:.1f}" if update else "-",
+            f"{gloo[name] / update:.1%}" if update else "-",
+        ]
         row += [f"{1e6 * ring_seconds(nbytes, n, args.intra_bandwidth, args.intra_latency):.1f}" for n in ranks]
         row += [f"{1e6 * ring_seconds(nbytes, n, args.inter_bandwidth, args.inter_latency):.1f}" for n in ranks]
         row += [f"{1e3 * nccl[name]:.3f}"] if nccl else []
         print("| " + " | ".join(row) + " |", flush=True)
-    print(f"\nparams: the parameters that take a gradient, what the learner averages (SAC's target critics "
-          f"left out).  gloo: measured, median of {args.iters} calls of Group.average_gradients (flatten, "
-          f"all-reduce, copy back) on 2 CPU ranks of this machine; update: one optimizer step on 1 CPU thread "
-          f"without peers; share = gloo / update.  ring: PREDICTED, not measured, by t = 2(N-1)/N bytes/B + "
-          f"2(N-1) latency (ring all-reduce, Patarasuk & Yuan 2009), within a host B = {args.intra_bandwidth:.3g} "
-          f"B/s, latency {args.intra_latency:.3g} s; across hosts B = {args.inter_bandwidth:.3g} B/s, latency "
-          f"{args.inter_latency:.3g} s.  "
-          + ("NCCL: measured on this machine's GPUs." if nccl else
-             f"NCCL: not measured ({gpus} CUDA device{'s' if gpus != 1 else ''}; needs >= 2)."), flush=True)
+    print(
+        f"\nparams: the parameters that take a gradient, what the learner averages (SAC's target critics "
+        f"left out).  gloo: measured, median of {args.iters} calls of Group.average_gradients (flatten, "
+        f"all-reduce, copy back) on 2 CPU ranks of this machine; update: one optimizer step on 1 CPU thread "
+        f"without peers; share = gloo / update.  ring: PREDICTED, not measured, by t = 2(N-1)/N bytes/B + "
+        f"2(N-1) latency (ring all-reduce, Patarasuk & Yuan 2009), within a host B = {args.intra_bandwidth:.3g} "
+        f"B/s, latency {args.intra_latency:.3g} s; across hosts B = {args.inter_bandwidth:.3g} B/s, latency "
+        f"{args.inter_latency:.3g} s.  "
+        + (
+            "NCCL: measured on this machine's GPUs."
+            if nccl
+            else f"NCCL: not measured ({gpus} CUDA device{'s' if gpus != 1 else ''}; needs >= 2)."
+        ),
+        flush=True,
+    )
 
 
 # ------------------------------------------------------------------ end to end
 def training_run(ranks: int, args, savedir: str) -> dict:
     """One run to --total_steps: {steps, train_s, sps, wall_s, rc, last line}."""
-    flags = ["--env", "CartPole-v1", "--agent", args.agent, "--total_steps", str(args.total_steps),
-             "--savedir", savedir, "--xpid", "run", "--disable_final_test", "--disable_validation",
-             "--disable_checkpoint"]
-    launcher = [sys.executable] if ranks == 1 else \
-        [os.path.join(os.path.dirname(sys.executable), "torchrun"), "--standalone", "--nproc_per_node", str(ranks)]
+    flags = [
+        "--env",
+        "CartPole-v1",
+        "--agent",
+        args.agent,
+        "--total_steps",
+        str(args.total_steps),
+        "--savedir",
+        savedir,
+        "--xpid",
+        "run",
+        "--disable_final_test",
+        "--disable_validation",
+        "--disable_checkpoint",
+    ]
+    launcher = (
+        [sys.executable]
+        if ranks == 1
+        else [os.path.join(os.path.dirname(sys.executable), "torchrun"), "--standalone", "--nproc_per_node", str(ranks)]
+    )
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH")) if p))
     start = time.perf_counter()
-    proc = subprocess.run([*launcher, "-m", "torchbeast_gym.polybeast", *flags], cwd=savedir, env=env,
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.run(
+        [*launcher, "-m", "torchbeast_gym.polybeast", *flags],
+        cwd=savedir,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     wall = time.perf_counter() - start
     path = os.path.join(savedir, "run", "logs.csv")
     rows = []
@@ -236,8 +283,14 @@ def training_run(ranks: int, args, savedir: str) -> dict:
             rows = list(csv.DictReader(f))
     steps, train = (int(rows[-1]["step"]), float(rows[-1]["time"])) if rows else (0, math.nan)
     lines = [line for line in proc.stdout.splitlines() if "SPS" in line] or proc.stdout.splitlines()[-1:]
-    return {"steps": steps, "train_s": train, "sps": steps / train if rows else math.nan, "wall_s": wall,
-            "rc": proc.returncode, "last": lines[-1].strip() if lines else ""}
+    return {
+        "steps": steps,
+        "train_s": train,
+        "sps": steps / train if rows else math.nan,
+        "wall_s": wall,
+        "rc": proc.returncode,
+        "last": lines[-1].strip() if lines else "",
+    }
 
 
 def end_to_end_table(args) -> None:
@@ -247,28 +300,39 @@ def end_to_end_table(args) -> None:
             with tempfile.TemporaryDirectory() as tmp:
                 runs[ranks].append(training_run(ranks, args, tmp))
     cores = os.environ.get("POLYBEAST_CORES", "unset")
-    print(f"\n### 1 vs 2 ranks end to end (torchbeast_gym CartPole-v1, --agent {args.agent}, --total_steps "
-          f"{args.total_steps:,}; {os.cpu_count()} cores, POLYBEAST_CORES={cores})\n")
+    print(
+        f"\n### 1 vs 2 ranks end to end (torchbeast_gym CartPole-v1, --agent {args.agent}, --total_steps "
+        f"{args.total_steps:,}; {os.cpu_count()} cores, POLYBEAST_CORES={cores})\n"
+    )
     print("| ranks | run | steps | train s | steps/s | wall s | exit |")
     print("|---|---|---|---|---|---|---|")
     for ranks, results in runs.items():
         for i, r in enumerate(results):
-            print(f"| {ranks} | {i + 1} | {r['steps']:,} | {r['train_s']:.2f} | {r['sps']:,.0f} | {r['wall_s']:.1f} "
-                  f"| {r['rc']} |")
-    median = {ranks: {k: statistics.median(r[k] for r in results) for k in ("train_s", "sps", "wall_s")}
-              for ranks, results in runs.items()}
+            print(
+                f"| {ranks} | {i + 1} | {r['steps']:,} | {r['train_s']:.2f} | {r['sps']:,.0f} | {r['wall_s']:.1f} "
+                f"| {r['rc']} |"
+            )
+    median = {
+        ranks: {k: statistics.median(r[k] for r in results) for k in ("train_s", "sps", "wall_s")}
+        for ranks, results in runs.items()
+    }
     one, two = median[1], median[2]
-    print(f"| 2 / 1 | median | | {two['train_s'] / one['train_s']:.2f} | {two['sps'] / one['sps']:.2f} | "
-          f"{two['wall_s'] / one['wall_s']:.2f} | |")
+    print(
+        f"| 2 / 1 | median | | {two['train_s'] / one['train_s']:.2f} | {two['sps'] / one['sps']:.2f} | "
+        f"{two['wall_s'] / one['wall_s']:.2f} | |"
+    )
     for ranks, results in runs.items():
         for r in results:
             if r["rc"]:
                 print(f"\n{ranks} rank{'s' if ranks > 1 else ''}: exit {r['rc']}; its last line: {r['last'][:300]}")
-    print(f"\nsteps/s: global agent steps over the training (logs.csv's last step / its time, startup excluded); "
-          f"wall s: the whole process, startup included; the ratios are of the medians over --repeats.  This machine "
-          f"has {os.cpu_count()} cores: the 2 ranks share them with each other's env servers, so the ratio measures "
-          f"the overhead of running distributed, not scaling.  Runs this short are noisy: raise --repeats or "
-          f"--total_steps for a steadier figure.", flush=True)
+    print(
+        f"\nsteps/s: global agent steps over the training (logs.csv's last step / its time, startup excluded); "
+        f"wall s: the whole process, startup included; the ratios are of the medians over --repeats.  This machine "
+        f"has {os.cpu_count()} cores: the 2 ranks share them with each other's env servers, so the ratio measures "
+        f"the overhead of running distributed, not scaling.  Runs this short are noisy: raise --repeats or "
+        f"--total_steps for a steadier figure.",
+        flush=True,
+    )
 
 
 def main(argv=None) -> None:
@@ -276,8 +340,12 @@ def main(argv=None) -> None:
     p.add_argument("--skip_allreduce", action="store_true", help="Skip table 1.")
     p.add_argument("--skip_end_to_end", action="store_true", help="Skip table 2.")
     p.add_argument("--iters", type=int, default=50, help="Timed all-reduce calls per model (after 5 warm-up).")
-    p.add_argument("--update_repeats", type=int, default=2,
-                   help="Timed optimizer updates per model (after 1 warm-up); 0 skips them (ResNet: ~5 s each).")
+    p.add_argument(
+        "--update_repeats",
+        type=int,
+        default=2,
+        help="Timed optimizer updates per model (after 1 warm-up); 0 skips them (ResNet: ~5 s each).",
+    )
     p.add_argument("--predict_ranks", default="2,8", help="N of the ring predictions.")
     p.add_argument("--intra_bandwidth", type=float, default=200e9, help="Bus bandwidth within a host, B/s.")
     p.add_argument("--intra_latency", type=float, default=5e-6, help="Per-step latency within a host, s.")

@@ -94,8 +94,10 @@ def measure(package: str, env_name: str | None, procs: int, seconds: float) -> l
     """Steps/s of each of ``procs`` processes stepping at the same time."""
     ctx = mp.get_context("fork")  # the parent holds no env and no thread: a cheap, safe start
     barrier, results = ctx.Barrier(procs), ctx.Queue()
-    workers = [ctx.Process(target=_worker, args=(package, env_name, seed, seconds, barrier, results), daemon=True)
-               for seed in range(procs)]
+    workers = [
+        ctx.Process(target=_worker, args=(package, env_name, seed, seconds, barrier, results), daemon=True)
+        for seed in range(procs)
+    ]
     for w in workers:
         w.start()
     rates, errors = [], []
@@ -120,13 +122,25 @@ def default_procs(cores: int) -> list[int]:
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--package", nargs="+", default=["torchbeast_atari"],
-                        help=f"Environment packages, or all ({', '.join(PACKAGES)}).")
-    parser.add_argument("--env", default=None, help="The env (default: the package's; Football: "
-                                                    f"{DEFAULT_ENVS['torchbeast_football']}); one package only.")
+    parser.add_argument(
+        "--package",
+        nargs="+",
+        default=["torchbeast_atari"],
+        help=f"Environment packages, or all ({', '.join(PACKAGES)}).",
+    )
+    parser.add_argument(
+        "--env",
+        default=None,
+        help=f"The env (default: the package's; Football: {DEFAULT_ENVS['torchbeast_football']}); one package only.",
+    )
     parser.add_argument("--seconds", type=float, default=5.0, help="Length of each measurement.")
-    parser.add_argument("--procs", nargs="+", type=int, default=None,
-                        help="Process counts (default: 1, 2, 4, ... up to the usable cores).")
+    parser.add_argument(
+        "--procs",
+        nargs="+",
+        type=int,
+        default=None,
+        help="Process counts (default: 1, 2, 4, ... up to the usable cores).",
+    )
     args = parser.parse_args(argv)
     from rl_core.sizing import usable_cores
 
@@ -147,8 +161,10 @@ def main(argv=None) -> None:
             first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
             print(f"{package}: skipped ({type(e).__name__}: {first})\n", flush=True)
             continue
-        print(f"env ceiling: {package} {name} on {cores} usable cores; {args.seconds:g} s a measurement; "
-              f"1 step = {fps} frame{'s' if fps != 1 else ''}")
+        print(
+            f"env ceiling: {package} {name} on {cores} usable cores; {args.seconds:g} s a measurement; "
+            f"1 step = {fps} frame{'s' if fps != 1 else ''}"
+        )
         print(f"{'procs':>5} {'steps/s':>10} {'frames/s':>10} {'per proc':>9} {'speed-up':>8}")
         one = sum(base) / counts[0]
         for n in counts:

@@ -122,8 +122,12 @@ PROG = "python benchmarks/gpu_suite.py"
 STAGES = ("ceiling", "impala_pong", "splits", "agents", "ppo_pong", "r2d2_pong", "ppo_breakout")
 PACKAGE = "torchbeast_atari"
 PONG, BREAKOUT = "PongNoFrameskip-v4", "BreakoutNoFrameskip-v4"
-TRAINING = {"impala_pong": ("impala", PONG), "ppo_pong": ("ppo", PONG), "r2d2_pong": ("r2d2", PONG),
-            "ppo_breakout": ("ppo", BREAKOUT)}
+TRAINING = {
+    "impala_pong": ("impala", PONG),
+    "ppo_pong": ("ppo", PONG),
+    "r2d2_pong": ("r2d2", PONG),
+    "ppo_breakout": ("ppo", BREAKOUT),
+}
 AGENT_STAGES = ("ppo_pong", "r2d2_pong", "ppo_breakout")  # the agents beside IMPALA, in one table
 TARGET = 18.0  # the last-100 return on Pong a training stage stops at
 GOAL_WALL_S = 600.0  # ... within 10 minutes of wall time
@@ -186,7 +190,7 @@ def plan(budget_s: float, stages: list[str], args, cores: int) -> dict[str, floa
     so what a stage leaves unused goes to the next)."""
     left, out = budget_s - MARGIN_S, {}
     for i, stage in enumerate(stages):
-        out[stage] = allot(stage, left, stages[i + 1:], args, cores)
+        out[stage] = allot(stage, left, stages[i + 1 :], args, cores)
         left -= out[stage]
     return out
 
@@ -233,20 +237,29 @@ class Ended:
     target_s: float | None = None  # from the start to when the target was seen
 
 
-def run_child(cmd: list[str], out_path: str, stop_at: float, kill_at: float, stopper: Stopper,
-              target=None) -> Ended:
+def run_child(cmd: list[str], out_path: str, stop_at: float, kill_at: float, stopper: Stopper, target=None) -> Ended:
     """Run ``cmd`` (cwd: the repository) to its exit, its output into ``out_path``; SIGINT to its group at
     ``stop_at`` (time.monotonic()), or as soon as ``target()`` is true, or at the suite's own signal; SIGKILL
     at ``kill_at``."""
-    env = dict(os.environ, PYTHONUNBUFFERED="1",
-               PYTHONPATH=os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH")) if p))
+    env = dict(
+        os.environ,
+        PYTHONUNBUFFERED="1",
+        PYTHONPATH=os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH")) if p),
+    )
     start = time.monotonic()
     why, target_s = "exited", None
     if stopper.signum is not None:  # the suite was stopped: start nothing more (a SIGINT sent while a child
         return Ended(-signal.SIGINT, "signal", 0.0)  # starts can be lost, if it inherited SIGINT ignored)
     with open(out_path, "w") as out:
-        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=out,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            cmd,
+            cwd=REPO,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         stopper.proc = proc
         if stopper.signum is not None:  # a signal came while it started
             signal_group(proc, signal.SIGINT)
@@ -301,8 +314,16 @@ def parse_ceiling(text: str) -> list[tuple[int, float, float]]:
 
 def stage_ceiling(ctx, share: float) -> dict:
     out = os.path.join(ctx.savedir, "ceiling.out")
-    cmd = [sys.executable, os.path.join(REPO, "benchmarks", "env_ceiling.py"), "--package", PACKAGE, "--env", PONG,
-           "--seconds", f"{ctx.args.ceiling_seconds:g}"]
+    cmd = [
+        sys.executable,
+        os.path.join(REPO, "benchmarks", "env_ceiling.py"),
+        "--package",
+        PACKAGE,
+        "--env",
+        PONG,
+        "--seconds",
+        f"{ctx.args.ceiling_seconds:g}",
+    ]
     now = time.monotonic()
     # its need is an estimate: it may run over by half before it is stopped, within what is left
     end = now + min(1.5 * share, ctx.left())
@@ -312,8 +333,15 @@ def stage_ceiling(ctx, share: float) -> dict:
     if not rows:
         return {"status": stopped_or_failed(ended, out)}
     best = max(rows, key=lambda r: r[2])
-    return {"status": "done", "env": PONG, "seconds": ctx.args.ceiling_seconds, "rows": rows, "procs": best[0],
-            "frames_s": best[2], "command": shlex.join(["python", *cmd[1:]]).replace(REPO + "/", "")}
+    return {
+        "status": "done",
+        "env": PONG,
+        "seconds": ctx.args.ceiling_seconds,
+        "rows": rows,
+        "procs": best[0],
+        "frames_s": best[2],
+        "command": shlex.join(["python", *cmd[1:]]).replace(REPO + "/", ""),
+    }
 
 
 def stopped_or_failed(ended: Ended, out: str) -> str:
@@ -340,14 +368,21 @@ def training_result(rundir: str, target: float | None) -> dict:
     with open(os.path.join(rundir, "meta.json")) as f:
         flags = json.load(f)["flags"]
     last = float(run.returns[-1])
-    out = {"steps": run.last_step, "train_s": float(run.seconds[-1]), "last100": None if math.isnan(last) else last,
-           "frames_s": run.steps_per_s * run.frames_per_step, "steady_frames_s": steady_frames_s(run),
-           "layout": f"{flags['num_servers']} servers x {flags['num_actors'] // flags['num_servers']} envs, "
-                     f"B={flags['batch_size']}, T={flags['unroll_length']}"}
+    out = {
+        "steps": run.last_step,
+        "train_s": float(run.seconds[-1]),
+        "last100": None if math.isnan(last) else last,
+        "frames_s": run.steps_per_s * run.frames_per_step,
+        "steady_frames_s": steady_frames_s(run),
+        "layout": f"{flags['num_servers']} servers x {flags['num_actors'] // flags['num_servers']} envs, "
+        f"B={flags['batch_size']}, T={flags['unroll_length']}",
+    }
     if target is not None:
         i = first_reached(run, target)
-        out.update(reached_step=None if i is None else int(run.steps[i]),
-                   reached_train_s=None if i is None else float(run.seconds[i]))
+        out.update(
+            reached_step=None if i is None else int(run.steps[i]),
+            reached_train_s=None if i is None else float(run.seconds[i]),
+        )
     return out
 
 
@@ -356,8 +391,17 @@ def stage_training(ctx, stage: str, share: float) -> dict:
     xpid = free_name(ctx.savedir, stage)
     rundir = os.path.join(ctx.savedir, xpid)
     steps = {"impala": ctx.args.impala_steps, "ppo": ctx.args.ppo_steps, "r2d2": ctx.args.r2d2_steps}[agent]
-    argv = ["--env", game, *([] if agent == "impala" else ["--agent", agent]), "--savedir", ctx.savedir,
-            "--xpid", xpid, "--disable_final_test", *([] if steps is None else ["--total_steps", str(steps)])]
+    argv = [
+        "--env",
+        game,
+        *([] if agent == "impala" else ["--agent", agent]),
+        "--savedir",
+        ctx.savedir,
+        "--xpid",
+        xpid,
+        "--disable_final_test",
+        *([] if steps is None else ["--total_steps", str(steps)]),
+    ]
     cmd = polybeast_cmd(argv)
     target = TARGET if game == PONG else None
 
@@ -369,11 +413,25 @@ def stage_training(ctx, stage: str, share: float) -> dict:
         return bool(rows) and rows[-1][0] >= target  # NaN compares False
 
     end = time.monotonic() + share
-    ended = run_child(cmd, os.path.join(ctx.savedir, f"{stage}.out"), end - STOP_GRACE_S, end, ctx.stopper,
-                      reached if target is not None else None)
+    ended = run_child(
+        cmd,
+        os.path.join(ctx.savedir, f"{stage}.out"),
+        end - STOP_GRACE_S,
+        end,
+        ctx.stopper,
+        reached if target is not None else None,
+    )
     command = f"python -m {PACKAGE}.polybeast {shlex.join(argv)}".replace(ctx.savedir, "SAVEDIR")
-    base = {"game": game, "agent": agent, "rundir": rundir, "command": command, "stopped": ended.why,
-            "exit": ended.status, "wall_s": ended.seconds, "share_s": share}
+    base = {
+        "game": game,
+        "agent": agent,
+        "rundir": rundir,
+        "command": command,
+        "stopped": ended.why,
+        "exit": ended.status,
+        "wall_s": ended.seconds,
+        "share_s": share,
+    }
     if ended.status != 0 and ended.why == "exited":
         return {**base, "status": f"failed (exit status {ended.status}): {last_line(os.path.join(rundir, 'out.log'))}"}
     try:
@@ -428,8 +486,14 @@ def splits_run(ctx, xpid: str, given: dict | None, stop_at: float, kill_at: floa
     argv = ["--env", PONG, "--savedir", ctx.savedir, "--xpid", xpid, "--disable_final_test", *extra]
     ended = run_child(polybeast_cmd(argv), os.path.join(ctx.savedir, f"{xpid}.out"), stop_at, kill_at, ctx.stopper)
     command = f"python -m {PACKAGE}.polybeast {shlex.join(argv)}".replace(ctx.savedir, "SAVEDIR")
-    out = {"sized": given is None, "rundir": rundir, "command": command, "stopped": ended.why, "exit": ended.status,
-           "wall_s": ended.seconds}
+    out = {
+        "sized": given is None,
+        "rundir": rundir,
+        "command": command,
+        "stopped": ended.why,
+        "exit": ended.status,
+        "wall_s": ended.seconds,
+    }
     if ended.why == "signal":
         return {**out, "status": "stopped by signal"}
     if ended.status != 0 and ended.why == "exited":
@@ -439,9 +503,16 @@ def splits_run(ctx, xpid: str, given: dict | None, stop_at: float, kill_at: floa
         run = load_run(rundir)
     except (OSError, ValueError, KeyError, UserError) as e:
         return {**out, "status": f"no result ({ended.why} after {ended.seconds:.0f} s): {e}"}
-    return {**out, **values, "status": "done", "layout": layout_name(values), "steps": run.last_step,
-            "train_s": float(run.seconds[-1]), "frames_s": run.steps_per_s * run.frames_per_step,
-            "steady_frames_s": steady_frames_s(run)}
+    return {
+        **out,
+        **values,
+        "status": "done",
+        "layout": layout_name(values),
+        "steps": run.last_step,
+        "train_s": float(run.seconds[-1]),
+        "frames_s": run.steps_per_s * run.frames_per_step,
+        "steady_frames_s": steady_frames_s(run),
+    }
 
 
 def stage_splits(ctx, share: float) -> dict:
@@ -471,8 +542,18 @@ def stage_agents(ctx, share: float) -> dict:
     n = int(round(share / agent_need_s(ctx.args)))
     names = list(AGENTS[:n])
     out = os.path.join(ctx.savedir, "agents.out")
-    cmd = [sys.executable, os.path.join(REPO, "benchmarks", "agents.py"), "--package", PACKAGE, "--agents",
-           ",".join(names), "--seconds", f"{ctx.args.agents_seconds:g}", "--repeats", str(ctx.args.agents_repeats)]
+    cmd = [
+        sys.executable,
+        os.path.join(REPO, "benchmarks", "agents.py"),
+        "--package",
+        PACKAGE,
+        "--agents",
+        ",".join(names),
+        "--seconds",
+        f"{ctx.args.agents_seconds:g}",
+        "--repeats",
+        str(ctx.args.agents_repeats),
+    ]
     end = time.monotonic() + min(1.25 * share, ctx.left())
     ended = run_child(cmd, out, end - CHILD_GRACE_S, end, ctx.stopper)
     with open(out) as f:
@@ -482,10 +563,15 @@ def stage_agents(ctx, share: float) -> dict:
         return {"status": stopped_or_failed(ended, out)}
     measured = [row[0] for row in rows]
     why = "stopped: budget" if ended.why == "budget" else stopped_or_failed(ended, out)
-    return {"status": "done", "rows": rows, "header": header, "skipped": [a for a in AGENTS if a not in names],
-            "unmeasured": {a: why for a in names if a not in measured},
-            "unfinished": ended.why if ended.why != "exited" else None,
-            "command": shlex.join(["python", *cmd[1:]]).replace(REPO + "/", "")}
+    return {
+        "status": "done",
+        "rows": rows,
+        "header": header,
+        "skipped": [a for a in AGENTS if a not in names],
+        "unmeasured": {a: why for a in names if a not in measured},
+        "unfinished": ended.why if ended.why != "exited" else None,
+        "command": shlex.join(["python", *cmd[1:]]).replace(REPO + "/", ""),
+    }
 
 
 def parse_agents(text: str) -> tuple[list[list[str]], str]:
@@ -522,8 +608,12 @@ def caption(result: dict) -> str:
 
 
 def ceiling_table(r: dict) -> list[str]:
-    out = [f"**Env ceiling** `{r['command']}` {caption(r)}: {fmt(r['frames_s'])} frames/s ({r['procs']} processes)",
-           "", "| processes | env steps/s | frames/s |", "|---|---|---|"]
+    out = [
+        f"**Env ceiling** `{r['command']}` {caption(r)}: {fmt(r['frames_s'])} frames/s ({r['procs']} processes)",
+        "",
+        "| processes | env steps/s | frames/s |",
+        "|---|---|---|",
+    ]
     out += [f"| {p} | {fmt(s)} | {fmt(f)} |" for p, s, f in r["rows"]]
     return out
 
@@ -535,18 +625,21 @@ def impala_table(r: dict, ceiling: dict | None) -> list[str]:
     # wall time from the launch to the row that reached the target, as the suite saw it (else: logs.csv's time)
     wall = (r.get("reached_wall_s") or r.get("reached_train_s")) if reached else None
     end = f"{fmt(r['last100'], '.2f')} at the end" if r["last100"] is not None else "no episode ended"
-    out = [f"**IMPALA Pong** `{r['command']}` {caption(r)}: {r['layout']}; stopped: {r['stopped']} "
-           f"(share {r['share_s']:.0f} s)", "",
-           f"| agent steps | step first ≥ {TARGET:g} | training min to ≥ {TARGET:g} | wall min to ≥ {TARGET:g} "
-           f"(from launch) | last-100 | frames/s (mean) | frames/s (2nd half) | / ceiling | "
-           f"≥ {TARGET:g} within {GOAL_WALL_S / 60:g} min | ≥ {GOAL_CEILING_RATIO:g} x ceiling |",
-           "|---|---|---|---|---|---|---|---|---|---|",
-           f"| {fmt(r['steps'])} | {fmt(r.get('reached_step'), ',', 'not reached')} | "
-           f"{minutes(r.get('reached_train_s')) if reached else 'not reached'} | "
-           f"{minutes(wall) if reached else 'not reached'} | {end} | {fmt(r['frames_s'])} | "
-           f"{fmt(r['steady_frames_s'])} | {fmt(ratio, '.2f')} | "
-           f"{yes_no(wall is not None and wall <= GOAL_WALL_S)} | "
-           f"{yes_no(None if ratio is None else ratio >= GOAL_CEILING_RATIO)} |"]
+    out = [
+        f"**IMPALA Pong** `{r['command']}` {caption(r)}: {r['layout']}; stopped: {r['stopped']} "
+        f"(share {r['share_s']:.0f} s)",
+        "",
+        f"| agent steps | step first ≥ {TARGET:g} | training min to ≥ {TARGET:g} | wall min to ≥ {TARGET:g} "
+        f"(from launch) | last-100 | frames/s (mean) | frames/s (2nd half) | / ceiling | "
+        f"≥ {TARGET:g} within {GOAL_WALL_S / 60:g} min | ≥ {GOAL_CEILING_RATIO:g} x ceiling |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+        f"| {fmt(r['steps'])} | {fmt(r.get('reached_step'), ',', 'not reached')} | "
+        f"{minutes(r.get('reached_train_s')) if reached else 'not reached'} | "
+        f"{minutes(wall) if reached else 'not reached'} | {end} | {fmt(r['frames_s'])} | "
+        f"{fmt(r['steady_frames_s'])} | {fmt(ratio, '.2f')} | "
+        f"{yes_no(wall is not None and wall <= GOAL_WALL_S)} | "
+        f"{yes_no(None if ratio is None else ratio >= GOAL_CEILING_RATIO)} |",
+    ]
     return out
 
 
@@ -558,26 +651,35 @@ def splits_table(r: dict, ceiling: dict | None) -> list[str]:
     sized = runs[0]["command"]
     against = "".join(f" against `{u['command']}`" for u in runs[1:])
     how = "" if r["status"] == "done" else f"; {r['status']}"
-    out = [f"**Split env servers** (`--server_splits`, IMPALA Pong, {r['seconds']:g} s a run) {caption(r)}: "
-           f"`{sized}` (the sizing's){against}{how}", "",
-           "| layout (processes x splits x envs) | envs, batch | run | frames/s (2nd half) | / unsplit | / ceiling |",
-           "|---|---|---|---|---|---|"]
+    out = [
+        f"**Split env servers** (`--server_splits`, IMPALA Pong, {r['seconds']:g} s a run) {caption(r)}: "
+        f"`{sized}` (the sizing's){against}{how}",
+        "",
+        "| layout (processes x splits x envs) | envs, batch | run | frames/s (2nd half) | / unsplit | / ceiling |",
+        "|---|---|---|---|---|---|",
+    ]
     for u in runs:
         who = "the sizing's" if u["sized"] else "given"
         if u["status"] != "done":
             out.append(f"| - | - | {who} | {u['status']} | - | - |")
             continue
         fps = u["steady_frames_s"]
-        out.append(f"| {u['layout']} | {u['num_actors']}, B={u['batch_size']} | {who} | {fmt(fps)} | "
-                   f"{fmt(fps / unsplit if unsplit else None, '.2f')} | "
-                   f"{fmt(fps / ceiling_fps if ceiling_fps else None, '.2f')} |")
+        out.append(
+            f"| {u['layout']} | {u['num_actors']}, B={u['batch_size']} | {who} | {fmt(fps)} | "
+            f"{fmt(fps / unsplit if unsplit else None, '.2f')} | "
+            f"{fmt(fps / ceiling_fps if ceiling_fps else None, '.2f')} |"
+        )
     return out
 
 
 def agents_table(r: dict) -> list[str]:
     how = f"; stopped: {r['unfinished']}" if r.get("unfinished") else ""
-    out = [f"**Every agent on Atari** `{r['command']}` {caption(r)}{how}: {r.get('header', '').lstrip('# ')}", "",
-           "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    out = [
+        f"**Every agent on Atari** `{r['command']}` {caption(r)}{how}: {r.get('header', '').lstrip('# ')}",
+        "",
+        "| " + " | ".join(COLUMNS) + " |",
+        "|" + "---|" * len(COLUMNS),
+    ]
     out += ["| " + " | ".join(row) + " |" for row in r["rows"]]
     out += [f"| {name} | {why} |" + " |" * (len(COLUMNS) - 2) for name, why in r.get("unmeasured", {}).items()]
     out += [f"| {name} | skipped: budget |" + " |" * (len(COLUMNS) - 2) for name in r["skipped"]]
@@ -586,10 +688,14 @@ def agents_table(r: dict) -> list[str]:
 
 def agent_rows(results: dict) -> list[str]:
     """PPO's and R2D2's stages: each run's steps, last-100, the step and minutes at which it reached 18 on Pong."""
-    out = ["**PPO and R2D2 with the package's defaults** (`--agent ppo`: cleanrl's settings in lockstep; `--agent "
-           "r2d2`: recurrent)", "",
-           "| game | agent | agent steps | last-100 at the end | 18 first at | cleanrl at 10M | training min | frames/s | "
-           "layout | stopped | date, machine |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    out = [
+        "**PPO and R2D2 with the package's defaults** (`--agent ppo`: cleanrl's settings in lockstep; `--agent "
+        "r2d2`: recurrent)",
+        "",
+        "| game | agent | agent steps | last-100 at the end | 18 first at | cleanrl at 10M | training min | frames/s | "
+        "layout | stopped | date, machine |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for stage in AGENT_STAGES:
         r = results.get(stage)
         if r is None:
@@ -599,11 +705,18 @@ def agent_rows(results: dict) -> list[str]:
             out.append(f"| {game} | {agent} | {r['status']} |" + " |" * 8)
             continue
         step = r.get("reached_step")
-        reached = "-" if game != PONG else "not reached" if step is None else \
-            f"{fmt(step)} ({minutes(r['reached_train_s'])} min)"
-        out.append(f"| {game} | {agent} | {fmt(r['steps'])} | {fmt(r['last100'], '.2f', 'no episode ended')} | "
-                   f"{reached} | {CLEANRL_10M[agent, game]:g} | {minutes(r['train_s'])} | {fmt(r['frames_s'])} | "
-                   f"{r['layout']} | {r['stopped']} | {r.get('date', '?')}, {r.get('machine', '?')} |")
+        reached = (
+            "-"
+            if game != PONG
+            else "not reached"
+            if step is None
+            else f"{fmt(step)} ({minutes(r['reached_train_s'])} min)"
+        )
+        out.append(
+            f"| {game} | {agent} | {fmt(r['steps'])} | {fmt(r['last100'], '.2f', 'no episode ended')} | "
+            f"{reached} | {CLEANRL_10M[agent, game]:g} | {minutes(r['train_s'])} | {fmt(r['frames_s'])} | "
+            f"{r['layout']} | {r['stopped']} | {r.get('date', '?')}, {r.get('machine', '?')} |"
+        )
     return out
 
 
@@ -643,10 +756,14 @@ def machine_line() -> tuple[str, str]:
         device = f"cuda ({torch.cuda.get_device_name(0)}, {torch.cuda.device_count()} GPU)"
     else:
         device = "cpu (no CUDA device: the learner runs on the CPU)"
-    full = (f"{device}, torch {torch.__version__}, Python {platform.python_version()}, {cores} usable cores "
-            f"({os.cpu_count()} online)")
-    short = (f"{torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'CPU only'}, {cores} cores, "
-             f"torch {torch.__version__}")
+    full = (
+        f"{device}, torch {torch.__version__}, Python {platform.python_version()}, {cores} usable cores "
+        f"({os.cpu_count()} online)"
+    )
+    short = (
+        f"{torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'CPU only'}, {cores} cores, "
+        f"torch {torch.__version__}"
+    )
     return full, short
 
 
@@ -682,17 +799,28 @@ def save(savedir: str, results: dict, machine: str) -> str:
 def make_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--budget_s", type=float, default=1500.0, help="The whole suite's seconds at most.")
-    p.add_argument("--savedir", default=None,
-                   help="Run directories, consoles, the tables (default: ~/logs/torchbeast/gpu_suite-<date>-<time>).")
+    p.add_argument(
+        "--savedir",
+        default=None,
+        help="Run directories, consoles, the tables (default: ~/logs/torchbeast/gpu_suite-<date>-<time>).",
+    )
     p.add_argument("--stages", default=",".join(STAGES), help=f"Comma-separated, in this order: {','.join(STAGES)}.")
-    p.add_argument("--impala_steps", type=int, default=None,
-                   help="IMPALA's --total_steps (default: the package's, 50M: stopped at 18 or by the budget).")
+    p.add_argument(
+        "--impala_steps",
+        type=int,
+        default=None,
+        help="IMPALA's --total_steps (default: the package's, 50M: stopped at 18 or by the budget).",
+    )
     p.add_argument("--ppo_steps", type=int, default=None, help="PPO's --total_steps (default: the package's, 10M).")
     p.add_argument("--r2d2_steps", type=int, default=None, help="R2D2's --total_steps (default: the package's).")
     p.add_argument("--impala_max_s", type=float, default=720.0, help="IMPALA's share at most (seconds).")
     p.add_argument("--ceiling_seconds", type=float, default=5.0, help="Each env-ceiling measurement's seconds.")
-    p.add_argument("--splits_seconds", type=float, default=75.0,
-                   help="Each of the splits stage's two IMPALA runs (wall seconds from its launch).")
+    p.add_argument(
+        "--splits_seconds",
+        type=float,
+        default=75.0,
+        help="Each of the splits stage's two IMPALA runs (wall seconds from its launch).",
+    )
     p.add_argument("--agents_seconds", type=float, default=30.0, help="Each agent's end-to-end run (seconds).")
     p.add_argument("--agents_repeats", type=int, default=10, help="Learner batches timed alone per agent.")
     return p
@@ -710,8 +838,9 @@ def main(argv=None) -> int:
         parser.error("--budget_s and --splits_seconds must be positive")
     start = time.monotonic()
     stopper = Stopper()  # first: a Ctrl-C during torch's import is one line too
-    savedir = os.path.abspath(os.path.expanduser(
-        args.savedir or f"~/logs/torchbeast/gpu_suite-{datetime.datetime.now():%Y%m%d-%H%M%S}"))
+    savedir = os.path.abspath(
+        os.path.expanduser(args.savedir or f"~/logs/torchbeast/gpu_suite-{datetime.datetime.now():%Y%m%d-%H%M%S}")
+    )
     os.makedirs(savedir, exist_ok=True)
     from rl_core.sizing import usable_cores
 
@@ -719,22 +848,29 @@ def main(argv=None) -> int:
     cores = usable_cores()
     print(f"gpu_suite: {full}; budget {args.budget_s:g} s; savedir {savedir}", flush=True)
     shares = plan(args.budget_s - (time.monotonic() - start), stages, args, cores)
-    print("plan: " + ", ".join(f"{s} {v:.0f} s" if v else f"{s} skipped: budget" for s, v in shares.items())
-          + " (the PPO runs also get what earlier stages leave)", flush=True)
+    print(
+        "plan: "
+        + ", ".join(f"{s} {v:.0f} s" if v else f"{s} skipped: budget" for s, v in shares.items())
+        + " (the PPO runs also get what earlier stages leave)",
+        flush=True,
+    )
     ctx = Context(args, savedir, start + args.budget_s - MARGIN_S, stopper)
     results = load_results(os.path.join(savedir, "gpu_suite.json"))
     failed = False
     for i, stage in enumerate(stages):
         if stopper.signum is not None:
             break
-        share = allot(stage, ctx.left(), stages[i + 1:], args, cores)
+        share = allot(stage, ctx.left(), stages[i + 1 :], args, cores)
         stamp = {"date": f"{datetime.date.today()}", "machine": short}
         if share <= 0:
             kept = results.get(stage, {}).get("status") == "done"  # an earlier run's result stays
             if not kept:
                 results[stage] = {"status": "skipped: budget", **stamp}
-            print(f"[{stage}] skipped: budget ({max(ctx.left(), 0):.0f} s left)"
-                  + (f"; the result of {results[stage]['date']} kept" if kept else ""), flush=True)
+            print(
+                f"[{stage}] skipped: budget ({max(ctx.left(), 0):.0f} s left)"
+                + (f"; the result of {results[stage]['date']} kept" if kept else ""),
+                flush=True,
+            )
             save(savedir, results, short)
             continue
         print(f"[{stage}] started, {share:.0f} s of {ctx.left():.0f} s left", flush=True)
@@ -755,14 +891,19 @@ def main(argv=None) -> int:
         save(savedir, results, short)
     if stopper.signum is not None:
         name = signal.Signals(stopper.signum).name
-        print(f"gpu_suite: stopped by {name} after {time.monotonic() - start:.0f} s; the stages done are in "
-              f"{savedir}/gpu_suite.md", flush=True)
+        print(
+            f"gpu_suite: stopped by {name} after {time.monotonic() - start:.0f} s; the stages done are in "
+            f"{savedir}/gpu_suite.md",
+            flush=True,
+        )
         return 128 + stopper.signum
     text = save(savedir, results, short)
     print()
     print(text, flush=True)
-    print(f"gpu_suite: done in {time.monotonic() - start:.0f} s of {args.budget_s:g}; tables in "
-          f"{savedir}/gpu_suite.md", flush=True)
+    print(
+        f"gpu_suite: done in {time.monotonic() - start:.0f} s of {args.budget_s:g}; tables in {savedir}/gpu_suite.md",
+        flush=True,
+    )
     return 1 if failed else 0
 
 

@@ -39,8 +39,9 @@ def build_cores(hidden: int, device: torch.device, stepwise: bool):
     if stepwise:
         specs.append(("rtrl_elstm*", "rtrl_elstm", {"impl": "stepwise"}))
     torch.manual_seed(0)
-    return {label: make_core(kind, input_size=INPUT_SIZE, hidden_size=hidden, **kw).to(device)
-            for label, kind, kw in specs}
+    return {
+        label: make_core(kind, input_size=INPUT_SIZE, hidden_size=hidden, **kw).to(device) for label, kind, kw in specs
+    }
 
 
 def warm_state(core, device, gen_steps: int = 20):
@@ -87,7 +88,7 @@ def learner_rounds(cores, device, T: int, repeats: int):
         core.zero_grad(set_to_none=True)
         x.grad = None
         out, _ = core(x, done, state)
-        (out * w[..., :core.hidden_size]).sum().backward()
+        (out * w[..., : core.hidden_size]).sum().backward()
 
     times = {k: [] for k in cores}
     for r in range(repeats + 1):
@@ -123,8 +124,10 @@ def main() -> None:
     repeats = args.repeats or (2 if args.quick else 5)
     stepwise = not (args.no_stepwise or args.quick)
 
-    print(f"torch {torch.__version__}, CPU threads {torch.get_num_threads()}, "
-          f"I={INPUT_SIZE}, B={BATCH}, repeats={repeats} (medians)")
+    print(
+        f"torch {torch.__version__}, CPU threads {torch.get_num_threads()}, "
+        f"I={INPUT_SIZE}, B={BATCH}, repeats={repeats} (medians)"
+    )
     actor_rows, learner_rows = [], []
     for dev_name in devices:
         device = torch.device(dev_name)
@@ -133,13 +136,17 @@ def main() -> None:
             cores = build_cores(H, device, stepwise)
             for k, core in cores.items():
                 state = core.initial_state(BATCH, device=device)
-                actor_rows.append((label, H, k, actor_step_ms(core, device, 10, repeats),
-                                   state_bytes_per_env(state) / 1024))
+                actor_rows.append(
+                    (label, H, k, actor_step_ms(core, device, 10, repeats), state_bytes_per_env(state) / 1024)
+                )
             for T in unrolls:
                 times = learner_rounds(cores, device, T, repeats)
                 med = {k: statistics.median(v) for k, v in times.items()}
-                ratio = {k: statistics.median(a / b for a, b in zip(times[k], times["elstm"]))
-                         for k in times if k.startswith("rtrl")}
+                ratio = {
+                    k: statistics.median(a / b for a, b in zip(times[k], times["elstm"]))
+                    for k in times
+                    if k.startswith("rtrl")
+                }
                 learner_rows.append((label, H, T, med, ratio))
 
     print("\nActor step (T=1, B=32, no_grad) and recurrent state per env")

@@ -25,10 +25,13 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 def batch_for(agent, spec, T, B, seed=0):
     g = torch.Generator().manual_seed(seed)
     n = spec.num_actions
-    batch = {"obs": torch.randint(0, 255, (T + 1, B, *spec.obs.shape), dtype=torch.uint8, generator=g),
-             "reward": torch.zeros(T + 1, B), "done": torch.zeros(T + 1, B, dtype=torch.bool),
-             "truncated": torch.zeros(T + 1, B, dtype=torch.bool),
-             "action": torch.randint(0, n, (T + 1, B), generator=g)}
+    batch = {
+        "obs": torch.randint(0, 255, (T + 1, B, *spec.obs.shape), dtype=torch.uint8, generator=g),
+        "reward": torch.zeros(T + 1, B),
+        "done": torch.zeros(T + 1, B, dtype=torch.bool),
+        "truncated": torch.zeros(T + 1, B, dtype=torch.bool),
+        "action": torch.randint(0, n, (T + 1, B), generator=g),
+    }
     for name, (shape, _) in agent.unroll_fields().items():
         batch.setdefault(name, torch.zeros(T + 1, B, *shape))
     batch["log_prob"] = torch.full((T + 1, B), -float(np.log(n)))
@@ -78,8 +81,10 @@ def main():
     for name, argv in (("without RND", base), ("with --rnd", base + ["--rnd"])):
         seconds, steps = update_seconds(argv, args.repeats)
         rows.append((name, seconds, steps))
-    print(f"learner update of one batch, {args.agent}, Atari [4, 84, 84], {args.threads} thread(s), "
-          f"median of {args.repeats}:")
+    print(
+        f"learner update of one batch, {args.agent}, Atari [4, 84, 84], {args.threads} thread(s), "
+        f"median of {args.repeats}:"
+    )
     print(f"| {'':12} | core-s per batch | core-us per agent step | ratio |")
     print("|---|---|---|---|")
     for name, seconds, steps in rows:

@@ -38,9 +38,11 @@ def cases(T, B, dtype, device):
     gae = dict(values=values, rewards=rewards, discounts=discounts, bootstrap_value=bootstrap, lambda_=0.95)
     vtrace = dict(log_rhos=log_rhos, discounts=discounts, rewards=rewards, values=values, bootstrap_value=bootstrap)
     rff = dict(rewards=rewards.abs(), initial=bootstrap.abs(), gamma=0.99)
-    return [("gae", ref.gae, adv_lib.gae, gae),
-            ("vtrace", ref.vtrace, vtrace_lib.from_importance_weights, vtrace),
-            ("rnd filter", ref.reward_forward_filter, rnd_lib.reward_forward_filter, rff)]
+    return [
+        ("gae", ref.gae, adv_lib.gae, gae),
+        ("vtrace", ref.vtrace, vtrace_lib.from_importance_weights, vtrace),
+        ("rnd filter", ref.reward_forward_filter, rnd_lib.reward_forward_filter, rff),
+    ]
 
 
 def op_count(fn, kwargs) -> int:
@@ -84,10 +86,14 @@ def main(argv=None):
     dtype = getattr(torch, args.dtype)
     devices = [torch.device("cpu")] + ([torch.device("cuda")] if torch.cuda.is_available() else [])
     lengths = [int(t) for t in args.lengths.split(",")]
-    print(f"B={args.batch}, {args.dtype}, {torch.get_num_threads()} CPU thread(s), torch {torch.__version__}"
-          + (f", {torch.cuda.get_device_name()}" if torch.cuda.is_available() else ""))
-    header = (f"{'':11} {'device':6} {'T':>4} | {'ops loop':>8} {'ops scan':>8} | "
-              f"{'us loop':>9} {'us scan':>9} {'loop/scan':>9}")
+    print(
+        f"B={args.batch}, {args.dtype}, {torch.get_num_threads()} CPU thread(s), torch {torch.__version__}"
+        + (f", {torch.cuda.get_device_name()}" if torch.cuda.is_available() else "")
+    )
+    header = (
+        f"{'':11} {'device':6} {'T':>4} | {'ops loop':>8} {'ops scan':>8} | "
+        f"{'us loop':>9} {'us scan':>9} {'loop/scan':>9}"
+    )
     print(header)
     print("-" * len(header))
     for device in devices:
@@ -95,8 +101,10 @@ def main(argv=None):
             for name, slow, fast, kwargs in cases(T, args.batch, dtype, device):
                 ops_slow, ops_fast = op_count(slow, kwargs), op_count(fast, kwargs)
                 us_slow, us_fast = microseconds(slow, kwargs, device), microseconds(fast, kwargs, device)
-                print(f"{name:11} {device.type:6} {T:4d} | {ops_slow:8d} {ops_fast:8d} | "
-                      f"{us_slow:9.1f} {us_fast:9.1f} {us_slow / us_fast:9.2f}")
+                print(
+                    f"{name:11} {device.type:6} {T:4d} | {ops_slow:8d} {ops_fast:8d} | "
+                    f"{us_slow:9.1f} {us_fast:9.1f} {us_slow / us_fast:9.2f}"
+                )
 
 
 if __name__ == "__main__":

@@ -48,8 +48,16 @@ def serve(addresses: list[str], first_index: int, num_envs: int, cores: list[int
     servers = []
     for h, address in enumerate(addresses):
         seeds = [1000 * (first_index + h) + slot for slot in range(num_envs)]
-        servers.append(EnvServer(tp.parse_address(address), [lambda s=s: create_env(ENV, s) for s in seeds], seeds,
-                                 server_index=first_index + h, env_name=ENV, step_lock=lock))
+        servers.append(
+            EnvServer(
+                tp.parse_address(address),
+                [lambda s=s: create_env(ENV, s) for s in seeds],
+                seeds,
+                server_index=first_index + h,
+                env_name=ENV,
+                step_lock=lock,
+            )
+        )
     ready.set()
     serve_splits(servers)
 
@@ -60,8 +68,16 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def run_layout(procs_n: int, splits: int, envs: int, seconds: float, server_cores: list[int], inference_cores: list[int],
-               basename: str, latency_s: float | None = None) -> tuple[float, float]:
+def run_layout(
+    procs_n: int,
+    splits: int,
+    envs: int,
+    seconds: float,
+    server_cores: list[int],
+    inference_cores: list[int],
+    basename: str,
+    latency_s: float | None = None,
+) -> tuple[float, float]:
     """(agent steps/s, servers' busy share) of ``envs`` envs on ``procs_n`` processes of ``splits`` each; the client answers with
     the network, or, given ``latency_s``, with random actions after that long (a GPU's round trip)."""
     import torch
@@ -74,9 +90,14 @@ def run_layout(procs_n: int, splits: int, envs: int, seconds: float, server_core
     servers = procs_n * splits
     addresses = [f"unix:{basename}.{procs_n}x{splits}.{i}" for i in range(servers)]
     events = [ctx.Event() for _ in range(procs_n)]
-    procs = [ctx.Process(target=serve, args=(addresses[j * splits:(j + 1) * splits], j * splits, envs // servers,
-                                            server_cores, e), daemon=True)
-             for j, e in enumerate(events)]
+    procs = [
+        ctx.Process(
+            target=serve,
+            args=(addresses[j * splits : (j + 1) * splits], j * splits, envs // servers, server_cores, e),
+            daemon=True,
+        )
+        for j, e in enumerate(events)
+    ]
     for p in procs:
         p.start()
     for e in events:
@@ -106,9 +127,12 @@ def run_layout(procs_n: int, splits: int, envs: int, seconds: float, server_core
                 kind, msg = conn.recv(stop)
             except (tp.ConnectionClosed, tp.ProtocolError, tp.Stopped, OSError):
                 return  # the layout is over: its servers were stopped
-            inputs = {"obs": torch.from_numpy(msg["obs"][None]), "reward": torch.from_numpy(msg["reward"][None]),
-                      "done": torch.from_numpy(msg["done"][None]),
-                      "last_action": torch.from_numpy(state["action"][None])}
+            inputs = {
+                "obs": torch.from_numpy(msg["obs"][None]),
+                "reward": torch.from_numpy(msg["reward"][None]),
+                "done": torch.from_numpy(msg["done"][None]),
+                "last_action": torch.from_numpy(state["action"][None]),
+            }
             if model is None:  # a GPU's answer: no CPU here, a fixed round trip
                 time.sleep(latency_s)
                 action = rng.integers(0, spec.num_actions, K)
@@ -126,8 +150,11 @@ def run_layout(procs_n: int, splits: int, envs: int, seconds: float, server_core
     time.sleep(min(5.0, seconds / 2))  # warm up
     start_steps, start_cpu, start = sum(counts), sum(cpu_seconds(p.pid) for p in procs), time.perf_counter()
     time.sleep(seconds)
-    steps, cpu, wall = sum(counts) - start_steps, sum(cpu_seconds(p.pid) for p in procs) - start_cpu, \
-        time.perf_counter() - start
+    steps, cpu, wall = (
+        sum(counts) - start_steps,
+        sum(cpu_seconds(p.pid) for p in procs) - start_cpu,
+        time.perf_counter() - start,
+    )
     stop.set()
     for p in procs:
         p.terminate()
@@ -141,14 +168,22 @@ def run_layout(procs_n: int, splits: int, envs: int, seconds: float, server_core
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--envs", type=int, default=16, help="envs in all, split evenly over each layout's servers")
-    p.add_argument("--layouts", nargs="+", default=["1", "2", "4", "1x2", "1x4"],
-                   help="per layout, server processes (P) or P x splits per process (PxH, --server_splits H)")
+    p.add_argument(
+        "--layouts",
+        nargs="+",
+        default=["1", "2", "4", "1x2", "1x4"],
+        help="per layout, server processes (P) or P x splits per process (PxH, --server_splits H)",
+    )
     p.add_argument("--seconds", type=float, default=20.0)
     p.add_argument("--server_cores", type=int, nargs="+", default=[1])
     p.add_argument("--inference_cores", type=int, nargs="+", default=[0])
-    p.add_argument("--latency_ms", type=float, default=None,
-                   help="answer with random actions after this many ms instead of the network: a GPU learner's "
-                        "round trip, which takes no CPU from the machine (default: the network on the client's cores)")
+    p.add_argument(
+        "--latency_ms",
+        type=float,
+        default=None,
+        help="answer with random actions after this many ms instead of the network: a GPU learner's "
+        "round trip, which takes no CPU from the machine (default: the network on the client's cores)",
+    )
     args = p.parse_args(argv)
     try:
         layouts = [tuple(int(n) for n in (text.split("x") + ["1"])[:2]) for text in args.layouts]
@@ -161,20 +196,35 @@ def main(argv=None) -> int:
     if not set(args.server_cores + args.inference_cores) <= set(cores):
         p.error(f"--server_cores/--inference_cores must be among this process's cores {cores}")
     basename = f"/tmp/server_overlap-{os.getpid()}"
-    answer = ("the network" if args.latency_ms is None else f"random actions after {args.latency_ms:g} ms")
-    print(f"{args.envs} Pong envs; servers on cores {args.server_cores}, the client on {args.inference_cores} "
-          f"answering with {answer}; {args.seconds:.0f} s per layout")
-    print("| server processes x splits | envs per split | processes per server core | agent steps/s | vs first | "
-          "servers busy |")
+    answer = "the network" if args.latency_ms is None else f"random actions after {args.latency_ms:g} ms"
+    print(
+        f"{args.envs} Pong envs; servers on cores {args.server_cores}, the client on {args.inference_cores} "
+        f"answering with {answer}; {args.seconds:.0f} s per layout"
+    )
+    print(
+        "| server processes x splits | envs per split | processes per server core | agent steps/s | vs first | "
+        "servers busy |"
+    )
     print("|---|---|---|---|---|---|")
     first = None
     for servers, splits in layouts:
-        sps, busy = run_layout(servers, splits, args.envs, args.seconds, args.server_cores, args.inference_cores, basename,
-                               None if args.latency_ms is None else args.latency_ms / 1000)
+        sps, busy = run_layout(
+            servers,
+            splits,
+            args.envs,
+            args.seconds,
+            args.server_cores,
+            args.inference_cores,
+            basename,
+            None if args.latency_ms is None else args.latency_ms / 1000,
+        )
         first = first or sps
-        print(f"| {servers} x {splits} | {args.envs // (servers * splits)} | {servers / len(args.server_cores):g} | "
-              f"{sps:,.0f} | "
-              f"{sps / first:.2f} | {busy:.0%} |", flush=True)
+        print(
+            f"| {servers} x {splits} | {args.envs // (servers * splits)} | {servers / len(args.server_cores):g} | "
+            f"{sps:,.0f} | "
+            f"{sps / first:.2f} | {busy:.0%} |",
+            flush=True,
+        )
     return 0
 
 

@@ -92,8 +92,20 @@ def xpid(env: str, agent: str, seed: int) -> str:
 
 def launcher_args(args, env: str, agent: str, seed: int, index: int, extra: list[str]) -> list[str]:
     """The launcher's command line: the run's identity, its own sockets, --total_steps if given, the extra flags."""
-    out = ["--env", env, "--agent", agent, "--seed", str(seed), "--xpid", xpid(env, agent, seed),
-           "--savedir", args.savedir, "--pipes_basename", f"unix:/tmp/suite-{os.getpid()}-{index}"]
+    out = [
+        "--env",
+        env,
+        "--agent",
+        agent,
+        "--seed",
+        str(seed),
+        "--xpid",
+        xpid(env, agent, seed),
+        "--savedir",
+        args.savedir,
+        "--pipes_basename",
+        f"unix:/tmp/suite-{os.getpid()}-{index}",
+    ]
     if args.total_steps is not None:
         out += ["--total_steps", str(args.total_steps)]
     return out + extra
@@ -106,16 +118,24 @@ def plans(args, extra: list[str]) -> list[Plan]:
     try:
         env_pkg = importlib.import_module(f"{args.package}.env")
     except ModuleNotFoundError as e:
-        raise UserError(f"--package {args.package}: no module {e.name}: give an installed torchbeast_X "
-                        "package") from None
+        raise UserError(
+            f"--package {args.package}: no module {e.name}: give an installed torchbeast_X package"
+        ) from None
     out = []
     for env in args.envs:
         for agent in args.agents:
             for seed in args.seeds:
                 argv = launcher_args(args, env, agent, seed, len(out), extra)
                 flags = parse_flags(env_pkg, argv, prog=f"python -m {args.package}.polybeast")
-                out.append(Plan(f"{env} {agent} seed {seed}", os.path.join(args.savedir, xpid(env, agent, seed)),
-                                argv, flags.total_steps, not flags.disable_final_test))
+                out.append(
+                    Plan(
+                        f"{env} {agent} seed {seed}",
+                        os.path.join(args.savedir, xpid(env, agent, seed)),
+                        argv,
+                        flags.total_steps,
+                        not flags.disable_final_test,
+                    )
+                )
     return out
 
 
@@ -154,8 +174,9 @@ def launch(package: str, args: list[str], signals: Signals) -> tuple[int, str]:
     """Run the package's launcher to its end: (exit status, its console's last line)."""
     cmd = [sys.executable, "-m", f"{package}.polybeast", *args]
     with tempfile.TemporaryFile("w+") as out:
-        signals.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
-                                        env=dict(os.environ, PYTHONUNBUFFERED="1"))
+        signals.proc = subprocess.Popen(
+            cmd, stdout=out, stderr=subprocess.STDOUT, env=dict(os.environ, PYTHONUNBUFFERED="1")
+        )
         status = signals.proc.wait()
         signals.proc = None
         out.seek(0)
@@ -186,17 +207,25 @@ def run_one(package: str, plan: Plan, head: str, signals: Signals) -> int:
     """Start or resume the run, then test its checkpoint if it ended at its budget without a final test."""
     step = logged_step(plan.rundir)
     how = "started" if step is None else f"resumed at logged step {step:,}"
-    print(f"{head} {how}, {plan.total_steps:,} steps, run directory {plan.rundir}: python -m "
-          f"{package}.polybeast {shlex.join(plan.args)}", flush=True)
+    print(
+        f"{head} {how}, {plan.total_steps:,} steps, run directory {plan.rundir}: python -m "
+        f"{package}.polybeast {shlex.join(plan.args)}",
+        flush=True,
+    )
     start = time.monotonic()
     status, last = launch(package, plan.args, signals)
     if status == 0 and signals.signum is None and not finished(plan):
-        print(f"{head} at step {logged_step(plan.rundir) or 0:,} without final_test.json: --mode test on its "
-              f"model.tar", flush=True)
+        print(
+            f"{head} at step {logged_step(plan.rundir) or 0:,} without final_test.json: --mode test on its model.tar",
+            flush=True,
+        )
         status, last = final_test_of_checkpoint(package, plan, signals)
     ended = "finished" if signals.signum is None else f"stopped by {signal.Signals(signals.signum).name}"
-    print(f"{head} {ended}, exit status {status}, {(time.monotonic() - start) / 60:.1f} min"
-          + (f", step {logged_step(plan.rundir) or 0:,}" if status == 0 else f": {last}"), flush=True)
+    print(
+        f"{head} {ended}, exit status {status}, {(time.monotonic() - start) / 60:.1f} min"
+        + (f", step {logged_step(plan.rundir) or 0:,}" if status == 0 else f": {last}"),
+        flush=True,
+    )
     return status
 
 
@@ -211,8 +240,11 @@ def run_suite(args, extra: list[str]) -> int:
             break
         if finished(plan):
             skipped += 1
-            print(f"{head} skipped, finished before ({plan.rundir}: step {logged_step(plan.rundir):,} of "
-                  f"{plan.total_steps:,}{', final_test.json' if plan.final_test else ''})", flush=True)
+            print(
+                f"{head} skipped, finished before ({plan.rundir}: step {logged_step(plan.rundir):,} of "
+                f"{plan.total_steps:,}{', final_test.json' if plan.final_test else ''})",
+                flush=True,
+            )
             continue
         status = run_one(args.package, plan, head, signals)
         if status != 0 and signals.signum is None:
@@ -220,8 +252,11 @@ def run_suite(args, extra: list[str]) -> int:
     if signals.signum is not None:
         print("the suite stopped: the same command resumes it", flush=True)
         return 128 + signals.signum
-    print(f"{len(todo)} runs: {len(todo) - skipped - failed} run, {skipped} skipped, {failed} failed; the table: "
-          f"{PROG} table {shlex.quote(args.savedir)}/*", flush=True)
+    print(
+        f"{len(todo)} runs: {len(todo) - skipped - failed} run, {skipped} skipped, {failed} failed; the table: "
+        f"{PROG} table {shlex.quote(args.savedir)}/*",
+        flush=True,
+    )
     return 1 if failed else 0
 
 
@@ -308,8 +343,10 @@ def launcher_of(meta: dict) -> tuple[str, str]:
     try:
         importlib.import_module(f"{package}.env")
     except ModuleNotFoundError:
-        raise UserError(f"meta.json's launcher {path} is not a torchbeast_X package's: pass run directories made by "
-                        "python -m torchbeast_X.polybeast") from None
+        raise UserError(
+            f"meta.json's launcher {path} is not a torchbeast_X package's: pass run directories made by "
+            "python -m torchbeast_X.polybeast"
+        ) from None
     return package, os.path.splitext(os.path.basename(path))[0]
 
 
@@ -339,8 +376,17 @@ def load_run(run_dir: str) -> Run:
     steps, secs, returns = (np.array(column) for column in zip(*history))
     flags = meta["flags"]
     final = final_test_summary(run_dir)
-    return Run(run_dir, flags["env"], flags["agent"] + ("+rnd" if flags["rnd"] else ""), flags["seed"],
-               steps.astype(np.int64), secs, returns, final["mean"] if final else None, frames_per_agent_step(meta))
+    return Run(
+        run_dir,
+        flags["env"],
+        flags["agent"] + ("+rnd" if flags["rnd"] else ""),
+        flags["seed"],
+        steps.astype(np.int64),
+        secs,
+        returns,
+        final["mean"] if final else None,
+        frames_per_agent_step(meta),
+    )
 
 
 def final_test_summary(run_dir: str) -> dict | None:
@@ -351,9 +397,14 @@ def final_test_summary(run_dir: str) -> dict | None:
     result = read_json(run_dir, "final_test.json")
     runs = [run for run in result["runs"] if run.get("group", "test") == "test"]
     group = result["groups"]["test"]
-    return {"mean": group["mean"], "std": group["std"], "runs": [run["mean_return"] for run in runs],
-            "episodes": sum(run["episodes"] for run in runs), "greedy": result.get("greedy"),
-            "step": result.get("step")}
+    return {
+        "mean": group["mean"],
+        "std": group["std"],
+        "runs": [run["mean_return"] for run in runs],
+        "episodes": sum(run["episodes"] for run in runs),
+        "greedy": result.get("greedy"),
+        "step": result.get("step"),
+    }
 
 
 def first_reached(run: Run, score: float) -> int | None:
@@ -469,15 +520,19 @@ def group_row(group: list[Run], score: float, steps_at: list[int]) -> list[str]:
     """One table row: the (env, agent) group's runs summarised."""
     ends = last_returns(group)
     reached = [(run, first_reached(run, score)) for run in group]
-    row = [group[0].env, group[0].name, per_seed([str(run.seed) for run in group]),
-           collapsed([f"{run.last_step:,}" for run in group]),
-           mean_std(known_values(ends), group),
-           per_seed([f"{v:.1f}" if not math.isnan(v) else "-" for v in ends]),
-           mean_std(final_tests(group), group),
-           per_seed([f"{int(run.steps[i]):,}" if i is not None else "not reached" for run, i in reached]),
-           per_seed([f"{run.seconds[i] / 60:.2f}" if i is not None else "not reached" for run, i in reached]),
-           f"{np.mean([run.steps_per_s for run in group]):,.0f}",
-           f"{np.mean([run.steps_per_s * run.frames_per_step for run in group]):,.0f}"]
+    row = [
+        group[0].env,
+        group[0].name,
+        per_seed([str(run.seed) for run in group]),
+        collapsed([f"{run.last_step:,}" for run in group]),
+        mean_std(known_values(ends), group),
+        per_seed([f"{v:.1f}" if not math.isnan(v) else "-" for v in ends]),
+        mean_std(final_tests(group), group),
+        per_seed([f"{int(run.steps[i]):,}" if i is not None else "not reached" for run, i in reached]),
+        per_seed([f"{run.seconds[i] / 60:.2f}" if i is not None else "not reached" for run, i in reached]),
+        f"{np.mean([run.steps_per_s for run in group]):,.0f}",
+        f"{np.mean([run.steps_per_s * run.frames_per_step for run in group]):,.0f}",
+    ]
     for step in steps_at:
         values = [return_at(run, step) for run in group]
         row.append(mean_std([v for v in values if v is not None], group))
@@ -490,9 +545,20 @@ def markdown_table(header: list[str], rows: list[list[str]]) -> str:
 
 
 def markdown(runs: list[Run], score: float, steps_at: list[int]) -> str:
-    header = ["env", "agent", "seeds", "agent steps", "last-100 return", "last-100 per seed", "final test",
-              f"step first ≥ {score:g}", f"minutes to ≥ {score:g}", "agent steps/s", "frames/s",
-              *[f"last-100 at {step:,}" for step in steps_at]]
+    header = [
+        "env",
+        "agent",
+        "seeds",
+        "agent steps",
+        "last-100 return",
+        "last-100 per seed",
+        "final test",
+        f"step first ≥ {score:g}",
+        f"minutes to ≥ {score:g}",
+        "agent steps/s",
+        "frames/s",
+        *[f"last-100 at {step:,}" for step in steps_at],
+    ]
     return markdown_table(header, [group_row(group, score, steps_at) for group in grouped(runs).values()])
 
 
@@ -524,9 +590,11 @@ def table(args) -> int:
     if args.png:
         writable_dir_of(args.png, "--png")
     print(markdown(runs, args.score, args.steps_at))
-    print(f"\nmean ± std over seeds (numpy's population std), per seed in the seeds' order; minutes: of training "
-          f"(logs.csv's time); frames/s: agent steps/s x the package's frames per agent step "
-          f"({', '.join(sorted({f'{r.env}: {r.frames_per_step}' for r in runs}))})")
+    print(
+        f"\nmean ± std over seeds (numpy's population std), per seed in the seeds' order; minutes: of training "
+        f"(logs.csv's time); frames/s: agent steps/s x the package's frames per agent step "
+        f"({', '.join(sorted({f'{r.env}: {r.frames_per_step}' for r in runs}))})"
+    )
     if args.png:
         plot_curves(runs, args.png, args.score)
         print(f"wrote {args.png}")
@@ -595,20 +663,35 @@ def summarize(run_dir: str, machine: str | None, label: str, scores: list[float]
     rows = curve_rows(run, scores)
     sizing = meta.get("sizing") or {}
     return {
-        "package": package, "env": run.env, "agent": run.agent, "seed": run.seed, "label": label or None,
+        "package": package,
+        "env": run.env,
+        "agent": run.agent,
+        "seed": run.seed,
+        "label": label or None,
         "xpid": os.path.basename(os.path.normpath(run_dir)),
         "command": f"python -m {package}.{module} {shlex.join(meta['argv'][1:])}",
-        "distributed": meta.get("distributed"), "git_commit": meta.get("git_commit"),
-        "start": meta.get("start"), "end": meta.get("end"), "reason": meta.get("reason"),
-        "machine": machine, "recorded_machine": recorded_machine(meta, lines),
+        "distributed": meta.get("distributed"),
+        "git_commit": meta.get("git_commit"),
+        "start": meta.get("start"),
+        "end": meta.get("end"),
+        "reason": meta.get("reason"),
+        "machine": machine,
+        "recorded_machine": recorded_machine(meta, lines),
         "sizing": {k: sizing.get(k) for k in ("num_servers", "num_actors", "batch_size", "server_splits")},
-        "total_steps": meta["flags"]["total_steps"], "agent_steps": run.last_step,
-        "wall_seconds": rounded(run.seconds[-1], 1), "steps_per_s": rounded(run.steps_per_s, 1),
-        "frames_per_step": run.frames_per_step, "final_test": final_test_summary(run_dir),
+        "total_steps": meta["flags"]["total_steps"],
+        "agent_steps": run.last_step,
+        "wall_seconds": rounded(run.seconds[-1], 1),
+        "steps_per_s": rounded(run.steps_per_s, 1),
+        "frames_per_step": run.frames_per_step,
+        "final_test": final_test_summary(run_dir),
         "validation": validation_points(run_dir, lines),
-        "curve": {"rows": len(run.steps), "exact_scores": scores, "step": [int(run.steps[i]) for i in rows],
-                  "time": [rounded(run.seconds[i], 1) for i in rows],
-                  "return_last_100": [rounded(run.returns[i]) for i in rows]},
+        "curve": {
+            "rows": len(run.steps),
+            "exact_scores": scores,
+            "step": [int(run.steps[i]) for i in rows],
+            "time": [rounded(run.seconds[i], 1) for i in rows],
+            "return_last_100": [rounded(run.returns[i]) for i in rows],
+        },
     }
 
 
@@ -636,8 +719,9 @@ def write_summary(path: str, summary: dict) -> None:
 def collect(args) -> int:
     """Every run directory read and summarised first (a bad one writes nothing), then the summaries written."""
     anchors = load_anchors()
-    summaries = [(run_dir, summarize(run_dir, args.machine, args.label, args.score, anchors))
-                 for run_dir in args.run_dirs]
+    summaries = [
+        (run_dir, summarize(run_dir, args.machine, args.label, args.score, anchors)) for run_dir in args.run_dirs
+    ]
     paths: dict[str, str] = {}
     for run_dir, summary in summaries:
         path = summary_path(args.out, summary)
@@ -646,8 +730,9 @@ def collect(args) -> int:
         paths[path] = run_dir
     for (run_dir, summary), path in zip(summaries, paths):
         write_summary(path, summary)
-        print(f"{run_dir} -> {path} ({os.path.getsize(path):,} bytes): {summary['agent_steps']:,} agent steps",
-              flush=True)
+        print(
+            f"{run_dir} -> {path} ({os.path.getsize(path):,} bytes): {summary['agent_steps']:,} agent steps", flush=True
+        )
     return 0
 
 
@@ -682,8 +767,10 @@ def load_summaries(data: str) -> list[tuple[str, dict]]:
     """(path, summary) of every ``<data>/<package>/<env>/*.json``, by path."""
     paths = sorted(glob.glob(os.path.join(data, "*", "*", "*.json")))
     if not paths:
-        raise UserError(f"{data} holds no summaries (<package>/<env>/<agent>_seed<S>.json): write them with "
-                        f"{PROG} collect RUN_DIR ...")
+        raise UserError(
+            f"{data} holds no summaries (<package>/<env>/<agent>_seed<S>.json): write them with "
+            f"{PROG} collect RUN_DIR ..."
+        )
     out = []
     for path in paths:
         with open(path) as f:
@@ -704,13 +791,24 @@ def transcribed(summary: dict) -> bool:
 def run_of_summary(path: str, summary: dict) -> Run:
     """The run as the summary's rows give it (a transcribed one's wall time and agent steps/s as recorded)."""
     curve = summary["curve"]
-    returns, seconds = (np.array([math.nan if v is None else v for v in curve[key]], dtype=float)
-                        for key in ("return_last_100", "time"))
+    returns, seconds = (
+        np.array([math.nan if v is None else v for v in curve[key]], dtype=float) for key in ("return_last_100", "time")
+    )
     final = summary["final_test"]
     recorded = {key: summary.get(key) for key in ("wall_seconds", "steps_per_s")} if transcribed(summary) else None
-    return Run(path, summary["env"], summary["agent"], summary["seed"], np.array(curve["step"], dtype=np.int64),
-               seconds, returns, final["mean"] if final else None, summary["frames_per_step"],
-               summary.get("label") or "", recorded)
+    return Run(
+        path,
+        summary["env"],
+        summary["agent"],
+        summary["seed"],
+        np.array(curve["step"], dtype=np.int64),
+        seconds,
+        returns,
+        final["mean"] if final else None,
+        summary["frames_per_step"],
+        summary.get("label") or "",
+        recorded,
+    )
 
 
 def duration(seconds: float) -> str:
@@ -801,16 +899,32 @@ def render_row(group: list[Run], info: dict[str, dict], anchors: dict, out_dir: 
     docs/experiments/, a transcribed run's seed is marked."""
     run = group[0]
     log = os.path.relpath(os.path.join(REPO, "docs", "experiments", f"{run.agent.split('+')[0]}.md"), out_dir)
-    return [run.env, f"[{run.name}]({log})",
-            per_seed([f"{r.seed}{TRANSCRIBED_MARK if r.transcribed else ''}" for r in group]), steps_cell(group, info),
-            mean_std(known_values(last_returns(group)), group), mean_std(final_tests(group), group),
-            reached_cell(group, info, anchor_score(anchors, run.env, run.agent)),
-            per_seed([duration(r.wall_seconds) for r in group]), rate_cell(group, info),
-            collapsed([machine_text(info[r.run_dir]) for r in group])]
+    return [
+        run.env,
+        f"[{run.name}]({log})",
+        per_seed([f"{r.seed}{TRANSCRIBED_MARK if r.transcribed else ''}" for r in group]),
+        steps_cell(group, info),
+        mean_std(known_values(last_returns(group)), group),
+        mean_std(final_tests(group), group),
+        reached_cell(group, info, anchor_score(anchors, run.env, run.agent)),
+        per_seed([duration(r.wall_seconds) for r in group]),
+        rate_cell(group, info),
+        collapsed([machine_text(info[r.run_dir]) for r in group]),
+    ]
 
 
-RENDER_HEADER = ["env", "agent", "seeds", "agent steps", "last-100 at the end", "final test", "steps to anchor score",
-                 "wall time", "agent steps/s", "machine"]
+RENDER_HEADER = [
+    "env",
+    "agent",
+    "seeds",
+    "agent steps",
+    "last-100 at the end",
+    "final test",
+    "steps to anchor score",
+    "wall time",
+    "agent steps/s",
+    "machine",
+]
 RUN_IDENTITY = ("--seed", "--xpid", "--savedir", "--pipes_basename")
 COMMAND_WIDTH = 120
 
@@ -861,10 +975,16 @@ def command_block(groups: list[list[Run]], info: dict[str, dict]) -> list[str]:
             summary = info[runs[0].run_dir]
             world = (summary.get("distributed") or {}).get("world_size")
             others = [str(r.seed) for r in runs[1:]]
-            lines.append(f"# {runs[0].env} {runs[0].name}, seed {runs[0].seed}"
-                         + (f" (seed{'s' if len(others) > 1 else ''} {', '.join(others)} the same with its own "
-                            f"{', '.join(RUN_IDENTITY[:2])})" if others else "")
-                         + (f", under torchrun, world size {world}" if world else ""))
+            lines.append(
+                f"# {runs[0].env} {runs[0].name}, seed {runs[0].seed}"
+                + (
+                    f" (seed{'s' if len(others) > 1 else ''} {', '.join(others)} the same with its own "
+                    f"{', '.join(RUN_IDENTITY[:2])})"
+                    if others
+                    else ""
+                )
+                + (f", under torchrun, world size {world}" if world else "")
+            )
             lines += wrapped_command(summary["command"])
     return lines + ["```"]
 
@@ -881,9 +1001,16 @@ def draw_transcribed(ax, group: list[Run], color=None) -> None:
     per seed, in ``color`` (None: the axes' next one)."""
     for marker, style, run in zip("osD^v<>", ["-", "--", "-.", ":"] * 2, group):
         known = ~np.isnan(run.returns)
-        (line,) = ax.plot(run.steps[known], run.returns[known], marker=marker, linestyle=style, color=color,
-                          markersize=5, label=f"{run.name} seed {run.seed}{TRANSCRIBED_MARK} (recorded points): "
-                                              f"last-100 {run.returns[known][-1] if known.any() else math.nan:.1f}")
+        (line,) = ax.plot(
+            run.steps[known],
+            run.returns[known],
+            marker=marker,
+            linestyle=style,
+            color=color,
+            markersize=5,
+            label=f"{run.name} seed {run.seed}{TRANSCRIBED_MARK} (recorded points): "
+            f"last-100 {run.returns[known][-1] if known.any() else math.nan:.1f}",
+        )
         color = line.get_color()
 
 
@@ -898,22 +1025,40 @@ def plot_env(env: str, groups: list[list[Run]], info: dict[str, dict], anchors: 
         line = None
         if group:
             end = known_values(last_returns(group))
-            line = draw_band(ax, f"{group[0].name} ({count_label(group)}): last-100 "
-                                 f"{f'{np.mean(end):.1f}' if end else '-'}", [(r.steps, r.returns) for r in group])
+            line = draw_band(
+                ax,
+                f"{group[0].name} ({count_label(group)}): last-100 {f'{np.mean(end):.1f}' if end else '-'}",
+                [(r.steps, r.returns) for r in group],
+            )
             validations = [info[r.run_dir].get("validation") for r in group]
             if line is not None and all(validations):
                 curves = [(np.array(v["step"]), np.array(v["mean_return"], dtype=float)) for v in validations]
-                draw_band(ax, f"{group[0].name} greedy validation", curves, color=line.get_color(), linestyle="--",
-                          marker=".")
+                draw_band(
+                    ax, f"{group[0].name} greedy validation", curves, color=line.get_color(), linestyle="--", marker="."
+                )
         draw_transcribed(ax, [r for r in whole if r.transcribed], line.get_color() if line is not None else None)
     for marker, anchor in zip("os^Dv<>", anchors_of(anchors, env, {r.agent for g in groups for r in g})):
         steps, values = zip(*anchor["points"])
-        ax.plot(steps, values, marker=marker, linestyle=":", color="black", markersize=6,
-                label=f"{anchors['sources'][anchor['source']]['name']} ({', '.join(anchor['agents'])})")
-    for value, what in sorted({(a[k], k) for a in anchors_of(anchors, env, {r.agent for g in groups for r in g})
-                               for k in ("score", "random") if a.get(k) is not None}):
-        ax.axhline(value, color="gray", linestyle="--" if what == "score" else "-.", linewidth=0.8,
-                   label=f"{what} {value:g}")
+        ax.plot(
+            steps,
+            values,
+            marker=marker,
+            linestyle=":",
+            color="black",
+            markersize=6,
+            label=f"{anchors['sources'][anchor['source']]['name']} ({', '.join(anchor['agents'])})",
+        )
+    for value, what in sorted(
+        {
+            (a[k], k)
+            for a in anchors_of(anchors, env, {r.agent for g in groups for r in g})
+            for k in ("score", "random")
+            if a.get(k) is not None
+        }
+    ):
+        ax.axhline(
+            value, color="gray", linestyle="--" if what == "score" else "-.", linewidth=0.8, label=f"{what} {value:g}"
+        )
     ax.set(title=env, xlabel="agent steps", ylabel="return (last 100 episodes; validations: greedy)")
     ax.xaxis.set_major_formatter(lambda x, _: short_steps(int(x)))
     ax.grid(alpha=0.3)
@@ -922,33 +1067,55 @@ def plot_env(env: str, groups: list[list[Run]], info: dict[str, dict], anchors: 
     return fig
 
 
-PACKAGE_TITLES = {"torchbeast_atari": "Atari", "torchbeast_gym": "gym", "torchbeast_mujoco": "MuJoCo",
-                  "torchbeast_football": "Football", "torchbeast_procgen": "Procgen",
-                  "torchbeast_dmlab": "DeepMind Lab"}
+PACKAGE_TITLES = {
+    "torchbeast_atari": "Atari",
+    "torchbeast_gym": "gym",
+    "torchbeast_mujoco": "MuJoCo",
+    "torchbeast_football": "Football",
+    "torchbeast_procgen": "Procgen",
+    "torchbeast_dmlab": "DeepMind Lab",
+}
 
 
-def render_package(package: str, runs: list[Run], info: dict[str, dict], anchors: dict, out_dir: str,
-                   img: str) -> str:
+def render_package(package: str, runs: list[Run], info: dict[str, dict], anchors: dict, out_dir: str, img: str) -> str:
     """A package's section of the page: its table (a line on the transcribed runs where it has some), the runs'
     commands, a PNG per env (written into ``img``) and the anchors' sources."""
     groups = grouped(runs)
     title = f"{PACKAGE_TITLES[package]} (`{package}`)" if package in PACKAGE_TITLES else f"`{package}`"
-    lines = [f"### {title}", "", markdown_table(RENDER_HEADER, [render_row(g, info, anchors, out_dir)
-                                                                for g in groups.values()]), ""]
+    lines = [
+        f"### {title}",
+        "",
+        markdown_table(RENDER_HEADER, [render_row(g, info, anchors, out_dir) for g in groups.values()]),
+        "",
+    ]
     if any(run.transcribed for run in runs):
-        lines += [prose(f"{TRANSCRIBED_MARK} Transcribed from the run's record in docs/experiments/ (the summary's "
-                        f"`source` names the section; its run directory was not kept): its curve holds the recorded "
-                        f"points alone, and \"-\" is a figure not recorded."), ""]
-    lines += [prose("Commands (every flag not given is the package's default for the agent):"), "",
-              *command_block(list(groups.values()), info), ""]
+        lines += [
+            prose(
+                f"{TRANSCRIBED_MARK} Transcribed from the run's record in docs/experiments/ (the summary's "
+                f"`source` names the section; its run directory was not kept): its curve holds the recorded "
+                f'points alone, and "-" is a figure not recorded.'
+            ),
+            "",
+        ]
+    lines += [
+        prose("Commands (every flag not given is the package's default for the agent):"),
+        "",
+        *command_block(list(groups.values()), info),
+        "",
+    ]
     for env in dict.fromkeys(run.env for run in runs):
         png = os.path.join(img, f"suite_{package}_{path_name(env)}.png")
         save_figure(plot_env(env, [g for (e, _), g in groups.items() if e == env], info, anchors), png)
         lines += [f"![{env}, {package}]({os.path.relpath(png, out_dir)})", ""]
-    used = {(a["source"], tuple(a["agents"])) for env in {r.env for r in runs}
-            for a in anchors_of(anchors, env, {r.agent for r in runs})}
-    sources = [f"[{anchors['sources'][s]['name']}]({anchors['sources'][s]['url']}) for {', '.join(agents)}"
-               for s, agents in sorted(used)]
+    used = {
+        (a["source"], tuple(a["agents"]))
+        for env in {r.env for r in runs}
+        for a in anchors_of(anchors, env, {r.agent for r in runs})
+    }
+    sources = [
+        f"[{anchors['sources'][s]['name']}]({anchors['sources'][s]['url']}) for {', '.join(agents)}"
+        for s, agents in sorted(used)
+    ]
     lines.append(prose("Anchors: " + ("; ".join(sources) if sources else "none for these envs") + "."))
     return "\n".join(lines)
 
@@ -958,16 +1125,20 @@ def render_markdown(summaries: list[tuple[str, dict]], anchors: dict, out_dir: s
     runs = [run_of_summary(path, summary) for path, summary in summaries]
     info = {path: summary for path, summary in summaries}
     packages = dict.fromkeys(summary["package"] for _, summary in summaries)
-    sections = [render_package(p, [r for r in runs if info[r.run_dir]["package"] == p], info, anchors, out_dir, img)
-                for p in packages]
+    sections = [
+        render_package(p, [r for r in runs if info[r.run_dir]["package"] == p], info, anchors, out_dir, img)
+        for p in packages
+    ]
     shown = os.path.relpath(data, REPO) if os.path.abspath(data).startswith(REPO + os.sep) else data
-    note = prose(f"Generated by `{PROG} render` from the run summaries in {shown} (`{PROG} collect RUN_DIR ...`): "
-                 f"mean ± std over seeds (numpy's population std), per seed in the seeds' order; agent steps: \"of "
-                 f"N, stopped\" for a run that ended short of its --total_steps; steps to anchor score: "
-                 f"the agent step of the first logs.csv row whose last-100 return reached the score of "
-                 f"benchmarks/anchors.json, and where every seed has greedy validations (R2D2's progress: its "
-                 f"training returns explore) the first validation at the score; wall time: logs.csv's time, summed "
-                 f"over a resumed run's starts.")
+    note = prose(
+        f"Generated by `{PROG} render` from the run summaries in {shown} (`{PROG} collect RUN_DIR ...`): "
+        f"mean ± std over seeds (numpy's population std), per seed in the seeds' order; agent steps: \"of "
+        f'N, stopped" for a run that ended short of its --total_steps; steps to anchor score: '
+        f"the agent step of the first logs.csv row whose last-100 return reached the score of "
+        f"benchmarks/anchors.json, and where every seed has greedy validations (R2D2's progress: its "
+        f"training returns explore) the first validation at the score; wall time: logs.csv's time, summed "
+        f"over a resumed run's starts."
+    )
     return "\n\n".join([note, *sections])
 
 
@@ -991,13 +1162,16 @@ def render(args) -> int:
             page = replace_region(f.read(), region)
     if page is None:
         print(region)
-        print(f"{args.out} has no {MARKERS[0]} ... {MARKERS[1]} region: the markdown is printed above instead",
-              file=sys.stderr)
+        print(
+            f"{args.out} has no {MARKERS[0]} ... {MARKERS[1]} region: the markdown is printed above instead",
+            file=sys.stderr,
+        )
         return 0
     with open(args.out, "w") as f:
         f.write(page)
-    print(f"wrote {len(summaries)} runs' summaries into {args.out} (between its markers) and their curves into "
-          f"{args.img}")
+    print(
+        f"wrote {len(summaries)} runs' summaries into {args.out} (between its markers) and their curves into {args.img}"
+    )
     return 0
 
 
@@ -1007,38 +1181,70 @@ def render(args) -> int:
 def make_parser() -> FlagParser:
     parser = FlagParser(prog=PROG, description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    r = sub.add_parser("run", usage=f"{PROG} run --envs ENV ... [--agents AGENT ...] [--seeds SEED ...] [flags] "
-                                    "[-- FLAG ...]",
-                       help="Run envs x agents x seeds one after another (flags after -- are passed on).",
-                       description="Runs envs x agents x seeds one after another with the package's defaults; the "
-                                   "flags after -- are passed on to every run; a finished run is skipped.")
-    r.add_argument("--envs", "--games", dest="envs", nargs="+", required=True, metavar="ENV",
-                   help="--env of the runs (--games: the same).")
+    r = sub.add_parser(
+        "run",
+        usage=f"{PROG} run --envs ENV ... [--agents AGENT ...] [--seeds SEED ...] [flags] [-- FLAG ...]",
+        help="Run envs x agents x seeds one after another (flags after -- are passed on).",
+        description="Runs envs x agents x seeds one after another with the package's defaults; the "
+        "flags after -- are passed on to every run; a finished run is skipped.",
+    )
+    r.add_argument(
+        "--envs",
+        "--games",
+        dest="envs",
+        nargs="+",
+        required=True,
+        metavar="ENV",
+        help="--env of the runs (--games: the same).",
+    )
     r.add_argument("--agents", nargs="+", default=["impala"], metavar="AGENT", help="--agent of the runs.")
     r.add_argument("--seeds", nargs="+", type=int, default=[1], metavar="SEED", help="--seed of the runs.")
-    r.add_argument("--total_steps", type=int, default=None,
-                   help="Each run's budget (default: the package's for the agent).")
+    r.add_argument(
+        "--total_steps", type=int, default=None, help="Each run's budget (default: the package's for the agent)."
+    )
     r.add_argument("--savedir", default="~/logs/torchbeast/atari_suite", help="Where the run directories go.")
     r.add_argument("--package", default="torchbeast_atari", help="The torchbeast_X package whose launcher runs.")
-    t = sub.add_parser("table", help="The results table (markdown) and curves of run directories.",
-                       description="Prints the results table (markdown) of run directories grouped by (env, agent).")
+    t = sub.add_parser(
+        "table",
+        help="The results table (markdown) and curves of run directories.",
+        description="Prints the results table (markdown) of run directories grouped by (env, agent).",
+    )
     t.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
     t.add_argument("--score", type=float, default=18.0, help="The last-100 return whose first step and time are given.")
     t.add_argument("--png", default=None, help="Also draw the curves, one panel per env, into this PNG.")
-    t.add_argument("--steps_at", nargs="+", type=int, default=[], metavar="STEP",
-                   help="Also give the last-100 return at these agent steps.")
-    c = sub.add_parser("collect", help="A committed summary (JSON, a few KB) of each run directory.",
-                       description="Writes <out>/<package>/<env>/<agent>_seed<S>[_<label>].json per run directory.")
+    t.add_argument(
+        "--steps_at",
+        nargs="+",
+        type=int,
+        default=[],
+        metavar="STEP",
+        help="Also give the last-100 return at these agent steps.",
+    )
+    c = sub.add_parser(
+        "collect",
+        help="A committed summary (JSON, a few KB) of each run directory.",
+        description="Writes <out>/<package>/<env>/<agent>_seed<S>[_<label>].json per run directory.",
+    )
     c.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
     c.add_argument("--out", default=os.path.join(REPO, "docs", "data"), help="Where the summaries go.")
-    c.add_argument("--machine", default=None,
-                   help="The machine the runs ran on, in words (meta.json does not record it).")
+    c.add_argument(
+        "--machine", default=None, help="The machine the runs ran on, in words (meta.json does not record it)."
+    )
     c.add_argument("--label", default="", help="Tells these runs apart from others of the same env, agent and seed.")
-    c.add_argument("--score", nargs="+", type=float, default=[], metavar="SCORE",
-                   help="Also keep the first row reaching these last-100 returns (the anchors' are kept).")
-    d = sub.add_parser("render", help="The results page from the committed summaries.",
-                       description="Writes the tables and curves of the summaries into --out between "
-                                   f"{MARKERS[0]} and {MARKERS[1]} (to stdout where it has none) and --img.")
+    c.add_argument(
+        "--score",
+        nargs="+",
+        type=float,
+        default=[],
+        metavar="SCORE",
+        help="Also keep the first row reaching these last-100 returns (the anchors' are kept).",
+    )
+    d = sub.add_parser(
+        "render",
+        help="The results page from the committed summaries.",
+        description="Writes the tables and curves of the summaries into --out between "
+        f"{MARKERS[0]} and {MARKERS[1]} (to stdout where it has none) and --img.",
+    )
     d.add_argument("--data", default=os.path.join(REPO, "docs", "data"), help="The summaries' directory.")
     d.add_argument("--out", default=os.path.join(REPO, "docs", "results.md"), help="The page.")
     d.add_argument("--img", default=os.path.join(REPO, "docs", "img"), help="Where the PNGs go.")
@@ -1050,7 +1256,7 @@ COMMANDS = {"table": table, "collect": collect, "render": render}
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    own, extra = (argv[: argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
+    own, extra = (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else (argv, [])
     args = make_parser().parse_args(own)
     if extra and args.command != "run":
         make_parser().error("flags after -- are passed on by run only")

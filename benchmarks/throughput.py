@@ -45,8 +45,15 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 class Setup:
     """What differs between environment packages: how to build one env, the obs, the actions."""
 
-    def __init__(self, package: str, env: str, obs_shape: list[int], num_actions: int, frames_per_step: int,
-                 model_kw: dict | None = None):
+    def __init__(
+        self,
+        package: str,
+        env: str,
+        obs_shape: list[int],
+        num_actions: int,
+        frames_per_step: int,
+        model_kw: dict | None = None,
+    ):
         self.package, self.env = package, env
         self.obs_shape, self.num_actions, self.frames_per_step = obs_shape, num_actions, frames_per_step
         self.model_kw = dict(model_kw or {})  # the package's model flags, for (b) and (c) measured alone
@@ -65,8 +72,9 @@ class Setup:
 
 ATARI = Setup("torchbeast_atari", "PongNoFrameskip-v4", [4, 84, 84], 6, 4)
 PROCGEN = Setup("torchbeast_procgen", "chaser", [3, 64, 64], 15, 1)
-FOOTBALL = Setup("torchbeast_football", "academy_empty_goal_close", [16, 72, 96], 19, 1,
-                 model_kw={"resnet_channels": "16,32,32,32"})
+FOOTBALL = Setup(
+    "torchbeast_football", "academy_empty_goal_close", [16, 72, 96], 19, 1, model_kw={"resnet_channels": "16,32,32,32"}
+)
 
 
 def env_steps_per_second(setup: Setup, seconds: float) -> float:
@@ -138,8 +146,9 @@ def learner_seconds(setup: Setup, model: str, T: int, B: int, threads: int, devi
     return float(np.median(times))
 
 
-def inference_seconds(setup: Setup, model: str, batch: int, device: str, precision: str = "float32",
-                      repeats: int = 50) -> float:
+def inference_seconds(
+    setup: Setup, model: str, batch: int, device: str, precision: str = "float32", repeats: int = 50
+) -> float:
     """Median wall seconds of one batched forward pass (T=1) plus sampling, on one thread, at the
     run's --inference_precision."""
     from rl_core.agents.impala.agent import sample_actions
@@ -184,7 +193,7 @@ def _cpu_seconds_by_role(pid: int) -> dict[str, float]:
                     text = f.read()
             except OSError:
                 continue
-            name = text[text.index("(") + 1:text.rindex(")")].rsplit("-", 1)[0]
+            name = text[text.index("(") + 1 : text.rindex(")")].rsplit("-", 1)[0]
             if p != pid and name != "env-server":  # a server's own threads (envpool's) count as the server
                 try:
                     with open(f"/proc/{p}/comm") as f:
@@ -206,17 +215,37 @@ def _idle_and_steal_seconds() -> tuple[float, float]:
     return (fields[3] + fields[4]) / hz, fields[7] / hz
 
 
-def end_to_end(setup: Setup, model: str, num_actors: int, num_servers: int, T: int, B: int, seconds: float,
-               device: str, extra: list[str]):
+def end_to_end(
+    setup: Setup,
+    model: str,
+    num_actors: int,
+    num_servers: int,
+    T: int,
+    B: int,
+    seconds: float,
+    device: str,
+    extra: list[str],
+):
     """Steady-state SPS, mean inference batch and the core-seconds per second of each role
     (plus "idle" and "steal") over the second half of a real training run."""
     with tempfile.TemporaryDirectory() as tmp:
         shape = [f"--unroll_length={T}", f"--batch_size={B}"] if T is not None else []  # None: the agent's own
         cmd = [
-            sys.executable, "-m", f"{setup.package}.polybeast", f"--env={setup.env}", f"--model={model}",
-            f"--num_actors={num_actors}", f"--num_servers={num_servers}", *shape,
-            "--total_steps=1000000000", f"--pipes_basename=unix:{tmp}/pipe",
-            f"--savedir={tmp}", "--xpid=bench", "--log_interval=5", "--disable_checkpoint", *extra,
+            sys.executable,
+            "-m",
+            f"{setup.package}.polybeast",
+            f"--env={setup.env}",
+            f"--model={model}",
+            f"--num_actors={num_actors}",
+            f"--num_servers={num_servers}",
+            *shape,
+            "--total_steps=1000000000",
+            f"--pipes_basename=unix:{tmp}/pipe",
+            f"--savedir={tmp}",
+            "--xpid=bench",
+            "--log_interval=5",
+            "--disable_checkpoint",
+            *extra,
         ]
         if device == "cpu":
             cmd.append("--disable_cuda")
@@ -248,19 +277,32 @@ def main(setup: Setup, default_model: str, default_T: int, argv=None, default_se
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default=default_model, choices=["atari", "resnet"])
     parser.add_argument("--num_actors", nargs="+", type=int, default=[8, 16])
-    parser.add_argument("--num_servers", nargs="+", type=int, default=[2],
-                        help="Env server processes; several: each layout in turn within every repeat (same minute), "
-                             "and a paired summary of their steps/s against the first.")
+    parser.add_argument(
+        "--num_servers",
+        nargs="+",
+        type=int,
+        default=[2],
+        help="Env server processes; several: each layout in turn within every repeat (same minute), "
+        "and a paired summary of their steps/s against the first.",
+    )
     parser.add_argument("--unroll_length", type=int, default=default_T)
     parser.add_argument("--batch_size", type=int, default=32)
     parser.add_argument("--seconds", type=float, default=default_seconds, help="Length of each end-to-end run.")
     parser.add_argument("--repeats", type=int, default=1, help="End-to-end runs per number of envs.")
     parser.add_argument("--device", nargs="+", default=["cuda"] if torch.cuda.is_available() else ["cpu"])
-    parser.add_argument("--inference_precision", default="float32", choices=["float32", "bfloat16"],
-                        help="The run's central inference precision; (c) is measured at it.")
-    parser.add_argument("--agents", nargs="+", default=["impala"],
-                        help="Agents whose end-to-end frames/s are printed beside IMPALA's (e.g. impala r2d2); "
-                             "each but IMPALA runs with its package defaults (its own T and B).")
+    parser.add_argument(
+        "--inference_precision",
+        default="float32",
+        choices=["float32", "bfloat16"],
+        help="The run's central inference precision; (c) is measured at it.",
+    )
+    parser.add_argument(
+        "--agents",
+        nargs="+",
+        default=["impala"],
+        help="Agents whose end-to-end frames/s are printed beside IMPALA's (e.g. impala r2d2); "
+        "each but IMPALA runs with its package defaults (its own T and B).",
+    )
     parser.add_argument("--extra", nargs=argparse.REMAINDER, default=[], help="Flags passed to the training run.")
     args = parser.parse_args(argv)
     from rl_core.runtime.allocator import keep_freed_memory
@@ -268,8 +310,10 @@ def main(setup: Setup, default_model: str, default_T: int, argv=None, default_se
     keep_freed_memory()  # as the learner process does, so (b) and (c) are measured as they run
     cores = len(os.sched_getaffinity(0))
     T, B, fps = args.unroll_length, args.batch_size, setup.frames_per_step
-    print(f"machine: {cores} cores; {setup.env}, model {args.model}, T={T}, B={B}, "
-          f"inference in {args.inference_precision}; 1 agent step = {fps} frame(s)")
+    print(
+        f"machine: {cores} cores; {setup.env}, model {args.model}, T={T}, B={B}, "
+        f"inference in {args.inference_precision}; 1 agent step = {fps} frame(s)"
+    )
     print("(a) and (b) are the means of a measurement just before and one just after each end-to-end run,")
     print("(c) is measured just after it: each ratio compares (d) with the machine's speed in the same")
     print("minute (a shared host's speed drifts).")
@@ -277,23 +321,36 @@ def main(setup: Setup, default_model: str, default_T: int, argv=None, default_se
         on_cpu = device == "cpu"
         learn_n = learner_seconds(setup, args.model, T, B, cores, device)
         print(f"[{device}] learner update on {cores} threads: {learn_n * 1e3:,.0f} ms")
-        print(f"{'device':<6} {'envs':>4} {'(a) us':>7} {'(b) us':>7} {'batch':>6} {'(c) us':>7} {'ceiling':>8} "
-              f"{'(d) SPS':>8} {'frames/s':>9} {'ratio':>6}   (a)-(c): core-us per agent step")
+        print(
+            f"{'device':<6} {'envs':>4} {'(a) us':>7} {'(b) us':>7} {'batch':>6} {'(c) us':>7} {'ceiling':>8} "
+            f"{'(d) SPS':>8} {'frames/s':>9} {'ratio':>6}   (a)-(c): core-us per agent step"
+        )
         ratios: dict[tuple[int, int], list[float]] = {}
         speeds: dict[tuple[int, int], list[float]] = {}
+
         def env_and_learner_us() -> tuple[float, float]:
             """(a) and (b): core-us per agent step of the env alone and of the learner on one thread."""
-            return (1e6 / env_steps_per_second(setup, 4.0),
-                    learner_seconds(setup, args.model, T, B, 1, device) / (T * B) * 1e6)
+            return (
+                1e6 / env_steps_per_second(setup, 4.0),
+                learner_seconds(setup, args.model, T, B, 1, device) / (T * B) * 1e6,
+            )
 
         after = None  # the last run's "after" measurement is the next run's "before": nothing ran in between
         for num_actors in args.num_actors if "impala" in args.agents else []:
             for _ in range(args.repeats):
                 for servers in args.num_servers:  # interleaved: a host's drift touches every layout alike
                     before = after or env_and_learner_us()
-                    sps, batch, usage = end_to_end(setup, args.model, num_actors, servers, T, B, args.seconds,
-                                                   device, [f"--inference_precision={args.inference_precision}",
-                                                            *args.extra])
+                    sps, batch, usage = end_to_end(
+                        setup,
+                        args.model,
+                        num_actors,
+                        servers,
+                        T,
+                        B,
+                        args.seconds,
+                        device,
+                        [f"--inference_precision={args.inference_precision}", *args.extra],
+                    )
                     n = max(1, round(batch))
                     infer_us = inference_seconds(setup, args.model, n, device, args.inference_precision) / n * 1e6
                     after = env_and_learner_us()
@@ -303,26 +360,46 @@ def main(setup: Setup, default_model: str, default_T: int, argv=None, default_se
                     ratios.setdefault((num_actors, servers), []).append(sps / ceiling)
                     speeds.setdefault((num_actors, servers), []).append(sps)
                     label = f"{num_actors}/{servers}" if len(args.num_servers) > 1 else f"{num_actors}"
-                    print(f"{device:<6} {label:>4} {env_us:>7,.0f} {learn_us:>7,.0f} {batch:>6.1f} {infer_us:>7,.0f} "
-                          f"{ceiling:>8,.0f} {sps:>8,.0f} {fps * sps:>9,.0f} {sps / ceiling:>6.2f}", flush=True)
+                    print(
+                        f"{device:<6} {label:>4} {env_us:>7,.0f} {learn_us:>7,.0f} {batch:>6.1f} {infer_us:>7,.0f} "
+                        f"{ceiling:>8,.0f} {sps:>8,.0f} {fps * sps:>9,.0f} {sps / ceiling:>6.2f}",
+                        flush=True,
+                    )
                     roles = ("env-server", "learner", "inference", "actor", "other", "idle", "steal")
-                    print("       during (d), core-us per agent step: "
-                          + ", ".join(f"{r} {usage.get(r, 0.0) / sps * 1e6:,.0f}" for r in roles), flush=True)
+                    print(
+                        "       during (d), core-us per agent step: "
+                        + ", ".join(f"{r} {usage.get(r, 0.0) / sps * 1e6:,.0f}" for r in roles),
+                        flush=True,
+                    )
         others = [a for a in args.agents if a != "impala"]
         if others:
             print(f"[{device}] end to end per agent (IMPALA as above; the others with their package defaults):")
             print(f"{'agent':<8} {'envs':>4} {'SPS':>8} {'frames/s':>9}   core-us per agent step")
         for agent in others:
             for num_actors in args.num_actors:
-                sps, batch, usage = end_to_end(setup, args.model, num_actors, args.num_servers[0], None, None,
-                                               args.seconds, device, [f"--agent={agent}", *args.extra])
+                sps, batch, usage = end_to_end(
+                    setup,
+                    args.model,
+                    num_actors,
+                    args.num_servers[0],
+                    None,
+                    None,
+                    args.seconds,
+                    device,
+                    [f"--agent={agent}", *args.extra],
+                )
                 roles = ("env-server", "learner", "inference", "actor", "other", "idle")
-                print(f"{agent:<8} {num_actors:>4} {sps:>8,.0f} {fps * sps:>9,.0f}   "
-                      + ", ".join(f"{r} {usage.get(r, 0.0) / sps * 1e6:,.0f}" for r in roles), flush=True)
+                print(
+                    f"{agent:<8} {num_actors:>4} {sps:>8,.0f} {fps * sps:>9,.0f}   "
+                    + ", ".join(f"{r} {usage.get(r, 0.0) / sps * 1e6:,.0f}" for r in roles),
+                    flush=True,
+                )
         if args.repeats > 1:
             for (num_actors, servers), values in ratios.items():
-                print(f"[{device}] {num_actors} envs on {servers} servers: ratio median {np.median(values):.2f}, "
-                      f"min {min(values):.2f}, max {max(values):.2f} over {len(values)} runs")
+                print(
+                    f"[{device}] {num_actors} envs on {servers} servers: ratio median {np.median(values):.2f}, "
+                    f"min {min(values):.2f}, max {max(values):.2f} over {len(values)} runs"
+                )
         for line in layout_summary(speeds, args.num_servers):
             print(f"[{device}] {line}")
 
@@ -339,7 +416,9 @@ def layout_summary(speeds: dict[tuple[int, int], list[float]], servers: list[int
         if n == servers[0] or not base:
             continue
         paired = [v / b for v, b in zip(values, base)]
-        lines.append(f"{num_actors} envs, {n} servers against {servers[0]}: steps/s x{np.median(paired):.3f} "
-                     f"(paired median; {min(paired):.3f}-{max(paired):.3f} over {len(paired)} repeats), "
-                     f"{np.median(values):,.0f} against {np.median(base):,.0f}")
+        lines.append(
+            f"{num_actors} envs, {n} servers against {servers[0]}: steps/s x{np.median(paired):.3f} "
+            f"(paired median; {min(paired):.3f}-{max(paired):.3f} over {len(paired)} repeats), "
+            f"{np.median(values):,.0f} against {np.median(base):,.0f}"
+        )
     return lines

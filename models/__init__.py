@@ -73,17 +73,25 @@ def build_model(flags, spec: EnvSpec):
     last_action_input = not flags.no_last_action
     core = None
     if kind is not None:
-        core = make_core(kind, input_size=core_input_size(stem.out_size, n, last_action_input),
-                         hidden_size=flags.hidden_size,
-                         forget_bias=flags.forget_bias)
+        core = make_core(
+            kind,
+            input_size=core_input_size(stem.out_size, n, last_action_input),
+            hidden_size=flags.hidden_size,
+            forget_bias=flags.forget_bias,
+        )
     value_stem = None
     if flags.value_net == "separate" and kind is None and len(obs_shape) == 1:
         value_stem = build_stem(flags, obs_shape)
     head = None
     if not spec.discrete:
-        head = partial(GaussianHead, action_dim=n, std_kind=flags.std_kind,
-                       min_std=flags.min_std, initial_std=flags.initial_std,
-                       state_dependent=flags.state_dependent_std)
+        head = partial(
+            GaussianHead,
+            action_dim=n,
+            std_kind=flags.std_kind,
+            min_std=flags.min_std,
+            initial_std=flags.initial_std,
+            state_dependent=flags.state_dependent_std,
+        )
     obs_normalizer = value_normalizer = None
     if flags.obs_normalization:
         from rl_core.normalization import RunningMeanStd
@@ -93,9 +101,17 @@ def build_model(flags, spec: EnvSpec):
         from rl_core.normalization import ValueNormalizer
 
         value_normalizer = ValueNormalizer(flags.value_normalization, beta=flags.popart_beta)
-    model = ActorCritic(stem, n, core=core, value_stem=value_stem, last_action_input=last_action_input,
-                        policy_head=head, obs_normalizer=obs_normalizer, obs_clip=flags.obs_clip,
-                        value_normalizer=value_normalizer)
+    model = ActorCritic(
+        stem,
+        n,
+        core=core,
+        value_stem=value_stem,
+        last_action_input=last_action_input,
+        policy_head=head,
+        obs_normalizer=obs_normalizer,
+        obs_clip=flags.obs_clip,
+        value_normalizer=value_normalizer,
+    )
     if flags.init == "orthogonal":
         from models.init import orthogonal_init
 

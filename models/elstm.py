@@ -24,8 +24,9 @@ from torch.nn import functional as F
 State = Tuple[torch.Tensor, ...]
 
 
-def check_unroll_inputs(core: nn.Module, x: torch.Tensor, done: torch.Tensor,
-                        state: State, state_len: int) -> torch.Tensor:
+def check_unroll_inputs(
+    core: nn.Module, x: torch.Tensor, done: torch.Tensor, state: State, state_len: int
+) -> torch.Tensor:
     """Validates (x, done, state); returns notdone as x.dtype, shaped [T, B, 1]."""
     if x.dim() != 3 or x.shape[-1] != core.input_size:
         raise ValueError(f"x must be [T, B, {core.input_size}], got {tuple(x.shape)}")
@@ -43,8 +44,7 @@ def check_unroll_inputs(core: nn.Module, x: torch.Tensor, done: torch.Tensor,
 class ELSTMCore(nn.Module):
     """eLSTM trained by truncated BPTT. State: (c,) with c [B, H]."""
 
-    def __init__(self, input_size: int, hidden_size: int, forget_bias: float = 0.0,
-                 init_std: float = 0.1):
+    def __init__(self, input_size: int, hidden_size: int, forget_bias: float = 0.0, init_std: float = 0.1):
         super().__init__()
         self.input_size = int(input_size)
         self.hidden_size = int(hidden_size)
@@ -87,8 +87,9 @@ class ELSTMCore(nn.Module):
         c_seq, c_last, _, _ = self._recurrence(x, notdone, state[0], record=False)
         return self._output(x, c_seq), (c_last.detach(),)
 
-    def _recurrence(self, x: torch.Tensor, notdone: torch.Tensor, c: torch.Tensor,
-                    record: bool, detach_params: bool = False):
+    def _recurrence(
+        self, x: torch.Tensor, notdone: torch.Tensor, c: torch.Tensor, record: bool, detach_params: bool = False
+    ):
         """Runs the cell over the unroll.
 
         Returns (c_seq [T, B, H], c_T [B, H], z [T, B, H] or None, f [T, B, H] or None);
@@ -97,11 +98,12 @@ class ELSTMCore(nn.Module):
         """
         H = self.hidden_size
         W_z, W_f, w_z, w_f, b_z, b_f = (
-            tuple(p.detach() for p in self.cell_parameters()) if detach_params else self.cell_parameters())
-        W = torch.cat([W_z, W_f])                  # [2H, I]
-        b = torch.cat([b_z, b_f])                  # [2H]
-        w = torch.cat([w_z, w_f])                  # [2H]
-        proj = F.linear(x, W, b)                   # [T, B, 2H]: all input projections at once
+            tuple(p.detach() for p in self.cell_parameters()) if detach_params else self.cell_parameters()
+        )
+        W = torch.cat([W_z, W_f])  # [2H, I]
+        b = torch.cat([b_z, b_f])  # [2H]
+        w = torch.cat([w_z, w_f])  # [2H]
+        proj = F.linear(x, W, b)  # [T, B, 2H]: all input projections at once
         cs: List[torch.Tensor] = []
         zs: List[torch.Tensor] = []
         fs: List[torch.Tensor] = []
@@ -112,7 +114,7 @@ class ELSTMCore(nn.Module):
             pre_z, pre_f = torch.addcmul(proj_t, torch.cat([c, c], 1), w).split(H, 1)
             z = torch.tanh(pre_z)
             f = torch.sigmoid(pre_f)
-            c = torch.addcmul(z, f, c - z)         # f c + (1 - f) z
+            c = torch.addcmul(z, f, c - z)  # f c + (1 - f) z
             cs.append(c)
             if record:
                 zs.append(z.detach())
@@ -137,8 +139,9 @@ def previous_cells(c0: torch.Tensor, c_seq: torch.Tensor, notdone: torch.Tensor)
     return prev * notdone
 
 
-def local_derivatives(z: torch.Tensor, f: torch.Tensor, c_prev: torch.Tensor,
-                      notdone: torch.Tensor, w_z: torch.Tensor, w_f: torch.Tensor):
+def local_derivatives(
+    z: torch.Tensor, f: torch.Tensor, c_prev: torch.Tensor, notdone: torch.Tensor, w_z: torch.Tensor, w_f: torch.Tensor
+):
     """Per-step partial derivatives of c_t, all [T, B, H] (inputs detached, masked c_prev).
 
     dz = dc_t/d(pre_z) = (1 - f)(1 - z^2)

@@ -35,8 +35,15 @@ class GaussianHead(nn.Module):
     ``std_from_param`` (softplus or safe-exp) and never falls below ``min_std``.
     """
 
-    def __init__(self, in_size: int, action_dim: int, std_kind: str = "softplus", min_std: float = 1e-3,
-                 initial_std: float = 1.0, state_dependent: bool = False):
+    def __init__(
+        self,
+        in_size: int,
+        action_dim: int,
+        std_kind: str = "softplus",
+        min_std: float = 1e-3,
+        initial_std: float = 1.0,
+        state_dependent: bool = False,
+    ):
         super().__init__()
         self.std_kind, self.min_std = std_kind, min_std
         self.mean = nn.Linear(in_size, action_dim)

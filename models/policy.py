@@ -43,10 +43,18 @@ def core_input_size(stem_out: int, num_actions: int, last_action_input: bool = T
 
 
 class ActorCritic(nn.Module):
-    def __init__(self, stem: nn.Module, num_actions: int, core: nn.Module | None = None,
-                 value_stem: nn.Module | None = None, last_action_input: bool = True,
-                 policy_head=None, obs_normalizer: nn.Module | None = None, obs_clip: float = 10.0,
-                 value_normalizer: nn.Module | None = None):
+    def __init__(
+        self,
+        stem: nn.Module,
+        num_actions: int,
+        core: nn.Module | None = None,
+        value_stem: nn.Module | None = None,
+        last_action_input: bool = True,
+        policy_head=None,
+        obs_normalizer: nn.Module | None = None,
+        obs_clip: float = 10.0,
+        value_normalizer: nn.Module | None = None,
+    ):
         """``num_actions``: A for discrete actions, the action dimension D with a ``policy_head``
         (a callable ``head_in -> module``, e.g. a GaussianHead factory) for box actions."""
         super().__init__()
@@ -124,7 +132,7 @@ class ActorCritic(nn.Module):
             raise AttributeError(f"{type(self.stem).__name__} has no recyclable layers")
         if self.obs_normalizer is not None:
             obs = self.obs_normalizer.normalize(obs.float(), clip=self.obs_clip)
-        return pairs(obs.reshape(-1, *obs.shape[-len(self.stem.obs_shape):]))
+        return pairs(obs.reshape(-1, *obs.shape[-len(self.stem.obs_shape) :]))
 
     def forward(self, inputs: dict, state: tuple = ()):
         x, extra, flat_obs, state = self.torso(inputs, state)

@@ -26,8 +26,7 @@ class DuelingHead(nn.Module):
     def __init__(self, in_size: int, num_actions: int, hidden_size: int = 512):
         super().__init__()
         self.value = nn.Sequential(nn.Linear(in_size, hidden_size), nn.ReLU(), nn.Linear(hidden_size, 1))
-        self.advantage = nn.Sequential(nn.Linear(in_size, hidden_size), nn.ReLU(),
-                                       nn.Linear(hidden_size, num_actions))
+        self.advantage = nn.Sequential(nn.Linear(in_size, hidden_size), nn.ReLU(), nn.Linear(hidden_size, num_actions))
 
     @property
     def weight(self) -> torch.Tensor:  # the head's dtype, as nn.Linear's
@@ -43,8 +42,14 @@ class QNetwork(ActorCritic):
 
     learner_only = ("target_network",)  # acting needs the online network only
 
-    def __init__(self, stem: nn.Module, num_actions: int, core: nn.Module | None = None,
-                 last_action_input: bool = True, dueling_hidden_size: int = 512):
+    def __init__(
+        self,
+        stem: nn.Module,
+        num_actions: int,
+        core: nn.Module | None = None,
+        last_action_input: bool = True,
+        dueling_hidden_size: int = 512,
+    ):
         super().__init__(stem, num_actions, core=core, last_action_input=last_action_input)
         del self.policy, self.baseline
         head_in = core.hidden_size if core is not None else self.core_input_size
@@ -86,7 +91,12 @@ def build_q_network(flags, spec: EnvSpec) -> QNetwork:
     last_action_input = not flags.no_last_action
     core = None
     if kind is not None:
-        core = make_core(kind, input_size=core_input_size(stem.out_size, n, last_action_input),
-                         hidden_size=flags.hidden_size, forget_bias=flags.forget_bias)
-    return QNetwork(stem, n, core=core, last_action_input=last_action_input,
-                    dueling_hidden_size=flags.dueling_hidden_size)
+        core = make_core(
+            kind,
+            input_size=core_input_size(stem.out_size, n, last_action_input),
+            hidden_size=flags.hidden_size,
+            forget_bias=flags.forget_bias,
+        )
+    return QNetwork(
+        stem, n, core=core, last_action_input=last_action_input, dueling_hidden_size=flags.dueling_hidden_size
+    )

@@ -44,14 +44,13 @@ class LSTMCore(nn.Module):
         self.forget_bias = float(forget_bias)
         self.lstm = nn.LSTM(self.input_size, self.hidden_size, num_layers=1)
         with torch.no_grad():  # gate order i, f, g, o: rows [H, 2H) of the bias are the forget gate's
-            self.lstm.bias_ih_l0[self.hidden_size:2 * self.hidden_size].add_(self.forget_bias)
+            self.lstm.bias_ih_l0[self.hidden_size : 2 * self.hidden_size].add_(self.forget_bias)
 
     def initial_state(self, batch_size: int, device=None, dtype=None) -> State:
         p = self.lstm.weight_ih_l0
         device = p.device if device is None else device
         dtype = p.dtype if dtype is None else dtype
-        return tuple(torch.zeros(batch_size, self.hidden_size, device=device, dtype=dtype)
-                     for _ in range(2))
+        return tuple(torch.zeros(batch_size, self.hidden_size, device=device, dtype=dtype) for _ in range(2))
 
     def forward(self, x: torch.Tensor, done: torch.Tensor, state: State):
         notdone = check_unroll_inputs(self, x, done, state, 2)

@@ -73,8 +73,9 @@ def _fresh_rows(n: int, fan_in: int, norm: float, generator: torch.Generator) ->
     return q * (norm / q.norm(dim=1, keepdim=True).clamp_min(1e-12))
 
 
-def _reset_state(optimizer: torch.optim.Optimizer | None, param: torch.Tensor, index: tuple,
-                 live: tuple | None) -> None:
+def _reset_state(
+    optimizer: torch.optim.Optimizer | None, param: torch.Tensor, index: tuple, live: tuple | None
+) -> None:
     """``param``'s optimizer state at ``index``: second moments to the median over ``live`` (None: left
     as they are), every other tensor of its shape to 0."""
     if optimizer is None:
@@ -93,8 +94,12 @@ def _reset_state(optimizer: torch.optim.Optimizer | None, param: torch.Tensor, i
 
 
 @torch.no_grad()
-def recycle_dormant(pairs: list[RecyclePair], tau: float, optimizer: torch.optim.Optimizer | None = None,
-                    generator: torch.Generator | None = None) -> dict[str, int]:
+def recycle_dormant(
+    pairs: list[RecyclePair],
+    tau: float,
+    optimizer: torch.optim.Optimizer | None = None,
+    generator: torch.Generator | None = None,
+) -> dict[str, int]:
     """Recycles every pair's tau-dormant units in place (weights and ``optimizer``'s state); returns how
     many each layer had, by the layer's position in ``pairs`` (``"0"``, ``"1"``, ...).  A layer whose
     every unit is dormant is left alone: it has no live units to take the scale from."""

@@ -42,8 +42,9 @@ class _ConvTrunk(nn.Module):
     def __init__(self, in_shape: Sequence[int]):
         super().__init__()
         c = in_shape[0]
-        self.convs = nn.ModuleList([nn.Conv2d(c, 32, 8, stride=4), nn.Conv2d(32, 64, 4, stride=2),
-                                    nn.Conv2d(64, 64, 3, stride=1)])
+        self.convs = nn.ModuleList(
+            [nn.Conv2d(c, 32, 8, stride=4), nn.Conv2d(32, 64, 4, stride=2), nn.Conv2d(64, 64, 3, stride=1)]
+        )
         with torch.no_grad():
             self.out_size = self(torch.zeros(1, *in_shape)).shape[1]
 
@@ -107,8 +108,15 @@ class RND(nn.Module):
     per-element normalized, clipped to +-5); ``features(x)`` -> (predicted, target) [N, k].
     """
 
-    def __init__(self, obs_shape: Sequence[int], num_envs: int, channels: int = 0, feature_size: int = 512,
-                 mlp_sizes: Sequence[int] = (64, 64, 64), predictor_hidden: Sequence[int] = (512, 512)):
+    def __init__(
+        self,
+        obs_shape: Sequence[int],
+        num_envs: int,
+        channels: int = 0,
+        feature_size: int = 512,
+        mlp_sizes: Sequence[int] = (64, 64, 64),
+        predictor_hidden: Sequence[int] = (512, 512),
+    ):
         super().__init__()
         self.obs_shape = tuple(int(d) for d in obs_shape)
         self.in_shape = rnd_input_shape(self.obs_shape, channels)
@@ -124,7 +132,7 @@ class RND(nn.Module):
         """[..., *obs_shape] -> [N, *in_shape]: the newest channels of image observations."""
         x = obs.reshape(-1, *self.obs_shape)
         if len(self.obs_shape) == 3 and self.in_shape[0] != self.obs_shape[0]:
-            x = x[:, -self.in_shape[0]:]
+            x = x[:, -self.in_shape[0] :]
         return x
 
     def normalized_input(self, obs: torch.Tensor) -> torch.Tensor:

@@ -62,38 +62,50 @@ def trace_grads(lam: torch.Tensor, traces: Traces, needed: Sequence[bool] = (Tru
 
 
 @torch.no_grad()
-def trace_step(traces: Traces, a: torch.Tensor, dz: torch.Tensor, df: torch.Tensor,
-               x: torch.Tensor, c_prev: torch.Tensor) -> Traces:
+def trace_step(
+    traces: Traces, a: torch.Tensor, dz: torch.Tensor, df: torch.Tensor, x: torch.Tensor, c_prev: torch.Tensor
+) -> Traces:
     """One RTRL step for all envs and units at once (a, dz, df, c_prev: [B, H]; x: [B, I])."""
     Z, F, wz, wf, bz, bf = traces
     a3 = a.unsqueeze(-1)
     xr = x.unsqueeze(1)
     Z = (Z * a3).addcmul_(dz.unsqueeze(-1), xr)
     F = (F * a3).addcmul_(df.unsqueeze(-1), xr)
-    return (Z, F,
-            torch.addcmul(wz * a, dz, c_prev), torch.addcmul(wf * a, df, c_prev),
-            torch.add(bz * a, dz), torch.add(bf * a, df))
+    return (
+        Z,
+        F,
+        torch.addcmul(wz * a, dz, c_prev),
+        torch.addcmul(wf * a, df, c_prev),
+        torch.add(bz * a, dz),
+        torch.add(bf * a, df),
+    )
 
 
 @torch.no_grad()
-def advance_traces(traces: Traces, x: torch.Tensor, dz: torch.Tensor, df: torch.Tensor,
-                   a: torch.Tensor, c_prev: torch.Tensor) -> Traces:
+def advance_traces(
+    traces: Traces, x: torch.Tensor, dz: torch.Tensor, df: torch.Tensor, a: torch.Tensor, c_prev: torch.Tensor
+) -> Traces:
     """The T per-step updates composed in closed form (x: [T, B, I]; the rest [T, B, H])."""
     Z0, F0, wz0, wf0, bz0, bf0 = traces
     if x.shape[0] == 1:
         p0, qz, qf = a[0], dz, df
     else:
-        rev = torch.cumprod(a.flip(0), 0).flip(0)      # rev[t] = prod_{r >= t} a_r
-        p0 = rev[0]                                     # what survives of the carried-in traces
+        rev = torch.cumprod(a.flip(0), 0).flip(0)  # rev[t] = prod_{r >= t} a_r
+        p0 = rev[0]  # what survives of the carried-in traces
         after = torch.cat([rev[1:], torch.ones_like(rev[:1])])  # prod_{r > t} a_r
         qz, qf = after * dz, after * df
-    xb = x.detach().transpose(0, 1)                     # [B, T, I]
+    xb = x.detach().transpose(0, 1)  # [B, T, I]
     p3 = p0.unsqueeze(-1)
-    Z = (Z0 * p3).baddbmm_(qz.permute(1, 2, 0), xb)    # sum over t as one batched matmul
+    Z = (Z0 * p3).baddbmm_(qz.permute(1, 2, 0), xb)  # sum over t as one batched matmul
     F = (F0 * p3).baddbmm_(qf.permute(1, 2, 0), xb)
-    return (Z, F,
-            wz0 * p0 + (qz * c_prev).sum(0), wf0 * p0 + (qf * c_prev).sum(0),
-            bz0 * p0 + qz.sum(0), bf0 * p0 + qf.sum(0))
+    return (
+        Z,
+        F,
+        wz0 * p0 + (qz * c_prev).sum(0),
+        wf0 * p0 + (qf * c_prev).sum(0),
+        bz0 * p0 + qz.sum(0),
+        bf0 * p0 + qf.sum(0),
+    )
 
 
 class _CarryIn(torch.autograd.Function):
@@ -118,8 +130,7 @@ class _StepwiseRTRL(torch.autograd.Function):
     (whose graph reaches x but not the cell parameters)."""
 
     @staticmethod
-    def forward(ctx, c_seq, x, dz, df, a, c_prev, Z0, F0, wz0, wf0, bz0, bf0,
-                W_z, W_f, w_z, w_f, b_z, b_f):
+    def forward(ctx, c_seq, x, dz, df, a, c_prev, Z0, F0, wz0, wf0, bz0, bf0, W_z, W_f, w_z, w_f, b_z, b_f):
         ctx.save_for_backward(x, dz, df, a, c_prev, Z0, F0, wz0, wf0, bz0, bf0)
         return c_seq.clone()
 
@@ -143,8 +154,9 @@ class RTRLELSTMCore(ELSTMCore):
 
     IMPLS = ("fused", "stepwise")
 
-    def __init__(self, input_size: int, hidden_size: int, forget_bias: float = 0.0,
-                 init_std: float = 0.1, impl: str = "fused"):
+    def __init__(
+        self, input_size: int, hidden_size: int, forget_bias: float = 0.0, init_std: float = 0.1, impl: str = "fused"
+    ):
         super().__init__(input_size, hidden_size, forget_bias=forget_bias, init_std=init_std)
         if impl not in self.IMPLS:
             raise ValueError(f"unknown RTRL impl {impl!r}; valid: {', '.join(self.IMPLS)}")
@@ -154,10 +166,15 @@ class RTRLELSTMCore(ELSTMCore):
         device, dtype = self._device_dtype(device, dtype)
         B, H, I = batch_size, self.hidden_size, self.input_size
         kw = dict(device=device, dtype=dtype)
-        return (torch.zeros(B, H, **kw),
-                torch.zeros(B, H, I, **kw), torch.zeros(B, H, I, **kw),
-                torch.zeros(B, H, **kw), torch.zeros(B, H, **kw),
-                torch.zeros(B, H, **kw), torch.zeros(B, H, **kw))
+        return (
+            torch.zeros(B, H, **kw),
+            torch.zeros(B, H, I, **kw),
+            torch.zeros(B, H, I, **kw),
+            torch.zeros(B, H, **kw),
+            torch.zeros(B, H, **kw),
+            torch.zeros(B, H, **kw),
+            torch.zeros(B, H, **kw),
+        )
 
     def forward(self, x: torch.Tensor, done: torch.Tensor, state: State):
         notdone = check_unroll_inputs(self, x, done, state, 7)

@@ -72,16 +72,23 @@ class TwinCritics(nn.Module):
     The two critics share no parameter: each has its own ReLU MLP (the members of ``layers``) and, for
     images, its own CNN stem (``stems``); the MLPs run as one ``baddbmm`` per layer for both."""
 
-    def __init__(self, stems: list[nn.Module] | None, in_size: int, hidden_sizes: tuple[int, ...], num_outputs: int,
-                 box_actions: bool):
+    def __init__(
+        self,
+        stems: list[nn.Module] | None,
+        in_size: int,
+        hidden_sizes: tuple[int, ...],
+        num_outputs: int,
+        box_actions: bool,
+    ):
         super().__init__()
         self.stems = nn.ModuleList(stems) if stems else None
         self.box_actions = box_actions
         sizes = (in_size, *hidden_sizes, num_outputs)
         self.layers = nn.ModuleList(EnsembleLinear(2, i, o) for i, o in zip(sizes[:-1], sizes[1:]))
 
-    def forward(self, obs: torch.Tensor, action: torch.Tensor | None = None,
-                detach_params: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self, obs: torch.Tensor, action: torch.Tensor | None = None, detach_params: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """(Q_1, Q_2); ``detach_params``: gradients flow to the inputs (the actor's action), not to the
         critics' parameters (SAC's policy loss, Haarnoja et al. 2018 Eq. 7)."""
         dtype = self.layers[0].weight.dtype
@@ -108,9 +115,11 @@ class TwinCritics(nn.Module):
 def convert_twin_critics(state_dict: dict, prefix: str, num_layers: int) -> None:
     """Rewrite, in place, the keys of separate critics (``q1.torso.mlp.{0,2,..}``, ``q1.q``,
     ``q1.torso.stem.*``) as the batched ones (``layers.i.weight`` [2, in, out], ``stems.{0,1}.*``)."""
-    for k in [k for k in state_dict if k.startswith(prefix + "q1.torso.stem.") or k.startswith(prefix + "q2.torso.stem.")]:
+    for k in [
+        k for k in state_dict if k.startswith(prefix + "q1.torso.stem.") or k.startswith(prefix + "q2.torso.stem.")
+    ]:
         member = 0 if k.startswith(prefix + "q1.") else 1
-        state_dict[f"{prefix}stems.{member}.{k[len(prefix + 'q1.torso.stem.'):]}"] = state_dict.pop(k)
+        state_dict[f"{prefix}stems.{member}.{k[len(prefix + 'q1.torso.stem.') :]}"] = state_dict.pop(k)
     for i in range(num_layers):
         old = "q.{}" if i == num_layers - 1 else f"torso.mlp.{2 * i}.{{}}"
         w = [state_dict.pop(f"{prefix}q{m}.{old.format('weight')}") for m in (1, 2)]
@@ -122,8 +131,16 @@ def convert_twin_critics(state_dict: dict, prefix: str, num_layers: int) -> None
 class SACModel(nn.Module):
     learner_only = ("critics", "target_critics")
 
-    def __init__(self, actor_torso: Torso, policy: nn.Module, critics: TwinCritics, discrete: bool,
-                 obs_normalizer: nn.Module | None = None, obs_clip: float = 10.0, initial_alpha: float = 1.0):
+    def __init__(
+        self,
+        actor_torso: Torso,
+        policy: nn.Module,
+        critics: TwinCritics,
+        discrete: bool,
+        obs_normalizer: nn.Module | None = None,
+        obs_clip: float = 10.0,
+        initial_alpha: float = 1.0,
+    ):
         super().__init__()
         self.actor_torso = actor_torso
         self.policy = policy
@@ -196,8 +213,14 @@ def build_sac_model(flags, spec: EnvSpec) -> SACModel:
     if discrete:
         policy = nn.Linear(actor_torso.out_size, n)
     else:
-        policy = GaussianHead(actor_torso.out_size, n, std_kind=flags.std_kind, min_std=flags.min_std,
-                              initial_std=flags.initial_std, state_dependent=True)
+        policy = GaussianHead(
+            actor_torso.out_size,
+            n,
+            std_kind=flags.std_kind,
+            min_std=flags.min_std,
+            initial_std=flags.initial_std,
+            state_dependent=True,
+        )
     stems = [build_stem(flags, obs_shape) for _ in range(2)] if image else None
     critic_in = (stems[0].out_size if image else int(math.prod(obs_shape))) + (0 if discrete else n)
     critics = TwinCritics(stems, critic_in, hidden, n if discrete else 1, box_actions=not discrete)
@@ -207,7 +230,8 @@ def build_sac_model(flags, spec: EnvSpec) -> SACModel:
 
         obs_normalizer = RunningMeanStd(obs_shape)
     alpha = flags.initial_temperature if flags.learn_temperature else flags.entropy_cost
-    model = SACModel(actor_torso, policy, critics, discrete, obs_normalizer, flags.obs_clip,
-                     initial_alpha=max(alpha, 1e-12))
+    model = SACModel(
+        actor_torso, policy, critics, discrete, obs_normalizer, flags.obs_clip, initial_alpha=max(alpha, 1e-12)
+    )
     model.log_alpha.requires_grad_(bool(flags.learn_temperature))  # else alpha stays --entropy_cost
     return model

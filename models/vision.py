@@ -96,8 +96,11 @@ class AtariNetStem(_Stem):
         h1 = torch.relu(_scaled_conv(self.conv1, x, scale))
         h2 = torch.relu(self.conv2(h1))
         h3 = torch.relu(self.conv3(h2))
-        return [RecyclePair(self.conv1, self.conv2, h1), RecyclePair(self.conv2, self.conv3, h2),
-                RecyclePair(self.conv3, self.fc, h3, columns_per_unit=h3.shape[-2] * h3.shape[-1])]
+        return [
+            RecyclePair(self.conv1, self.conv2, h1),
+            RecyclePair(self.conv2, self.conv3, h2),
+            RecyclePair(self.conv3, self.fc, h3, columns_per_unit=h3.shape[-2] * h3.shape[-1]),
+        ]
 
 
 class _ResidualBlock(nn.Module):

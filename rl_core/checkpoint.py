@@ -119,13 +119,17 @@ def load(path: str, map_location="cpu", fix: str = RESUME_FIX, key: str = "model
     try:
         payload = torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError:
-        raise UserError(f"checkpoint {path} cannot be read: it holds objects a safe load refuses, so this project "
-                        f"did not write it; {fix}") from None
+        raise UserError(
+            f"checkpoint {path} cannot be read: it holds objects a safe load refuses, so this project "
+            f"did not write it; {fix}"
+        ) from None
     except Exception as e:  # noqa: BLE001 - a damaged archive
         raise UserError(f"checkpoint {path} cannot be read: it is damaged ({type(e).__name__}); {fix}") from None
     if not isinstance(payload, dict) or key not in payload:
-        raise UserError(f"checkpoint {path} cannot be read: it is a PyTorch file but not one of this project's "
-                        f"checkpoints (no {key}); {fix}")
+        raise UserError(
+            f"checkpoint {path} cannot be read: it is a PyTorch file but not one of this project's "
+            f"checkpoints (no {key}); {fix}"
+        )
     return payload
 
 

@@ -315,7 +315,9 @@ def make_distribution(action: ActionSpace, params: dict, squash: bool = False) -
         logits = params["policy_logits"]
         n = action.n
         if logits.dim() < 1 or logits.shape[-1] != n:
-            raise ValueError(f"policy_logits must be [..., {n}] for a discrete({n}) action space; got {tuple(logits.shape)}")
+            raise ValueError(
+                f"policy_logits must be [..., {n}] for a discrete({n}) action space; got {tuple(logits.shape)}"
+            )
         return Categorical(logits)
     if isinstance(action, BoxActions):
         shape = list(action.shape)

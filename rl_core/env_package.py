@@ -32,8 +32,16 @@ REQUIRED = ("add_flags", "make_env")
 # SERVER_SPLITS: the --server_splits the sizing gives such a process, where measured to pay; ACTION_KIND:
 # "discrete" or "box", its envs' actions where known before an env is made, so that an agent that does not take
 # them is refused at parse time; without it the learner refuses the agent once the servers describe their envs).
-OPTIONAL_FUNCTIONS = ("agent_defaults", "core_defaults", "rnd_defaults", "num_actors_multiple", "check_flags",
-                      "test_protocol", "validation_protocol", "make_test_env")
+OPTIONAL_FUNCTIONS = (
+    "agent_defaults",
+    "core_defaults",
+    "rnd_defaults",
+    "num_actors_multiple",
+    "check_flags",
+    "test_protocol",
+    "validation_protocol",
+    "make_test_env",
+)
 # The optional functions read from the package's presets module (<package>/presets.py) where it has one, else
 # from env.py: its flag defaults per agent, with a recurrent core and with --rnd, kept apart as data.
 PRESET_FUNCTIONS = ("agent_defaults", "core_defaults", "rnd_defaults")
@@ -50,8 +58,10 @@ def installed_env_packages() -> dict[str, str]:
 
     found = {ep.name: ep.value for ep in metadata.entry_points(group=ENTRY_POINT_GROUP)}
     if not found:
-        raise UserError(f"no env package is registered under the entry points {ENTRY_POINT_GROUP!r}: install this "
-                        f"repository (python -m pip install --no-deps -e .), whose pyproject.toml registers its own")
+        raise UserError(
+            f"no env package is registered under the entry points {ENTRY_POINT_GROUP!r}: install this "
+            f"repository (python -m pip install --no-deps -e .), whose pyproject.toml registers its own"
+        )
     return found
 
 
@@ -74,21 +84,28 @@ class EnvPackage:
         self.name = name = getattr(module, "__name__", repr(module))
         missing = [f for f in REQUIRED if not callable(getattr(module, f, None))]
         if missing:
-            raise UserError(f"env package {name} lacks {' and '.join(missing)}: an env package's env.py defines "
-                            f"add_flags(parser) and make_env(flags, seed) (rl_core/env_package.py)")
+            raise UserError(
+                f"env package {name} lacks {' and '.join(missing)}: an env package's env.py defines "
+                f"add_flags(parser) and make_env(flags, seed) (rl_core/env_package.py)"
+            )
         self.presets = presets = presets_module(module)
         self.presets_name = presets.__name__ if presets else name  # where its defaults per agent are read
         found = {f: getattr(module, f) for f in OPTIONAL_FUNCTIONS if getattr(module, f, None) is not None}
         preset = {f: getattr(presets, f) for f in PRESET_FUNCTIONS if getattr(presets, f, None) is not None}
-        wrong = ([f for f, fn in found.items() if not callable(fn)]
-                 + [f"presets.{f}" for f, fn in preset.items() if not callable(fn)])
+        wrong = [f for f, fn in found.items() if not callable(fn)] + [
+            f"presets.{f}" for f, fn in preset.items() if not callable(fn)
+        ]
         if wrong:
-            raise UserError(f"env package {name}: {' and '.join(wrong)} must be "
-                            f"{'a function' if len(wrong) == 1 else 'functions'} (rl_core/env_package.py)")
+            raise UserError(
+                f"env package {name}: {' and '.join(wrong)} must be "
+                f"{'a function' if len(wrong) == 1 else 'functions'} (rl_core/env_package.py)"
+            )
         twice = [f for f in preset if f in found and found[f] is not preset[f]]
         if twice:
-            raise UserError(f"env package {name}: {' and '.join(twice)} defined in both env.py and presets.py: "
-                            f"keep {'it' if len(twice) == 1 else 'them'} in presets.py (rl_core/env_package.py)")
+            raise UserError(
+                f"env package {name}: {' and '.join(twice)} defined in both env.py and presets.py: "
+                f"keep {'it' if len(twice) == 1 else 'them'} in presets.py (rl_core/env_package.py)"
+            )
         self._optional = {**found, **preset}
         self.module = module
         # the package whose polybeast_env module runs a server

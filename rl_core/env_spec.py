@@ -37,8 +37,10 @@ class BoxActions:
 
     def __post_init__(self):
         if len(self.low) != self.size or len(self.high) != self.size:
-            raise ValueError(f"a box of shape {list(self.shape)} needs {self.size} bounds each; "
-                             f"got {len(self.low)} low and {len(self.high)} high")
+            raise ValueError(
+                f"a box of shape {list(self.shape)} needs {self.size} bounds each; "
+                f"got {len(self.low)} low and {len(self.high)} high"
+            )
 
     @property
     def size(self) -> int:
@@ -47,8 +49,10 @@ class BoxActions:
 
     def bounds(self) -> tuple[np.ndarray, np.ndarray]:
         """(low, high) as float32 arrays of ``shape``."""
-        return (np.asarray(self.low, np.float32).reshape(self.shape),
-                np.asarray(self.high, np.float32).reshape(self.shape))
+        return (
+            np.asarray(self.low, np.float32).reshape(self.shape),
+            np.asarray(self.high, np.float32).reshape(self.shape),
+        )
 
     def to_json(self) -> dict:
         return {"kind": "box", "shape": list(self.shape), "low": list(self.low), "high": list(self.high)}
@@ -85,8 +89,14 @@ class EnvSpec:
         return self.action.n
 
     def to_json(self) -> dict:
-        out = {"num_envs": self.num_envs, "obs_shape": list(self.obs.shape), "obs_dtype": self.obs.dtype,
-               "action": self.action.to_json(), "server_index": self.server_index, "env_name": self.env_name}
+        out = {
+            "num_envs": self.num_envs,
+            "obs_shape": list(self.obs.shape),
+            "obs_dtype": self.obs.dtype,
+            "action": self.action.to_json(),
+            "server_index": self.server_index,
+            "env_name": self.env_name,
+        }
         return {k: v for k, v in out.items() if v is not None}
 
     @classmethod
@@ -114,8 +124,11 @@ def action_space_from_json(action) -> ActionSpace:
     if kind == "discrete":
         return DiscreteActions(int(action["n"]))
     if kind == "box":
-        return BoxActions(tuple(int(s) for s in action["shape"]), tuple(float(x) for x in action["low"]),
-                          tuple(float(x) for x in action["high"]))
+        return BoxActions(
+            tuple(int(s) for s in action["shape"]),
+            tuple(float(x) for x in action["low"]),
+            tuple(float(x) for x in action["high"]),
+        )
     raise ValueError(f"unknown action kind {kind!r}; expected 'discrete' or 'box'")
 
 
@@ -126,6 +139,9 @@ def action_space_of(space) -> ActionSpace:
     if isinstance(space, spaces.Discrete):
         return DiscreteActions(int(space.n))
     if isinstance(space, spaces.Box):
-        return BoxActions(tuple(int(s) for s in space.shape), tuple(np.asarray(space.low, np.float64).ravel().tolist()),
-                          tuple(np.asarray(space.high, np.float64).ravel().tolist()))
+        return BoxActions(
+            tuple(int(s) for s in space.shape),
+            tuple(np.asarray(space.low, np.float64).ravel().tolist()),
+            tuple(np.asarray(space.high, np.float64).ravel().tolist()),
+        )
     raise TypeError(f"action space {space} is not supported (Discrete or Box)")

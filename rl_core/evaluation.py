@@ -204,8 +204,15 @@ def play(
                 pass
 
 
-def validate(model, env_pkg, flags, device="cpu", record_frames: list | None = None,
-             stop: threading.Event | None = None, agent=None) -> dict | None:
+def validate(
+    model,
+    env_pkg,
+    flags,
+    device="cpu",
+    record_frames: list | None = None,
+    stop: threading.Event | None = None,
+    agent=None,
+) -> dict | None:
     """Play the validation runs; None if stopped before every episode was played.
 
     Returns ``mean_return`` (a multi-task validation: the mean over the tasks' means,
@@ -216,8 +223,17 @@ def validate(model, env_pkg, flags, device="cpu", record_frames: list | None = N
     means, tasks, played = [], {}, 0
     for r, run in enumerate(validation_runs(env_pkg, flags)):
         env_fn = make_test_env_fn(env_pkg, flags, run.get("overrides", {}), record=record_frames is not None and r == 0)
-        episodes = play(model, env_fn, seeds, run["episodes"], greedy=not flags.valid_sample, device=device,
-                        record_frames=record_frames if r == 0 else None, stop=stop, agent=agent)
+        episodes = play(
+            model,
+            env_fn,
+            seeds,
+            run["episodes"],
+            greedy=not flags.valid_sample,
+            device=device,
+            record_frames=record_frames if r == 0 else None,
+            stop=stop,
+            agent=agent,
+        )
         if len(episodes) < run["episodes"]:
             return None
         played += len(episodes)
@@ -265,11 +281,29 @@ def final_test(
 
         def progress(k, r=r, run=run, base=done_before):
             if k == run["episodes"] or k % max(1, run["episodes"] // 5) == 0:
-                log.info("final test: run %d/%d (%s), episode %d/%d; %d/%d episodes in all",
-                         r + 1, len(runs), run["name"], k, run["episodes"], base + k, total)
+                log.info(
+                    "final test: run %d/%d (%s), episode %d/%d; %d/%d episodes in all",
+                    r + 1,
+                    len(runs),
+                    run["name"],
+                    k,
+                    run["episodes"],
+                    base + k,
+                    total,
+                )
 
-        episodes = play(model, env_fn, seeds, run["episodes"], greedy=not flags.valid_sample, device=device,
-                        record_frames=frames if r == 0 else None, stop=stop, progress=progress, agent=agent)
+        episodes = play(
+            model,
+            env_fn,
+            seeds,
+            run["episodes"],
+            greedy=not flags.valid_sample,
+            device=device,
+            record_frames=frames if r == 0 else None,
+            stop=stop,
+            progress=progress,
+            agent=agent,
+        )
         done_before += len(episodes)
         returns = [e["return"] for e in episodes]
         result = {"name": run["name"], "group": run.get("group", "test"), "overrides": run.get("overrides", {})}
@@ -286,8 +320,12 @@ def final_test(
                 continue
             result[f"mean_{name}"] = float(np.mean([e[name] for e in episodes if name in e]))
         results.append(result)
-    out = {"runs": results, "groups": summarize_groups(results), "seconds": round(time.monotonic() - start, 1),
-           "greedy": not flags.valid_sample}
+    out = {
+        "runs": results,
+        "groups": summarize_groups(results),
+        "seconds": round(time.monotonic() - start, 1),
+        "greedy": not flags.valid_sample,
+    }
     if frames:
         out["video"] = write_video(frames, record_path, fps=frames.fps)
     return out
@@ -306,8 +344,11 @@ def summarize_groups(results: list[dict]) -> dict:
     summary = {}
     for group, sets in by_group.items():
         set_means = [float(np.mean([r["mean_return"] for r in runs])) for runs in sets.values()]
-        entry = {"runs": len(set_means), "mean": float(np.mean(set_means)),
-                 "std": float(np.std(set_means)) if len(set_means) > 1 else 0.0}
+        entry = {
+            "runs": len(set_means),
+            "mean": float(np.mean(set_means)),
+            "std": float(np.std(set_means)) if len(set_means) > 1 else 0.0,
+        }
         tasks: dict[str, list[float]] = {}
         for runs in sets.values():
             for r in runs:
@@ -322,10 +363,19 @@ def summarize_groups(results: list[dict]) -> dict:
 def log_result(result: dict, what: str = "final test") -> None:
     """One line per run, per group, and per task of a group."""
     for run in result["runs"]:
-        stats = ", ".join(f"{k[len('mean_'):]} {v:.2f}" for k, v in sorted(run.items())
-                          if k.startswith("mean_") and k != "mean_return" and isinstance(v, float))
-        log.info("%s %s: mean return %.2f over %d episodes%s", what, run["name"], run["mean_return"], run["episodes"],
-                 f" ({stats})" if stats else "")
+        stats = ", ".join(
+            f"{k[len('mean_') :]} {v:.2f}"
+            for k, v in sorted(run.items())
+            if k.startswith("mean_") and k != "mean_return" and isinstance(v, float)
+        )
+        log.info(
+            "%s %s: mean return %.2f over %d episodes%s",
+            what,
+            run["name"],
+            run["mean_return"],
+            run["episodes"],
+            f" ({stats})" if stats else "",
+        )
     for group, g in result["groups"].items():
         log.info("%s [%s]: mean %.2f, std %.2f over %d runs", what, group, g["mean"], g["std"], g["runs"])
         for task, mean in g.get("tasks", {}).items():

@@ -66,13 +66,20 @@ class FlagParser(argparse.ArgumentParser):
 
 
 def make_parser(prog: str | None = None) -> argparse.ArgumentParser:
-    p = FlagParser(prog=prog, usage="%(prog)s [--env ENV] [--agent AGENT] [flags]",
-                   description="PolyBeast-style distributed RL. Flags not given take the package's defaults for the chosen --agent (shown below with it).")
+    p = FlagParser(
+        prog=prog,
+        usage="%(prog)s [--env ENV] [--agent AGENT] [flags]",
+        description="PolyBeast-style distributed RL. Flags not given take the package's defaults for the chosen --agent (shown below with it).",
+    )
     a = p.add_argument
 
     a("--env", type=str, default=None, help="Environment name.")
-    a("--mode", default="train", choices=["train", "test"],
-      help="train, or test: run the final-test protocol on --checkpoint.")
+    a(
+        "--mode",
+        default="train",
+        choices=["train", "test"],
+        help="train, or test: run the final-test protocol on --checkpoint.",
+    )
     a("--checkpoint", default=None, metavar="PATH", help="With --mode test: the model.tar to evaluate.")
     a("--dry_run", action="store_true", help="Parse and check the flags, print the configuration, exit.")
     a("--xpid", default=None, help="Experiment id (default: env-date-time).")
@@ -81,28 +88,49 @@ def make_parser(prog: str | None = None) -> argparse.ArgumentParser:
     a("--disable_checkpoint", action="store_true", help="Disable saving checkpoint.")
     a("--checkpoint_every", type=float, default=10.0, metavar="MINUTES", help="Checkpoint period.")
     a("--log_interval", type=float, default=5.0, metavar="SECONDS", help="Console line and logs.csv row period.")
-    a("--deterministic", action=argparse.BooleanOptionalAction, default=False,
-      help="Reproducible run: acting and learning alternate in one thread in a fixed order (inference for every "
-           "env at once, then the batches that data makes), so that two runs of one command on one machine write "
-           "the same logs.csv rows (steps, returns, losses; timings aside), and each batch trains the weights that "
-           "collected it (PPO on Atari runs so by default, as cleanrl's). Slower than the asynchronous runtime "
-           "(--no-deterministic; README, Reproducible runs); rows come every --log_step_interval steps instead of "
-           "--log_interval seconds.")
-    a("--log_step_interval", type=int, default=10_000, metavar="STEPS",
-      help="With --deterministic: a console line and logs.csv row after the learner batch that crosses each "
-           "multiple of this many steps.")
+    a(
+        "--deterministic",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="Reproducible run: acting and learning alternate in one thread in a fixed order (inference for every "
+        "env at once, then the batches that data makes), so that two runs of one command on one machine write "
+        "the same logs.csv rows (steps, returns, losses; timings aside), and each batch trains the weights that "
+        "collected it (PPO on Atari runs so by default, as cleanrl's). Slower than the asynchronous runtime "
+        "(--no-deterministic; README, Reproducible runs); rows come every --log_step_interval steps instead of "
+        "--log_interval seconds.",
+    )
+    a(
+        "--log_step_interval",
+        type=int,
+        default=10_000,
+        metavar="STEPS",
+        help="With --deterministic: a console line and logs.csv row after the learner batch that crosses each "
+        "multiple of this many steps.",
+    )
 
     g = p.add_argument_group("dashboards, validation and the final test")
     g.add_argument("--use_wandb", action="store_true", help="Log to Weights & Biases (WANDB_MODE=offline works).")
     g.add_argument("--project_name", default="torchbeast", help="wandb project.")
     g.add_argument("--validate_every", type=float, default=0.0, metavar="MINUTES", help="Validate this often (0: off).")
-    g.add_argument("--validate_step_every", type=int, default=0, metavar="STEPS",
-                   help="Validate each time the step count crosses a multiple of this (0: off).")
+    g.add_argument(
+        "--validate_step_every",
+        type=int,
+        default=0,
+        metavar="STEPS",
+        help="Validate each time the step count crosses a multiple of this (0: off).",
+    )
     g.add_argument("--disable_validation", action="store_true", help="No validation during training.")
     g.add_argument("--valid_num_episodes", type=int, default=10, help="Episodes per validation.")
-    g.add_argument("--valid_sample", action="store_true", help="Sample actions in validation and test (default: greedy).")
-    g.add_argument("--save_extra_checkpoint", type=int, default=0, metavar="STEPS",
-                   help="Keep model_extra.tar from when the step count first reaches this (0: off).")
+    g.add_argument(
+        "--valid_sample", action="store_true", help="Sample actions in validation and test (default: greedy)."
+    )
+    g.add_argument(
+        "--save_extra_checkpoint",
+        type=int,
+        default=0,
+        metavar="STEPS",
+        help="Keep model_extra.tar from when the step count first reaches this (0: off).",
+    )
     g.add_argument("--record_video", action="store_true", help="Save the first validation and test episodes as video.")
     g.add_argument("--disable_final_test", action="store_true", help="Skip the final test when training ends.")
     g.add_argument("--test_runs", type=int, default=0, help="Final test: runs per group (0: the protocol's).")
@@ -110,79 +138,167 @@ def make_parser(prog: str | None = None) -> argparse.ArgumentParser:
     g.add_argument("--test_num_envs", type=int, default=8, help="Envs played in parallel in validation and test.")
 
     g = p.add_argument_group("actors and env servers")
-    g.add_argument("--num_actors", type=int, default=8, metavar="N",
-                   help="Total number of environments. Not given, polybeast sizes it (and --num_servers, and "
-                        "IMPALA's --batch_size) to the machine's cores, its GPU and the agent (rl_core/sizing.py; "
-                        "the package's defaults on 2 cores); the run's first lines say what and why.")
-    g.add_argument("--num_servers", type=int, default=2, metavar="S",
-                   help="Env servers; each hosts num_actors/num_servers envs over its own connection, in a process of "
-                        "its own, or --server_splits of them to a process (not given: see --num_actors).")
-    g.add_argument("--server_splits", type=int, default=1, metavar="H",
-                   help="Env servers per process, stepped in turn: one steps its envs while the others' actions are "
-                        "in flight (sample-factory's double-buffered sampling); --num_servers / H processes.  Not "
-                        "given, polybeast chooses (rl_core/sizing.py).")
-    g.add_argument("--pipes_basename", default=None,
-                   help="unix:/path (server i at /path.i) or host:port (server i at port+i). Default: "
-                        "polybeast: unix:/tmp/polybeast-<its pid>, its own per run; polybeast_env and "
-                        "polybeast_learner started apart: unix:/tmp/polybeast, where they meet.")
+    g.add_argument(
+        "--num_actors",
+        type=int,
+        default=8,
+        metavar="N",
+        help="Total number of environments. Not given, polybeast sizes it (and --num_servers, and "
+        "IMPALA's --batch_size) to the machine's cores, its GPU and the agent (rl_core/sizing.py; "
+        "the package's defaults on 2 cores); the run's first lines say what and why.",
+    )
+    g.add_argument(
+        "--num_servers",
+        type=int,
+        default=2,
+        metavar="S",
+        help="Env servers; each hosts num_actors/num_servers envs over its own connection, in a process of "
+        "its own, or --server_splits of them to a process (not given: see --num_actors).",
+    )
+    g.add_argument(
+        "--server_splits",
+        type=int,
+        default=1,
+        metavar="H",
+        help="Env servers per process, stepped in turn: one steps its envs while the others' actions are "
+        "in flight (sample-factory's double-buffered sampling); --num_servers / H processes.  Not "
+        "given, polybeast chooses (rl_core/sizing.py).",
+    )
+    g.add_argument(
+        "--pipes_basename",
+        default=None,
+        help="unix:/path (server i at /path.i) or host:port (server i at port+i). Default: "
+        "polybeast: unix:/tmp/polybeast-<its pid>, its own per run; polybeast_env and "
+        "polybeast_learner started apart: unix:/tmp/polybeast, where they meet.",
+    )
     g.add_argument("--server_index", type=int, default=None, help="polybeast_env: run only this server (default: all).")
-    g.add_argument("--server_secret", default=None, help="Shared secret for TCP (default: $POLYBEAST_SECRET; the launcher generates one).")
-    g.add_argument("--connect_timeout", type=float, default=60.0, metavar="SECONDS", help="How long the learner retries connecting to a server.")
-    g.add_argument("--env_timeout", type=float, default=300.0, metavar="SECONDS",
-                   help="A server that has not answered an action for this long (an env's step or reset hangs) "
-                        "ends the run naming it; a warning comes at half of it, and the server logs the slot.")
+    g.add_argument(
+        "--server_secret",
+        default=None,
+        help="Shared secret for TCP (default: $POLYBEAST_SECRET; the launcher generates one).",
+    )
+    g.add_argument(
+        "--connect_timeout",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="How long the learner retries connecting to a server.",
+    )
+    g.add_argument(
+        "--env_timeout",
+        type=float,
+        default=300.0,
+        metavar="SECONDS",
+        help="A server that has not answered an action for this long (an env's step or reset hangs) "
+        "ends the run naming it; a warning comes at half of it, and the server logs the slot.",
+    )
     g.add_argument("--max_message_bytes", type=int, default=256 * 1024 * 1024, help="Larger messages are refused.")
-    g.add_argument("--num_actions", type=int, default=None, help="Default: from the env; a different value is an error.")
+    g.add_argument(
+        "--num_actions", type=int, default=None, help="Default: from the env; a different value is an error."
+    )
 
     g = p.add_argument_group("learner")
-    g.add_argument("--total_steps", type=int, default=100_000, metavar="T", help="Total environment steps to train for.")
+    g.add_argument(
+        "--total_steps", type=int, default=100_000, metavar="T", help="Total environment steps to train for."
+    )
     g.add_argument("--batch_size", type=int, default=32, metavar="B", help="Learner batch size (unrolls).")
     g.add_argument("--unroll_length", type=int, default=20, metavar="T", help="The unroll length (time dimension).")
     g.add_argument("--num_learner_threads", type=int, default=1, metavar="N", help="Number of learner threads.")
     g.add_argument("--num_inference_threads", type=int, default=1, metavar="N", help="Number of inference threads.")
     g.add_argument("--max_inference_batch_size", type=int, default=0, help="Envs per inference batch (0: all of them).")
-    g.add_argument("--inference_batch_timeout_ms", type=float, default=1.0, help="How long a batch waits for more requests.")
-    g.add_argument("--inference_precision", default="float32", choices=["float32", "bfloat16"],
-                   help="Precision of central inference. bfloat16 runs the inference copy's stem (convolutions, "
-                        "fc) in bf16; its core, state and heads stay float32. On a CPU with native bf16 "
-                        "(avx512_bf16 or AMX) an AtariNet batch costs ~40%% less and leaves more cache to the env "
-                        "servers and the learner. The logits are recorded as computed; V-trace corrects for the "
-                        "difference from the learner's policy. The learner always trains in float32.")
-    g.add_argument("--max_learner_queue_size", type=int, default=None, metavar="N", help="Unroll chunks queued for the learner (default: 2 batches).")
+    g.add_argument(
+        "--inference_batch_timeout_ms", type=float, default=1.0, help="How long a batch waits for more requests."
+    )
+    g.add_argument(
+        "--inference_precision",
+        default="float32",
+        choices=["float32", "bfloat16"],
+        help="Precision of central inference. bfloat16 runs the inference copy's stem (convolutions, "
+        "fc) in bf16; its core, state and heads stay float32. On a CPU with native bf16 "
+        "(avx512_bf16 or AMX) an AtariNet batch costs ~40%% less and leaves more cache to the env "
+        "servers and the learner. The logits are recorded as computed; V-trace corrects for the "
+        "difference from the learner's policy. The learner always trains in float32.",
+    )
+    g.add_argument(
+        "--max_learner_queue_size",
+        type=int,
+        default=None,
+        metavar="N",
+        help="Unroll chunks queued for the learner (default: 2 batches).",
+    )
     g.add_argument("--disable_cuda", action="store_true", help="Disable CUDA.")
-    g.add_argument("--single_gpu", action="store_true",
-                   help="Learner and inference on one device (what this learner always does; "
-                        "accepted so the R2AC scripts run unchanged).")
-    g.add_argument("--torch_threads", type=int, default=0, help="torch intra-op threads in the learner process (0: the cores that local env servers leave).")
+    g.add_argument(
+        "--single_gpu",
+        action="store_true",
+        help="Learner and inference on one device (what this learner always does; "
+        "accepted so the R2AC scripts run unchanged).",
+    )
+    g.add_argument(
+        "--torch_threads",
+        type=int,
+        default=0,
+        help="torch intra-op threads in the learner process (0: the cores that local env servers leave).",
+    )
 
     g = p.add_argument_group("model")
-    g.add_argument("--model", default="atari", choices=["atari", "resnet"],
-                   help="Image stem: AtariNet (Mnih et al. 2015) or the IMPALA deep ResNet.")
-    g.add_argument("--resnet_channels", default="16,32,32", metavar="C1,C2,...",
-                   help="--model resnet: channels of each stage (a conv, a max-pool, two residual blocks); "
-                        "torchbeast's and IMPALA's three stages by default, SEED RL's Football network has four.")
+    g.add_argument(
+        "--model",
+        default="atari",
+        choices=["atari", "resnet"],
+        help="Image stem: AtariNet (Mnih et al. 2015) or the IMPALA deep ResNet.",
+    )
+    g.add_argument(
+        "--resnet_channels",
+        default="16,32,32",
+        metavar="C1,C2,...",
+        help="--model resnet: channels of each stage (a conv, a max-pool, two residual blocks); "
+        "torchbeast's and IMPALA's three stages by default, SEED RL's Football network has four.",
+    )
     g.add_argument("--use_lstm", action="store_true", help="LSTM core.")
-    g.add_argument("--use_quasi_lstm", "--use_elstm", dest="use_quasi_lstm", action="store_true",
-                   help="eLSTM (QuasiLSTM) core trained by truncated BPTT.")
+    g.add_argument(
+        "--use_quasi_lstm",
+        "--use_elstm",
+        dest="use_quasi_lstm",
+        action="store_true",
+        help="eLSTM (QuasiLSTM) core trained by truncated BPTT.",
+    )
     g.add_argument("--use_rtrl", action="store_true", help="eLSTM core trained by exact RTRL.")
-    g.add_argument("--feedforward", action="store_true",
-                   help="No recurrent core, where the package's defaults for --agent give one (R2D2 on Atari: "
-                        "an LSTM, as the paper's agent).")
+    g.add_argument(
+        "--feedforward",
+        action="store_true",
+        help="No recurrent core, where the package's defaults for --agent give one (R2D2 on Atari: "
+        "an LSTM, as the paper's agent).",
+    )
     g.add_argument("--hidden_size", type=int, default=256, help="Recurrent core size.")
-    g.add_argument("--forget_bias", type=float, default=0.0,
-                   help="Added to the recurrent core's forget-gate bias at initialisation (Gers et al. 2000; "
-                        "Jozefowicz et al. 2015 use 1): a positive value lets memory last longer from the start.")
-    g.add_argument("--no_last_action", action="store_true",
-                   help="Leave the one-hot last action out of the core's (and heads') input, which torchbeast and "
-                        "R2AC feed in; then the agent's memory is only the core's state, not its own last action.")
-    g.add_argument("--load_conv_net_from", default=None, metavar="PATH",
-                   help="Initialise the image stem from this model.tar (conv, and fc unless --not_load_fc).")
+    g.add_argument(
+        "--forget_bias",
+        type=float,
+        default=0.0,
+        help="Added to the recurrent core's forget-gate bias at initialisation (Gers et al. 2000; "
+        "Jozefowicz et al. 2015 use 1): a positive value lets memory last longer from the start.",
+    )
+    g.add_argument(
+        "--no_last_action",
+        action="store_true",
+        help="Leave the one-hot last action out of the core's (and heads') input, which torchbeast and "
+        "R2AC feed in; then the agent's memory is only the core's state, not its own last action.",
+    )
+    g.add_argument(
+        "--load_conv_net_from",
+        default=None,
+        metavar="PATH",
+        help="Initialise the image stem from this model.tar (conv, and fc unless --not_load_fc).",
+    )
     g.add_argument("--not_load_fc", action="store_true", help="With --load_conv_net_from: keep the stem's fc fresh.")
     g.add_argument("--freeze_conv", action="store_true", help="Do not train the stem's conv layers.")
     g.add_argument("--freeze_fc", action="store_true", help="Do not train the stem's fc layer.")
     g.add_argument("--mlp_sizes", default="64,64", help="Hidden sizes of the MLP stem for vector observations.")
-    g.add_argument("--value_net", default="shared", choices=["shared", "separate"],
-                   help="Feedforward models: the baseline shares the policy's stem, or has its own.")
+    g.add_argument(
+        "--value_net",
+        default="shared",
+        choices=["shared", "separate"],
+        help="Feedforward models: the baseline shares the policy's stem, or has its own.",
+    )
 
     g = p.add_argument_group("loss")
     g.add_argument("--entropy_cost", type=float, default=0.0006, help="Entropy cost/multiplier.")
@@ -200,17 +316,32 @@ def make_parser(prog: str | None = None) -> argparse.ArgumentParser:
     g.add_argument("--momentum", type=float, default=0, help="RMSProp momentum.")
     g.add_argument("--epsilon", type=float, default=0.01, help="RMSProp epsilon.")
     g.add_argument("--grad_norm_clipping", type=float, default=40.0, help="Global gradient norm clip (0: off).")
-    g.add_argument("--recycle_period", type=int, default=0, metavar="N",
-                   help="Every N learner batches recycle the stem's dormant units (ReDo, Sokar et al. 2023: fresh "
-                        "incoming weights, outgoing ones zeroed; models/recycling.py); 0: never.")
-    g.add_argument("--recycle_tau", type=float, default=0.025, metavar="TAU",
-                   help="--recycle_period: a unit is dormant when its mean |activation| is at most TAU times its "
-                        "layer's mean (ReDo's tau; 0.025 its Atari value).")
-    g.add_argument("--publish_interval", type=int, default=1, metavar="K",
-                   help="Publish the learner's weights to the inference model after every K-th learner batch: "
-                        "a replay agent's many small updates (SAC, R2D2) then copy the weights less often, and "
-                        "acting lags the learner by at most K batches (safe for off-policy agents; on-policy "
-                        "ones correct the lag by importance weights only with V-trace, so keep 1 there).")
+    g.add_argument(
+        "--recycle_period",
+        type=int,
+        default=0,
+        metavar="N",
+        help="Every N learner batches recycle the stem's dormant units (ReDo, Sokar et al. 2023: fresh "
+        "incoming weights, outgoing ones zeroed; models/recycling.py); 0: never.",
+    )
+    g.add_argument(
+        "--recycle_tau",
+        type=float,
+        default=0.025,
+        metavar="TAU",
+        help="--recycle_period: a unit is dormant when its mean |activation| is at most TAU times its "
+        "layer's mean (ReDo's tau; 0.025 its Atari value).",
+    )
+    g.add_argument(
+        "--publish_interval",
+        type=int,
+        default=1,
+        metavar="K",
+        help="Publish the learner's weights to the inference model after every K-th learner batch: "
+        "a replay agent's many small updates (SAC, R2D2) then copy the weights less often, and "
+        "acting lags the learner by at most K batches (safe for off-policy agents; on-policy "
+        "ones correct the lag by importance weights only with V-trace, so keep 1 there).",
+    )
 
     from rl_core import agents
 
@@ -229,11 +360,15 @@ def check(parser: argparse.ArgumentParser, flags: argparse.Namespace) -> None:
     if flags.server_index is not None and not 0 <= flags.server_index < flags.num_servers:
         parser.error(f"--server_index {flags.server_index} is not in [0, --num_servers={flags.num_servers})")
     if flags.num_servers % flags.server_splits:
-        parser.error(f"--num_servers ({flags.num_servers}) must be a multiple of --server_splits "
-                     f"({flags.server_splits}): each process hosts server_splits servers")
+        parser.error(
+            f"--num_servers ({flags.num_servers}) must be a multiple of --server_splits "
+            f"({flags.server_splits}): each process hosts server_splits servers"
+        )
     if flags.server_index is not None and flags.server_index % flags.server_splits:
-        parser.error(f"--server_index {flags.server_index} must be a multiple of --server_splits "
-                     f"({flags.server_splits}): a process hosts the servers from its index on")
+        parser.error(
+            f"--server_index {flags.server_index} must be a multiple of --server_splits "
+            f"({flags.server_splits}): a process hosts the servers from its index on"
+        )
     from models import resnet_channels
     from rl_core.errors import UserError
 
@@ -245,11 +380,16 @@ def check(parser: argparse.ArgumentParser, flags: argparse.Namespace) -> None:
         parser.error("--use_lstm cannot be combined with --use_quasi_lstm/--use_rtrl: choose one core")
     if flags.feedforward and (flags.use_lstm or flags.use_quasi_lstm or flags.use_rtrl):
         parser.error("--feedforward cannot be combined with --use_lstm/--use_quasi_lstm/--use_rtrl: choose one")
-    if flags.deterministic and (flags.validate_every > 0 or flags.validate_step_every > 0) \
-            and not flags.disable_validation:
-        parser.error("--deterministic runs no validation during training (its episodes would draw from the run's "
-                     "random numbers at times the clock decides): drop --validate_every / --validate_step_every "
-                     "(the final test still runs), or run asynchronously with --no-deterministic")
+    if (
+        flags.deterministic
+        and (flags.validate_every > 0 or flags.validate_step_every > 0)
+        and not flags.disable_validation
+    ):
+        parser.error(
+            "--deterministic runs no validation during training (its episodes would draw from the run's "
+            "random numbers at times the clock decides): drop --validate_every / --validate_step_every "
+            "(the final test still runs), or run asynchronously with --no-deterministic"
+        )
     if flags.mode == "test" and not flags.checkpoint:
         parser.error("--mode test needs --checkpoint PATH (a model.tar)")
     if flags.not_load_fc and not flags.load_conv_net_from:
@@ -275,4 +415,5 @@ def check_budget(parser: argparse.ArgumentParser, flags: argparse.Namespace) -> 
         parser.error(
             f"one learner batch is --batch_size {flags.batch_size} x --unroll_length {flags.unroll_length} = "
             f"{per_batch:,} env steps, more than the whole budget --total_steps {flags.total_steps:,}: the run "
-            f"would end without one update; lower --batch_size or --unroll_length, or raise --total_steps")
+            f"would end without one update; lower --batch_size or --unroll_length, or raise --total_steps"
+        )

@@ -23,7 +23,7 @@ class NotFrameStacks(ValueError):
 def encode(obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """obs [N, L+1, C, H, W] -> (frames [N, L+C, H, W], index [N, L+1, C] int16 into frames)."""
     N, L1, C = obs.shape[:3]
-    frames = np.concatenate([obs[:, 0, :C - 1], obs[:, :, C - 1]], axis=1)  # [N, L+C, H, W]
+    frames = np.concatenate([obs[:, 0, : C - 1], obs[:, :, C - 1]], axis=1)  # [N, L+C, H, W]
     shift = np.arange(L1)[:, None] + np.arange(C)[None, :]  # slot (t, c) -> frame t + c when the stack shifts
     index = np.broadcast_to(shift, (N, L1, C)).astype(np.int16)
     same = (frames[:, shift] == obs).reshape(N, L1, C, -1).all(-1)

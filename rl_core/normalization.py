@@ -199,8 +199,11 @@ class ValueNormalizer(nn.Module):
             raise ValueError("PopArt needs a value head with a bias to absorb the shift of mu")
         g = targets.detach().to(device=self.mu.device, dtype=torch.float64)
         if collectives.active() is not None:  # the moments of every rank's targets: each rank moves the same way
-            n, total, squares = collectives.all_reduce_sum(torch.stack([
-                torch.tensor(float(g.numel()), dtype=torch.float64, device=g.device), g.sum(), g.pow(2).sum()]))
+            n, total, squares = collectives.all_reduce_sum(
+                torch.stack(
+                    [torch.tensor(float(g.numel()), dtype=torch.float64, device=g.device), g.sum(), g.pow(2).sum()]
+                )
+            )
             n = float(n)
             g_mean, g_sq_mean = (total / n, squares / n) if n else (None, None)
         else:

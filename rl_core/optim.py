@@ -18,8 +18,9 @@ def make_optimizer(flags, params, steps_per_update: float | None = None):
         # its ``found_inf`` is set, which the learner uses to check finiteness without a sync per step
         optimizer = torch.optim.Adam(params, lr=flags.learning_rate, eps=flags.epsilon, fused=_fusable(params))
     else:
-        optimizer = torch.optim.RMSprop(params, lr=flags.learning_rate, momentum=flags.momentum,
-                                        eps=flags.epsilon, alpha=flags.alpha, foreach=True)
+        optimizer = torch.optim.RMSprop(
+            params, lr=flags.learning_rate, momentum=flags.momentum, eps=flags.epsilon, alpha=flags.alpha, foreach=True
+        )
     remaining = remaining_share(flags, steps_per_update)
     linear = flags.lr_decay == "linear"
 

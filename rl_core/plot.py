@@ -32,8 +32,11 @@ def read_columns(run_dir: str, columns: tuple[str, ...]) -> list[tuple[float, ..
 
 def read_curve(run_dir: str) -> tuple[list[int], list[float]]:
     """(steps, mean episode return) of the log ticks in which episodes ended."""
-    rows = [(int(step), value) for step, value in read_columns(run_dir, ("step", "mean_episode_return"))
-            if not math.isnan(value)]  # NaN: no episodes ended that tick
+    rows = [
+        (int(step), value)
+        for step, value in read_columns(run_dir, ("step", "mean_episode_return"))
+        if not math.isnan(value)
+    ]  # NaN: no episodes ended that tick
     return [step for step, _ in rows], [value for _, value in rows]
 
 

@@ -50,10 +50,22 @@ FRAMES, INDEX = "obs/frames", "obs/index"  # --replay_frame_stack: each frame on
 
 
 class ReplaySource:
-    def __init__(self, learner_queue: queue.Queue, flags, stride: int, seed: int = 0, *,
-                 capacity: int | None = None, min_size: int | None = None, trained_per_batch: int | None = None,
-                 priority_exponent: float | None = None, importance_sampling_exponent: float | None = None,
-                 window: int | None = None, unit: tuple[str, int] = ("sequences", 1), pin: bool = False):
+    def __init__(
+        self,
+        learner_queue: queue.Queue,
+        flags,
+        stride: int,
+        seed: int = 0,
+        *,
+        capacity: int | None = None,
+        min_size: int | None = None,
+        trained_per_batch: int | None = None,
+        priority_exponent: float | None = None,
+        importance_sampling_exponent: float | None = None,
+        window: int | None = None,
+        unit: tuple[str, int] = ("sequences", 1),
+        pin: bool = False,
+    ):
         """Sizes in sequences and exponents default to R2D2's flags; ``trained_per_batch`` (steps
         trained per batch, for the replay ratio) to batch_size x unroll_length; ``unit``: what
         --replay_buffer_size counts and how many of those a sequence holds, for the log; ``pin``: batches
@@ -61,8 +73,9 @@ class ReplaySource:
         self.queue = learner_queue
         self.flags = flags
         self.batch_size = flags.batch_size
-        self.trained_per_batch = (flags.batch_size * flags.unroll_length if trained_per_batch is None
-                                  else trained_per_batch)
+        self.trained_per_batch = (
+            flags.batch_size * flags.unroll_length if trained_per_batch is None else trained_per_batch
+        )
         self.stride = stride
         self.window = window
         self.unit, self.per_sequence = unit
@@ -71,10 +84,13 @@ class ReplaySource:
         self.replay = PrioritizedReplay(
             flags.replay_buffer_size if capacity is None else capacity,
             flags.priority_exponent if priority_exponent is None else priority_exponent,
-            flags.importance_sampling_exponent if importance_sampling_exponent is None
-            else importance_sampling_exponent, seed=seed)
+            flags.importance_sampling_exponent
+            if importance_sampling_exponent is None
+            else importance_sampling_exponent,
+            seed=seed,
+        )
         self.cond = threading.Condition()
-        self.inserted_steps = 0   # env steps of every inserted sequence (stride each)
+        self.inserted_steps = 0  # env steps of every inserted sequence (stride each)
         self.steps_at_start = None  # inserted_steps when learning started
         self.trained_steps = 0
         self._new_steps = 0
@@ -131,8 +147,10 @@ class ReplaySource:
             try:
                 frames, index = frame_stacks.encode(items.pop("obs").numpy())
             except frame_stacks.NotFrameStacks as e:
-                raise RunFailure(f"--replay_frame_stack: the observations are not frame stacks ({e}): run with "
-                                 f"--no-replay_frame_stack") from None
+                raise RunFailure(
+                    f"--replay_frame_stack: the observations are not frame stacks ({e}): run with "
+                    f"--no-replay_frame_stack"
+                ) from None
             items.update({FRAMES: frames, INDEX: index})
         if self.window is None:  # windows start anywhere: a feedforward agent's, no state kept
             items.update({f"{STATE}{i}": s.cpu() for i, s in enumerate(state)})
@@ -144,8 +162,9 @@ class ReplaySource:
             self._inserted_since += K * self.stride
             if not self._learning() and len(self.replay) >= self.min_size:
                 self.steps_at_start = self.inserted_steps
-                log.info("replay holds %s (>= --replay_buffer_min_size): learning starts",
-                         self.amount(len(self.replay)))
+                log.info(
+                    "replay holds %s (>= --replay_buffer_min_size): learning starts", self.amount(len(self.replay))
+                )
             self.cond.notify_all()
 
     # ------------------------------------------------------------- learner
@@ -192,7 +211,7 @@ class ReplaySource:
             offsets = items.pop("offset")
             if FRAMES in items:
                 items[INDEX] = items[INDEX] - offsets.view(-1, 1, 1).to(items[INDEX].dtype)
-        state_keys = sorted((k for k in items if k.startswith(STATE)), key=lambda k: int(k[len(STATE):]))
+        state_keys = sorted((k for k in items if k.startswith(STATE)), key=lambda k: int(k[len(STATE) :]))
         state = tuple(items.pop(k) for k in state_keys)
         if FRAMES in items:
             items["obs"] = frame_stacks.decode(items.pop(FRAMES), items.pop(INDEX))
@@ -243,8 +262,11 @@ class ReplaySource:
         if not self.flags.checkpoint_replay:
             return
         with self.cond:
-            counters = {"inserted_steps": self.inserted_steps, "trained_steps": self.trained_steps,
-                        "steps_at_start": -1 if self.steps_at_start is None else self.steps_at_start}
+            counters = {
+                "inserted_steps": self.inserted_steps,
+                "trained_steps": self.trained_steps,
+                "steps_at_start": -1 if self.steps_at_start is None else self.steps_at_start,
+            }
         with self.replay.lock:  # the state shares the replay's arrays: no insert while they are written
             checkpoint.save(os.path.join(rundir, "replay.tar"), {"replay": self.replay.state_dict(), **counters})
         log.info("saved the replay (%s, %.1f MB)", self.amount(len(self.replay)), self.replay.nbytes / 2**20)
@@ -259,8 +281,10 @@ class ReplaySource:
         try:
             self.replay.load_state_dict(state["replay"])
         except (KeyError, ValueError) as e:
-            raise UserError(f"{path} does not fit this run ({e}): delete it to refill the replay, or "
-                            f"resume with the --replay_buffer_size it was saved with") from None
+            raise UserError(
+                f"{path} does not fit this run ({e}): delete it to refill the replay, or "
+                f"resume with the --replay_buffer_size it was saved with"
+            ) from None
         if self.replay.nbytes and self.replay.field_shape(POLICY_VERSION) is None:  # (fields stored, not it)
             self._versions = False
             log.info("%s holds no policy versions (saved before they were stored): no policy_lag is logged", path)

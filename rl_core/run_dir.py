@@ -49,8 +49,10 @@ class RunDirLock:
                 holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "unknown process"
             finally:
                 os.close(fd)
-            raise UserError(f"run directory {rundir} is in use by another run ({holder}): wait for it to end, "
-                            f"or pass another --xpid") from None
+            raise UserError(
+                f"run directory {rundir} is in use by another run ({holder}): wait for it to end, "
+                f"or pass another --xpid"
+            ) from None
         self.fd: int | None = fd
 
     def record_holder(self) -> None:
@@ -78,8 +80,9 @@ def open_run_dir(savedir: str, xpid: str | None) -> tuple[str, str, RunDirLock]:
             xpid, rundir = new_run_dir(savedir)
         return xpid, rundir, RunDirLock(rundir)
     except OSError as e:
-        raise UserError(f"cannot create the run directory under --savedir {savedir}: "
-                        f"{e.strerror or e}: choose another --savedir") from None
+        raise UserError(
+            f"cannot create the run directory under --savedir {savedir}: {e.strerror or e}: choose another --savedir"
+        ) from None
 
 
 def read_meta(rundir: str) -> tuple[bytes, os.stat_result] | None:

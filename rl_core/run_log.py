@@ -86,8 +86,14 @@ class RunLog:
             raise UserError("--use_wandb needs wandb: python -m pip install -r requirements.txt") from None
         run_id = re.sub(r"[^A-Za-z0-9_-]", "-", flags.xpid)[:64]
         try:
-            return wandb.init(project=flags.project_name or "torchbeast", name=flags.xpid, id=run_id,
-                              dir=self.rundir, config=_checkpoint().flags_dict(flags), resume="allow")
+            return wandb.init(
+                project=flags.project_name or "torchbeast",
+                name=flags.xpid,
+                id=run_id,
+                dir=self.rundir,
+                config=_checkpoint().flags_dict(flags),
+                resume="allow",
+            )
         except Exception as e:  # noqa: BLE001 - wandb raises many kinds
             first = (str(e).strip().splitlines() or [type(e).__name__])[0]
             raise UserError(f"wandb could not start ({first[:200]}): log in, or set WANDB_MODE=offline") from None

@@ -79,8 +79,7 @@ class Sizing:
 
     def record(self) -> dict:
         """What meta.json keeps (``sizing``)."""
-        return {**self.values(), "auto": list(self.auto), "cores": self.cores, "gpu": self.gpu,
-                "reason": self.reason}
+        return {**self.values(), "auto": list(self.auto), "cores": self.cores, "gpu": self.gpu, "reason": self.reason}
 
 
 def usable_cores() -> int:
@@ -115,8 +114,7 @@ def _envs_per_server(k: int | None, gpu: bool) -> int | None:
 
 def _layout(servers: int, actors: int) -> str:
     per = actors // servers
-    return (f"{servers} env server{'s' if servers != 1 else ''} x {per} env{'s' if per != 1 else ''} "
-            f"= {actors}")
+    return f"{servers} env server{'s' if servers != 1 else ''} x {per} env{'s' if per != 1 else ''} = {actors}"
 
 
 def _largest_divisor(n: int, at_most: int) -> int:
@@ -127,8 +125,16 @@ def _round_up(k: int, step: int) -> int:
     return -(-k // step) * step
 
 
-def size_run(cores: int, gpu: bool, agent: str, envs_per_server: int | None, defaults: dict, given: dict,
-             games: int = 1, server_splits: int = 1) -> Sizing:
+def size_run(
+    cores: int,
+    gpu: bool,
+    agent: str,
+    envs_per_server: int | None,
+    defaults: dict,
+    given: dict,
+    games: int = 1,
+    server_splits: int = 1,
+) -> Sizing:
     """(num_servers, num_actors, batch_size, reason) for a run.
 
     ``envs_per_server``: the package's ``ENVS_PER_SERVER``, the envs a server steps with a GPU learner (None:
@@ -146,8 +152,12 @@ def size_run(cores: int, gpu: bool, agent: str, envs_per_server: int | None, def
         return Sizing(servers, actors, batch, why if auto else "", chosen, cores, gpu, splits)
 
     def keep(why) -> Sizing:
-        return result(value["num_servers"], value["num_actors"], value["batch_size"],
-                      f"the package's defaults ({machine}: {why}); {OVERRIDE}")
+        return result(
+            value["num_servers"],
+            value["num_actors"],
+            value["batch_size"],
+            f"the package's defaults ({machine}: {why}); {OVERRIDE}",
+        )
 
     k = _envs_per_server(envs_per_server, gpu)
     if cores <= BASE_CORES:
@@ -166,21 +176,34 @@ def size_run(cores: int, gpu: bool, agent: str, envs_per_server: int | None, def
         if traits.sizing == "scaled":
             cap = MAX_LAG * value["batch_size"] if traits.lag_bounds_envs else None
             servers, actors = _scaled_layout(value, given, defaults, room, free * k, k, games, cap)
-            why.append(f"{_layout(servers, actors)}"
-                       + (f" (a core each, {cores - free} left to the learner)" if servers == free else "")
-                       + (f", at most {MAX_LAG} batches of {value['batch_size']} (an unroll waits at most ~{MAX_LAG} "
-                          f"learner steps)" if cap is not None and actors < servers * k else ""))
-            if {"num_servers", "server_splits"}.isdisjoint(given) and server_splits > 1 \
-                    and actors % (servers * server_splits) == 0:
+            why.append(
+                f"{_layout(servers, actors)}"
+                + (f" (a core each, {cores - free} left to the learner)" if servers == free else "")
+                + (
+                    f", at most {MAX_LAG} batches of {value['batch_size']} (an unroll waits at most ~{MAX_LAG} "
+                    f"learner steps)"
+                    if cap is not None and actors < servers * k
+                    else ""
+                )
+            )
+            if (
+                {"num_servers", "server_splits"}.isdisjoint(given)
+                and server_splits > 1
+                and actors % (servers * server_splits) == 0
+            ):
                 splits = server_splits
                 servers *= splits
-                why[-1] += (f", each process {splits} servers of {actors // servers} envs stepped in turn (one "
-                            f"steps while the other's actions are in flight): --num_servers {servers} "
-                            f"--server_splits {splits}")
+                why[-1] += (
+                    f", each process {splits} servers of {actors // servers} envs stepped in turn (one "
+                    f"steps while the other's actions are in flight): --num_servers {servers} "
+                    f"--server_splits {splits}"
+                )
         else:
             servers, actors = _on_policy_layout(value, given, defaults, room, free * k, games)
-            why.append(f"{_layout(servers, actors)}, within one --batch_size of {value['batch_size']} unrolls "
-                       f"(more envs would act on a stale policy)")
+            why.append(
+                f"{_layout(servers, actors)}, within one --batch_size of {value['batch_size']} unrolls "
+                f"(more envs would act on a stale policy)"
+            )
     batch = value["batch_size"]
     if (servers, actors, batch) == (value["num_servers"], value["num_actors"], value["batch_size"]):
         return keep("no more to gain on this machine")

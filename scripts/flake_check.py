@@ -40,8 +40,13 @@ class Load:
         if self.proc is None or self.proc.poll() is not None:
             self.rounds += 1
             out = open(os.path.join(self.out_dir, f"load-{self.rounds}.log"), "w")
-            self.proc = subprocess.Popen([*PYTEST, "-q", "-m", "not learning", "-x", "--timeout=900"], cwd=REPO,
-                                         stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+            self.proc = subprocess.Popen(
+                [*PYTEST, "-q", "-m", "not learning", "-x", "--timeout=900"],
+                cwd=REPO,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -56,8 +61,9 @@ class Load:
 def run_once(test: str, log_path: str, load: Load | None, timeout: float) -> tuple[bool, float, str]:
     start = time.monotonic()
     with open(log_path, "w") as out:
-        proc = subprocess.Popen([*PYTEST, "-q", "-s", test], cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            [*PYTEST, "-q", "-s", test], cwd=REPO, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
         while proc.poll() is None:
             if load is not None:
                 load.poll()  # a load round that ended starts again: the load lasts as long as the test
@@ -79,8 +85,11 @@ def main(argv=None) -> int:
     p.add_argument("tests", nargs="+", help="pytest node ids")
     p.add_argument("--runs", type=int, default=10, help="runs of each test under each load")
     p.add_argument("--load", default="ci", help="none, ci, or both as none,ci")
-    p.add_argument("--show", default=r"last-100|first at|final test",
-                   help="regex: lines of each run's output shown beside its result")
+    p.add_argument(
+        "--show",
+        default=r"last-100|first at|final test",
+        help="regex: lines of each run's output shown beside its result",
+    )
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds before a run counts as failed")
     p.add_argument("--out", default="/tmp/flake_check", help="where each run's output is kept")
     args = p.parse_args(argv)
@@ -101,9 +110,11 @@ def main(argv=None) -> int:
                     with open(log_path) as f:
                         shown = [line.strip() for line in f if show.search(line)]
                     results.append((passed, wall))
-                    print(f"{test} [load {load_name}] run {i}/{args.runs}: {'pass' if passed else 'FAIL'} "
-                          f"{wall:.0f} s  {' | '.join(shown)[:300]}{'  ' + failure[:200] if failure else ''}",
-                          flush=True)
+                    print(
+                        f"{test} [load {load_name}] run {i}/{args.runs}: {'pass' if passed else 'FAIL'} "
+                        f"{wall:.0f} s  {' | '.join(shown)[:300]}{'  ' + failure[:200] if failure else ''}",
+                        flush=True,
+                    )
             finally:
                 if load is not None:
                     load.stop()
@@ -112,8 +123,10 @@ def main(argv=None) -> int:
     for test, load_name, results, rounds in summary:
         walls = [w for _, w in results]
         passed = sum(ok for ok, _ in results)
-        print(f"{test[-90:]:<90} {load_name:>5} {passed:>4}/{len(results):<3} {min(walls):>7.0f} "
-              f"{statistics.median(walls):>9.0f} {max(walls):>7.0f}")
+        print(
+            f"{test[-90:]:<90} {load_name:>5} {passed:>4}/{len(results):<3} {min(walls):>7.0f} "
+            f"{statistics.median(walls):>9.0f} {max(walls):>7.0f}"
+        )
     return 0 if all(ok for _, _, results, _ in summary for ok, _ in results) else 1
 
 

@@ -39,8 +39,10 @@ def optimizer_report(checkpoint: dict) -> list[str]:
                 continue
             root = second.float().sqrt().flatten()
             name = names[index] if names else f"parameter {index}"
-            lines.append(f"  {name:28s} {root.numel():>9,d}  median sqrt(v) {root.median().item():.2e}  "
-                         f"step share {(root / (root + eps)).mean().item():.2f}  (eps {eps:g})")
+            lines.append(
+                f"  {name:28s} {root.numel():>9,d}  median sqrt(v) {root.median().item():.2e}  "
+                f"step share {(root / (root + eps)).mean().item():.2f}  (eps {eps:g})"
+            )
     return lines
 
 
@@ -67,7 +69,7 @@ def stem_report(state: dict, frames: torch.Tensor) -> list[str]:
     from models.vision import AtariNetStem
 
     stem = AtariNetStem(frames.shape[1:])
-    stem.load_state_dict({k[len("stem."):]: v.float() for k, v in state.items() if k.startswith("stem.")})
+    stem.load_state_dict({k[len("stem.") :]: v.float() for k, v in state.items() if k.startswith("stem.")})
     x, lines = frames, []
     with torch.no_grad():
         for name in ("conv1", "conv2", "conv3"):

@@ -65,8 +65,12 @@ def keep_inputs(flags, agent, model, envs: int, steps: int, seed: int) -> dict:
     kept = {"obs": [], "reward": [], "done": [], "last_action": []}
     torch.manual_seed(seed)
     for _ in range(steps):
-        inputs = {"obs": torch.from_numpy(np.stack(obs)[None]), "reward": torch.from_numpy(reward[None]),
-                  "done": torch.from_numpy(done[None]), "last_action": torch.from_numpy(last_action[None])}
+        inputs = {
+            "obs": torch.from_numpy(np.stack(obs)[None]),
+            "reward": torch.from_numpy(reward[None]),
+            "done": torch.from_numpy(done[None]),
+            "last_action": torch.from_numpy(last_action[None]),
+        }
         for key, value in inputs.items():
             kept[key].append(value[0].clone())
         with torch.inference_mode():
@@ -86,8 +90,9 @@ def game_returns(flags, agent, model, envs: int, games: int, seed: int) -> list[
     from rl_core import evaluation
 
     torch.manual_seed(seed)
-    episodes = evaluation.play(model, lambda s: atari.make_env(flags, s), [seed + i for i in range(envs)], games,
-                               greedy=False, agent=agent)
+    episodes = evaluation.play(
+        model, lambda s: atari.make_env(flags, s), [seed + i for i in range(envs)], games, greedy=False, agent=agent
+    )
     return [e["return"] for e in episodes]
 
 
@@ -96,7 +101,7 @@ def outputs(model, inputs: dict, chunk: int = 64) -> tuple[torch.Tensor, torch.T
     """Policy log-probabilities [S, B, A] and values [S, B] on kept inputs, ``chunk`` steps at a time."""
     logps, values = [], []
     for start in range(0, inputs["obs"].shape[0], chunk):
-        part = {k: v[start:start + chunk] for k, v in inputs.items()}
+        part = {k: v[start : start + chunk] for k, v in inputs.items()}
         out, _ = model(part, ())
         logps.append(F.log_softmax(out["policy_logits"], -1))
         values.append(out["baseline"])
@@ -119,9 +124,13 @@ def policy_change(before, after) -> dict:
     changed, the mean |change| of the value."""
     (logp0, value0), (logp1, value1) = before, after
     kl = (logp0.exp() * (logp0 - logp1)).sum(-1).flatten()
-    return {"kl_mean": kl.mean().item(), "kl_p99": kl.quantile(0.99).item(), "kl_max": kl.max().item(),
-            "greedy_changed": (logp0.argmax(-1) != logp1.argmax(-1)).float().mean().item(),
-            "value_change": (value1 - value0).abs().mean().item()}
+    return {
+        "kl_mean": kl.mean().item(),
+        "kl_p99": kl.quantile(0.99).item(),
+        "kl_max": kl.max().item(),
+        "greedy_changed": (logp0.argmax(-1) != logp1.argmax(-1)).float().mean().item(),
+        "value_change": (value1 - value0).abs().mean().item(),
+    }
 
 
 def main(argv=None) -> None:
@@ -141,20 +150,23 @@ def main(argv=None) -> None:
     before = outputs(model, kept)
     base = game_returns(flags, agent, model, args.envs, args.games, args.seed + 1000)
     print(f"unrecycled: {len(base)} games, mean return {np.mean(base):.1f} +- {np.std(base):.1f}")
-    print("draw  units recycled per layer  KL(before||after) mean / p99 / max  greedy changed  |dV| mean"
-          "  games' return")
+    print(
+        "draw  units recycled per layer  KL(before||after) mean / p99 / max  greedy changed  |dV| mean  games' return"
+    )
     rng = np.random.default_rng(args.seed)
     for draw in range(args.draws):
         start = int(rng.integers(0, kept["obs"].shape[0] - T))
         envs = rng.choice(args.envs, size=min(B, args.envs), replace=False)
-        frames = kept["obs"][start:start + T + 1, envs].reshape(-1, *kept["obs"].shape[2:])
+        frames = kept["obs"][start : start + T + 1, envs].reshape(-1, *kept["obs"].shape[2:])
         recycled, counts = recycled_copy(model, frames, tau, 1_000_003 * args.seed + draw)
         change = policy_change(before, outputs(recycled, kept))
         games = game_returns(flags, agent, recycled, args.envs, args.games, args.seed + 1000)
         units = ", ".join(str(v) for v in counts)
-        print(f"{draw:>4}  {units:>26s}  {change['kl_mean']:.2e} / {change['kl_p99']:.2e} / {change['kl_max']:.2e}"
-              f"  {change['greedy_changed']:14.3f}  {change['value_change']:9.3f}  {np.mean(games):.1f} +- "
-              f"{np.std(games):.1f}")
+        print(
+            f"{draw:>4}  {units:>26s}  {change['kl_mean']:.2e} / {change['kl_p99']:.2e} / {change['kl_max']:.2e}"
+            f"  {change['greedy_changed']:14.3f}  {change['value_change']:9.3f}  {np.mean(games):.1f} +- "
+            f"{np.std(games):.1f}"
+        )
 
 
 if __name__ == "__main__":

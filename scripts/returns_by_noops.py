@@ -56,8 +56,12 @@ def play_games(model, agent, envs: list, greedy: bool) -> list[tuple[float, int]
     playing = np.ones(n, np.bool_)
     state = model.initial_state(n)
     while playing.any():
-        inputs = {"obs": torch.from_numpy(np.stack(obs)[None]), "reward": torch.from_numpy(reward[None]),
-                  "done": torch.from_numpy(done[None]), "last_action": torch.from_numpy(last_action[None])}
+        inputs = {
+            "obs": torch.from_numpy(np.stack(obs)[None]),
+            "reward": torch.from_numpy(reward[None]),
+            "done": torch.from_numpy(done[None]),
+            "last_action": torch.from_numpy(last_action[None]),
+        }
         with torch.inference_mode():
             actions, _, state = agent.act(model, inputs, state, greedy=greedy)
         for i, env in enumerate(envs):

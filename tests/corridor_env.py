@@ -74,5 +74,8 @@ class CorridorEnv(gym.Env):
         return self._obs(), float(reached) + self.step_reward, end, False, info
 
 
-gym.register(id="Corridor-v0", entry_point=CorridorEnv,
-             kwargs={"length": LENGTH, "max_steps": MAX_STEPS, "step_reward": STEP_REWARD})
+gym.register(
+    id="Corridor-v0",
+    entry_point=CorridorEnv,
+    kwargs={"length": LENGTH, "max_steps": MAX_STEPS, "step_reward": STEP_REWARD},
+)

@@ -10,12 +10,13 @@ from typing import Optional
 import torch
 
 
-def scan(x: torch.Tensor, factors: torch.Tensor, init: Optional[torch.Tensor] = None,
-         reverse: bool = True) -> torch.Tensor:
+def scan(
+    x: torch.Tensor, factors: torch.Tensor, init: Optional[torch.Tensor] = None, reverse: bool = True
+) -> torch.Tensor:
     """reverse: y_t = x_t + f_t y_{t+1}, y_T = init; forward: y_t = f_t y_{t-1} + x_t, y_{-1} = init."""
     acc = torch.zeros_like(x[0]) if init is None else init.to(x.dtype)
     out = torch.empty_like(x)
-    for t in (reversed(range(x.shape[0])) if reverse else range(x.shape[0])):
+    for t in reversed(range(x.shape[0])) if reverse else range(x.shape[0]):
         acc = x[t] + factors[t] * acc
         out[t] = acc
     return out
@@ -46,17 +47,27 @@ def nstep(values, rewards, discounts, bootstrap_value, n):
     returns = torch.zeros_like(values)
     discount_prod = torch.ones_like(values)
     for k in range(n_eff):
-        returns = returns + discount_prod * rewards_pad[k: k + T]
-        discount_prod = discount_prod * discounts_pad[k: k + T]
+        returns = returns + discount_prod * rewards_pad[k : k + T]
+        discount_prod = discount_prod * discounts_pad[k : k + T]
     bootstrap_index = torch.clamp(torch.arange(T, device=values.device) + n_eff, max=T)
     returns = returns + discount_prod * values_ext[bootstrap_index]
     return returns - values, returns
 
 
 @torch.no_grad()
-def vtrace(log_rhos, discounts, rewards, values, bootstrap_value, clip_rho_threshold=1.0,
-           clip_pg_rho_threshold=1.0, clip_c_threshold=1.0, lambda_=1.0):
+def vtrace(
+    log_rhos,
+    discounts,
+    rewards,
+    values,
+    bootstrap_value,
+    clip_rho_threshold=1.0,
+    clip_pg_rho_threshold=1.0,
+    clip_c_threshold=1.0,
+    lambda_=1.0,
+):
     """(vs, pg_advantages) of V-trace (IMPALA eq. 1) by the backward recursion of Remark 1."""
+
     def clip(x, threshold):
         return x if threshold is None else torch.clamp(x, max=threshold)
 

@@ -50,8 +50,9 @@ class Recorder(gym.Wrapper):
         return obs, r, term, trunc, info
 
 
-@pytest.mark.parametrize("core,max_steps", [(None, None), ("lstm", None), ("elstm", None), ("rtrl_elstm", None),
-                                            (None, 3), ("lstm", 4)])
+@pytest.mark.parametrize(
+    "core,max_steps", [(None, None), ("lstm", None), ("elstm", None), ("rtrl_elstm", None), (None, 3), ("lstm", 4)]
+)
 def test_unrolls_overlap_by_one_step_and_align_actions(tmp_path, core, max_steps):
     logs = [[] for _ in range(K)]
     address = tp.Address("unix", path=str(tmp_path / "srv.0"))
@@ -69,9 +70,25 @@ def test_unrolls_overlap_by_one_step_and_align_actions(tmp_path, core, max_steps
     conn, spec = connect_server(address, flags(), None)
     stats = RunStats()
     agent = make_agent(make_parser().parse_args(["--agent=impala", f"--unroll_length={T}"]), spec)
-    actor = ActorThread(0, address, conn, spec, flags(), None, batcher, learner_queue,
-                        lambda n: model.initial_state(n), stats, stop, agent)
-    start_thread("inference", lambda: inference_loop(batcher, inference_copy(model), threading.Lock(), "cpu", stop, agent), errors)
+    actor = ActorThread(
+        0,
+        address,
+        conn,
+        spec,
+        flags(),
+        None,
+        batcher,
+        learner_queue,
+        lambda n: model.initial_state(n),
+        stats,
+        stop,
+        agent,
+    )
+    start_thread(
+        "inference",
+        lambda: inference_loop(batcher, inference_copy(model), threading.Lock(), "cpu", stop, agent),
+        errors,
+    )
     start_thread("actor", actor.run, errors)
     unrolls = [learner_queue.get(timeout=20) for _ in range(3)]
     stop.set()
@@ -104,13 +121,17 @@ def test_unrolls_overlap_by_one_step_and_align_actions(tmp_path, core, max_steps
             np.testing.assert_array_equal(timeline["obs"][t, slot].numpy(), obs)
             i += 1
         if max_steps:  # episode ends inside every unroll, on every env
-            assert all(timeline["done"][1 + T * u: 1 + T * (u + 1), slot].any() for u in range(3))
+            assert all(timeline["done"][1 + T * u : 1 + T * (u + 1), slot].any() for u in range(3))
     # The behaviour logits stored at t are the model's output on obs[t-1]: the learner,
     # starting each unroll from the agent state stored at its start, reproduces them.
     for unroll, state in unrolls:
         with torch.no_grad():
-            inputs = {"obs": unroll["obs"], "reward": unroll["reward"], "done": unroll["done"],
-                      "last_action": unroll["action"]}
+            inputs = {
+                "obs": unroll["obs"],
+                "reward": unroll["reward"],
+                "done": unroll["done"],
+                "last_action": unroll["action"],
+            }
             out, _ = model(inputs, state)
         torch.testing.assert_close(unroll["policy_logits"][1:], out["policy_logits"][:-1], rtol=1e-5, atol=1e-5)
         assert len(state) == len(model.initial_state(K)) and all(s.shape[0] == K for s in state)
@@ -154,9 +175,25 @@ def test_ppo_unrolls_store_what_the_learner_needs(tmp_path, env, squash):
     errors = ErrorBox(stop)
     batcher = InferenceBatcher(max_batch_size=K, timeout_s=0.001)
     learner_queue = queue.Queue(maxsize=3)
-    actor = ActorThread(0, address, conn, spec, flags(), None, batcher, learner_queue,
-                        lambda n: model.initial_state(n), RunStats(), stop, agent)
-    start_thread("inference", lambda: inference_loop(batcher, inference_copy(model), threading.Lock(), "cpu", stop, agent), errors)
+    actor = ActorThread(
+        0,
+        address,
+        conn,
+        spec,
+        flags(),
+        None,
+        batcher,
+        learner_queue,
+        lambda n: model.initial_state(n),
+        RunStats(),
+        stop,
+        agent,
+    )
+    start_thread(
+        "inference",
+        lambda: inference_loop(batcher, inference_copy(model), threading.Lock(), "cpu", stop, agent),
+        errors,
+    )
     start_thread("actor", actor.run, errors)
     unrolls = [learner_queue.get(timeout=20) for _ in range(3)]
     stop.set()
@@ -170,12 +207,17 @@ def test_ppo_unrolls_store_what_the_learner_needs(tmp_path, env, squash):
             assert unroll["action"].dtype == torch.float32 and unroll["action"].shape == (T + 1, K, 1)
             assert set(unroll) >= {"policy_mean", "policy_std", "log_prob", "baseline", "truncated"}
         with torch.no_grad():
-            inputs = {"obs": unroll["obs"], "reward": unroll["reward"], "done": unroll["done"],
-                      "last_action": unroll["action"]}
+            inputs = {
+                "obs": unroll["obs"],
+                "reward": unroll["reward"],
+                "done": unroll["done"],
+                "last_action": unroll["action"],
+            }
             out, _ = model(inputs, state)
             dist = agent.distribution({k: out[k][:-1] for k in agent.param_keys})
-            torch.testing.assert_close(dist.log_prob(unroll["action"][1:]), unroll["log_prob"][1:],
-                                       rtol=1e-4, atol=1e-4)
+            torch.testing.assert_close(
+                dist.log_prob(unroll["action"][1:]), unroll["log_prob"][1:], rtol=1e-4, atol=1e-4
+            )
         torch.testing.assert_close(unroll["baseline"][1:], out["baseline"][:-1], rtol=1e-5, atol=1e-5)
     if env == "pendulum":
         sent = np.concatenate([np.stack(log) for log in logs])
@@ -202,8 +244,20 @@ def test_each_step_stores_the_version_of_the_weights_that_chose_its_action(tmp_p
     inference, lock = inference_copy(model), threading.Lock()
     assert inference.policy_version == 0
     publish = Publisher(model, inference, lock)
-    actor = ActorThread(0, address, conn, spec, flags(), None, None, None, lambda n: inference.initial_state(n),
-                        RunStats(), threading.Event(), agent)
+    actor = ActorThread(
+        0,
+        address,
+        conn,
+        spec,
+        flags(),
+        None,
+        None,
+        None,
+        lambda n: inference.initial_state(n),
+        RunStats(),
+        threading.Event(),
+        agent,
+    )
     unrolls = []
     try:
         actor.begin()
@@ -215,8 +269,9 @@ def test_each_step_stores_the_version_of_the_weights_that_chose_its_action(tmp_p
             request = Request(actor.inputs(), actor.state, K)
             answer([request], inference, lock, "cpu", agent)
             assert request.result[3] == 7 * t
-            torch.testing.assert_close(request.result[1]["baseline"], np.full(K, float(t), np.float32),
-                                       check_dtype=False)  # ... and ran the weights of that version
+            torch.testing.assert_close(
+                request.result[1]["baseline"], np.full(K, float(t), np.float32), check_dtype=False
+            )  # ... and ran the weights of that version
             actor.send(request.result[0])
             finished = actor.receive(*request.result)
             if finished is not None:
@@ -269,7 +324,9 @@ def test_handshake_reset_by_a_dying_server_is_retried(tmp_path):
 
     def connect():
         try:
-            result["conn"], result["spec"] = connect_server(tp.Address("unix", path=path), flags(connect_timeout=15), None)
+            result["conn"], result["spec"] = connect_server(
+                tp.Address("unix", path=path), flags(connect_timeout=15), None
+            )
         except Exception as e:  # noqa: BLE001 - reported below
             result["error"] = e
 
@@ -314,8 +371,16 @@ def test_r2d2_sequences_overlap_by_their_stride_and_carry_the_state_of_their_fir
     server_stop = threading.Event()
     threading.Thread(target=server.serve_forever, args=(server_stop,), daemon=True).start()
     conn, spec = connect_server(address, flags(), None)
-    args = ["--agent=r2d2", "--mlp_sizes=16", "--hidden_size=8", "--dueling_hidden_size=8", f"--burn_in={burn}",
-            f"--unroll_length={T_}", f"--sequence_stride={stride}", f"--num_actors={2 * K}"]
+    args = [
+        "--agent=r2d2",
+        "--mlp_sizes=16",
+        "--hidden_size=8",
+        "--dueling_hidden_size=8",
+        f"--burn_in={burn}",
+        f"--unroll_length={T_}",
+        f"--sequence_stride={stride}",
+        f"--num_actors={2 * K}",
+    ]
     if core:
         args.append("--use_lstm")
     agent = make_agent(make_parser().parse_args(args), spec)
@@ -334,9 +399,25 @@ def test_r2d2_sequences_overlap_by_their_stride_and_carry_the_state_of_their_fir
 
     agent.act = act
     # server 1 of 2 (env ids K..2K-1)
-    actor = ActorThread(1, address, conn, spec, flags(num_actors=2 * K), None, batcher, learner_queue,
-                        lambda n: model.initial_state(n), RunStats(), stop, agent)
-    start_thread("inference", lambda: inference_loop(batcher, inference_copy(model), threading.Lock(), "cpu", stop, agent), errors)
+    actor = ActorThread(
+        1,
+        address,
+        conn,
+        spec,
+        flags(num_actors=2 * K),
+        None,
+        batcher,
+        learner_queue,
+        lambda n: model.initial_state(n),
+        RunStats(),
+        stop,
+        agent,
+    )
+    start_thread(
+        "inference",
+        lambda: inference_loop(batcher, inference_copy(model), threading.Lock(), "cpu", stop, agent),
+        errors,
+    )
     start_thread("actor", actor.run, errors)
     seqs = [learner_queue.get(timeout=20) for _ in range(4)]
     stop.set()
@@ -348,14 +429,18 @@ def test_r2d2_sequences_overlap_by_their_stride_and_carry_the_state_of_their_fir
         for key in u1:
             torch.testing.assert_close(u2[key][: L + 1 - stride], u1[key][stride:])
         with torch.no_grad():
-            inputs = {"obs": u1["obs"][:stride], "reward": u1["reward"][:stride], "done": u1["done"][:stride],
-                      "last_action": u1["action"][:stride]}
+            inputs = {
+                "obs": u1["obs"][:stride],
+                "reward": u1["reward"][:stride],
+                "done": u1["done"][:stride],
+                "last_action": u1["action"][:stride],
+            }
             _, state = model(inputs, s1)
         for a, b in zip(state, s2):
             torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
     assert all(u["done"].any() for u, _ in seqs)  # 5-step episodes end inside every sequence
     # The stitched timeline is what the envs saw, step for step.
-    timeline_actions = torch.cat([seqs[0][0]["action"]] + [u["action"][L + 1 - stride:] for u, _ in seqs[1:]])
+    timeline_actions = torch.cat([seqs[0][0]["action"]] + [u["action"][L + 1 - stride :] for u, _ in seqs[1:]])
     for slot in range(K):
         sent = [e[1] for e in logs[slot] if e[0] == "step"]
         assert timeline_actions[1:, slot].tolist() == sent[: timeline_actions.shape[0] - 1]

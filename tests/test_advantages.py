@@ -27,16 +27,12 @@ def _random_case(seed: int, min_t: int = 1, terminal_prob: float = 0.2):
 
 
 def _torch(case, requires_grad=False):
-    return {
-        k: torch.tensor(v, dtype=torch.float64, requires_grad=requires_grad)
-        for k, v in case.items()
-    }
+    return {k: torch.tensor(v, dtype=torch.float64, requires_grad=requires_grad) for k, v in case.items()}
 
 
 def _assert_close(actual, expected, msg=""):
     # numpy's check: torch.testing is slow to import on first use.
-    np.testing.assert_allclose(actual.detach().numpy(), expected.detach().numpy(),
-                               rtol=1e-7, atol=1e-7, err_msg=msg)
+    np.testing.assert_allclose(actual.detach().numpy(), expected.detach().numpy(), rtol=1e-7, atol=1e-7, err_msg=msg)
 
 
 def _v(values, bootstrap_value, t, b):
@@ -58,8 +54,7 @@ def gae_reference(values, rewards, discounts, bootstrap_value, lam):
             total, weight = 0.0, 1.0
             for l in range(T - t):
                 s = t + l
-                delta = (rewards[s][b] + discounts[s][b] * _v(values, bootstrap_value, s + 1, b)
-                         - values[s][b])
+                delta = rewards[s][b] + discounts[s][b] * _v(values, bootstrap_value, s + 1, b) - values[s][b]
                 total += weight * delta
                 weight *= discounts[s][b] * lam
             adv[t][b] = total
@@ -88,8 +83,7 @@ def _clip(x, threshold):
     return x if threshold is None else min(x, threshold)
 
 
-def vtrace_reference(log_rhos, values, rewards, discounts, bootstrap_value,
-                     rho_bar, c_bar, pg_rho_bar, lam):
+def vtrace_reference(log_rhos, values, rewards, discounts, bootstrap_value, rho_bar, c_bar, pg_rho_bar, lam):
     """IMPALA eq. 1 as an explicit sum, and A_s = rho^pg_s (r_s + gamma_s v_{s+1} - V(x_s))."""
     T, B = len(rewards), len(rewards[0])
     vs = [[0.0] * B for _ in range(T)]
@@ -130,8 +124,7 @@ def _check(out, expected_adv, expected_ret):
 def test_gae_matches_reference(seed, lam):
     _, _, _, case = _random_case(seed)
     out = adv_lib.gae(**_torch(case), lambda_=lam)
-    _check(out, *gae_reference(case["values"], case["rewards"], case["discounts"],
-                               case["bootstrap_value"], lam))
+    _check(out, *gae_reference(case["values"], case["rewards"], case["discounts"], case["bootstrap_value"], lam))
 
 
 def test_gae_lambda_zero_is_td_error_and_all_terminal_is_r_minus_v():
@@ -157,8 +150,7 @@ def test_gae_lambda_zero_is_td_error_and_all_terminal_is_r_minus_v():
 def test_nstep_matches_reference(seed, n):
     _, _, _, case = _random_case(seed)
     out = adv_lib.nstep(**_torch(case), n=n)
-    _check(out, *nstep_reference(case["values"], case["rewards"], case["discounts"],
-                                 case["bootstrap_value"], n))
+    _check(out, *nstep_reference(case["values"], case["rewards"], case["discounts"], case["bootstrap_value"], n))
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -178,8 +170,7 @@ def test_nstep_t1_and_all_terminal():
     c = _torch(_random_case(0)[3])
     c1 = {k: v[:1] if k != "bootstrap_value" else v for k, v in c.items()}
     out = adv_lib.nstep(**c1, n=3)
-    _assert_close(
-        out.returns, c1["rewards"] + c1["discounts"] * c1["bootstrap_value"][None])
+    _assert_close(out.returns, c1["rewards"] + c1["discounts"] * c1["bootstrap_value"][None])
     c["discounts"] = torch.zeros_like(c["discounts"])
     out = adv_lib.nstep(**c, n=4)
     _assert_close(out.returns, c["rewards"])
@@ -191,17 +182,33 @@ def test_nstep_t1_and_all_terminal():
 
 
 @pytest.mark.parametrize("seed", SEEDS)
-@pytest.mark.parametrize(
-    "clips", [(1.0, 1.0, 1.0, 1.0), (2.0, 0.9, 1.5, 0.8), (None, None, None, 0.95)]
-)
+@pytest.mark.parametrize("clips", [(1.0, 1.0, 1.0, 1.0), (2.0, 0.9, 1.5, 0.8), (None, None, None, 0.95)])
 def test_vtrace_matches_reference(seed, clips):
     rng, T, B, case = _random_case(seed)
     log_rhos = rng.normal(0.0, 0.8, (T, B))
     rho_bar, c_bar, pg_rho_bar, lam = clips
-    out = adv_lib.vtrace(torch.tensor(log_rhos), **_torch(case), clip_rho_threshold=rho_bar,
-                         clip_c_threshold=c_bar, clip_pg_rho_threshold=pg_rho_bar, lambda_=lam)
-    _check(out, *vtrace_reference(log_rhos, case["values"], case["rewards"], case["discounts"],
-                                  case["bootstrap_value"], rho_bar, c_bar, pg_rho_bar, lam))
+    out = adv_lib.vtrace(
+        torch.tensor(log_rhos),
+        **_torch(case),
+        clip_rho_threshold=rho_bar,
+        clip_c_threshold=c_bar,
+        clip_pg_rho_threshold=pg_rho_bar,
+        lambda_=lam,
+    )
+    _check(
+        out,
+        *vtrace_reference(
+            log_rhos,
+            case["values"],
+            case["rewards"],
+            case["discounts"],
+            case["bootstrap_value"],
+            rho_bar,
+            c_bar,
+            pg_rho_bar,
+            lam,
+        ),
+    )
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -259,8 +266,7 @@ def test_bootstrap_truncations_rewrites_truncated_steps():
     values = c["values"].clone().requires_grad_(True)
     truncated = torch.tensor(rng.random((T, B)) < 0.4)
     rewards0, discounts0 = c["rewards"].clone(), c["discounts"].clone()
-    rewards, discounts, mask = adv_lib.bootstrap_truncations(
-        c["rewards"], c["discounts"], values, truncated)
+    rewards, discounts, mask = adv_lib.bootstrap_truncations(c["rewards"], c["discounts"], values, truncated)
     for t in range(T):
         for b in range(B):
             if truncated[t, b]:
@@ -283,16 +289,20 @@ def test_truncation_bootstraps_from_last_known_value(seed):
     t_cut = int(rng.integers(1, T - 1))  # Truncation in the middle of the unroll.
     truncated = np.zeros((T, B), dtype=bool)
     truncated[t_cut] = True
-    truncated[t_cut + 1:] = rng.random((T - t_cut - 1, B)) < 0.3  # Later episodes may be cut too.
+    truncated[t_cut + 1 :] = rng.random((T - t_cut - 1, B)) < 0.3  # Later episodes may be cut too.
     log_rhos = torch.tensor(rng.normal(0.0, 0.8, (T, B)))
     c = _torch(case)
     rewards, discounts, mask = adv_lib.bootstrap_truncations(
-        c["rewards"], c["discounts"], c["values"], torch.tensor(truncated))
-    full = dict(values=c["values"], rewards=rewards, discounts=discounts,
-                bootstrap_value=c["bootstrap_value"])
+        c["rewards"], c["discounts"], c["values"], torch.tensor(truncated)
+    )
+    full = dict(values=c["values"], rewards=rewards, discounts=discounts, bootstrap_value=c["bootstrap_value"])
     # The shorter unroll that ends at x_{t_cut} with bootstrap V(x_{t_cut}).
-    short = dict(values=c["values"][:t_cut], rewards=c["rewards"][:t_cut],
-                 discounts=c["discounts"][:t_cut], bootstrap_value=c["values"][t_cut])
+    short = dict(
+        values=c["values"][:t_cut],
+        rewards=c["rewards"][:t_cut],
+        discounts=c["discounts"][:t_cut],
+        bootstrap_value=c["values"][t_cut],
+    )
     full_out = _all_estimators(full, log_rhos)
     short_out = _all_estimators(short, log_rhos[:t_cut])
     for name in full_out:
@@ -305,8 +315,13 @@ def test_truncation_bootstraps_from_last_known_value(seed):
         _assert_close(f.returns[tr], c["values"][tr], msg=name)
         assert torch.all(mask[tr] == 0.0) and torch.all(mask[~tr] == 1.0)
     # Treating the truncation as a terminal state of value 0 gives other targets.
-    naive = adv_lib.gae(c["values"], c["rewards"], torch.where(
-        torch.tensor(truncated), torch.zeros_like(c["discounts"]), c["discounts"]),
-        c["bootstrap_value"], lambda_=0.95)
-    assert not torch.allclose(naive.returns[t_cut - 1], full_out["gae"].returns[t_cut - 1]) or \
-        bool(torch.all(c["discounts"][t_cut - 1] == 0))
+    naive = adv_lib.gae(
+        c["values"],
+        c["rewards"],
+        torch.where(torch.tensor(truncated), torch.zeros_like(c["discounts"]), c["discounts"]),
+        c["bootstrap_value"],
+        lambda_=0.95,
+    )
+    assert not torch.allclose(naive.returns[t_cut - 1], full_out["gae"].returns[t_cut - 1]) or bool(
+        torch.all(c["discounts"][t_cut - 1] == 0)
+    )

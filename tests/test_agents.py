@@ -48,29 +48,55 @@ def random_batch(spec, agent, model, seed=0, truncate=True):
 def test_vtrace_agent_with_impala_settings_gives_impala_loss():
     """One epoch, one minibatch, summed terms, V-trace advantages, RMSprop: the same loss and
     gradients as --agent impala, with rewards outside [-1, 1], truncations and three thresholds."""
-    common = ["--entropy_cost=0.013", "--baseline_cost=0.7", "--discounting=0.95", "--reward_clipping=abs_one",
-              "--clip_rho_threshold=1.3", "--clip_pg_rho_threshold=0.8", "--clip_c_threshold=0.9",
-              "--vtrace_lambda=0.9"]
+    common = [
+        "--entropy_cost=0.013",
+        "--baseline_cost=0.7",
+        "--discounting=0.95",
+        "--reward_clipping=abs_one",
+        "--clip_rho_threshold=1.3",
+        "--clip_pg_rho_threshold=0.8",
+        "--clip_c_threshold=0.9",
+        "--vtrace_lambda=0.9",
+    ]
     impala = make_agent(flags("--agent=impala", *common), DISCRETE)
-    vtrace = make_agent(flags("--agent=vtrace", "--advantage=vtrace", "--loss_reduction=sum", "--num_epochs=1",
-                              "--num_minibatches=1", "--batch_mode=repeat", "--no-advantage_normalization",
-                              *common), DISCRETE)
+    vtrace = make_agent(
+        flags(
+            "--agent=vtrace",
+            "--advantage=vtrace",
+            "--loss_reduction=sum",
+            "--num_epochs=1",
+            "--num_minibatches=1",
+            "--batch_mode=repeat",
+            "--no-advantage_normalization",
+            *common,
+        ),
+        DISCRETE,
+    )
     torch.manual_seed(0)
     model = impala.build_model()
     batch = random_batch(DISCRETE, vtrace, model)
     assert batch["truncated"][1:].any() and (batch["reward"].abs() > 1).any()
 
-    (impala_loss, _), = list(impala.updates(model, batch, ()))
+    ((impala_loss, _),) = list(impala.updates(model, batch, ()))
     impala_grads = torch.autograd.grad(impala_loss, list(model.parameters()))
-    (vtrace_loss, stats), = list(vtrace.updates(model, batch, ()))
+    ((vtrace_loss, stats),) = list(vtrace.updates(model, batch, ()))
     vtrace_grads = torch.autograd.grad(vtrace_loss, list(model.parameters()))
     torch.testing.assert_close(vtrace_loss, impala_loss, rtol=1e-5, atol=1e-5)
     for a, b in zip(vtrace_grads, impala_grads):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
     # ... and a different threshold changes both the same way (the flags reach the same places).
-    other = make_agent(flags("--agent=vtrace", "--advantage=vtrace", "--loss_reduction=sum", "--batch_mode=repeat",
-                             *common, "--clip_pg_rho_threshold=0.3"), DISCRETE)
-    (other_loss, _), = list(other.updates(model, batch, ()))
+    other = make_agent(
+        flags(
+            "--agent=vtrace",
+            "--advantage=vtrace",
+            "--loss_reduction=sum",
+            "--batch_mode=repeat",
+            *common,
+            "--clip_pg_rho_threshold=0.3",
+        ),
+        DISCRETE,
+    )
+    ((other_loss, _),) = list(other.updates(model, batch, ()))
     assert not torch.allclose(other_loss, vtrace_loss)
 
 
@@ -80,8 +106,18 @@ def test_impala_epochs_are_vtrace_agent_epochs():
     one minibatch with IMPALA's settings; one epoch, the default, yields one loss."""
     common = ["--entropy_cost=0.013", "--baseline_cost=0.7", "--discounting=0.95", "--num_epochs=3"]
     impala = make_agent(flags("--agent=impala", *common), DISCRETE)
-    vtrace = make_agent(flags("--agent=vtrace", "--advantage=vtrace", "--loss_reduction=sum", "--num_minibatches=1",
-                              "--batch_mode=repeat", "--no-advantage_normalization", *common), DISCRETE)
+    vtrace = make_agent(
+        flags(
+            "--agent=vtrace",
+            "--advantage=vtrace",
+            "--loss_reduction=sum",
+            "--num_minibatches=1",
+            "--batch_mode=repeat",
+            "--no-advantage_normalization",
+            *common,
+        ),
+        DISCRETE,
+    )
     batch = random_batch(DISCRETE, vtrace, None)
     losses = {}
     for name, agent in (("impala", impala), ("vtrace", vtrace)):
@@ -109,10 +145,16 @@ def test_epochs_and_minibatches_per_batch_mode(mode, monkeypatch):
     seen = []
     recomputed = []
     original_unroll, original_transitions = agent.unroll_loss, agent.transitions
-    monkeypatch.setattr(agent, "unroll_loss", lambda m, mb, st: seen.append(mb["obs"].shape[1]) or original_unroll(m, mb, st))
+    monkeypatch.setattr(
+        agent, "unroll_loss", lambda m, mb, st: seen.append(mb["obs"].shape[1]) or original_unroll(m, mb, st)
+    )
     monkeypatch.setattr(agent, "transitions", lambda *a: recomputed.append(1) or original_transitions(*a))
     original_transition_loss = agent.transition_loss
-    monkeypatch.setattr(agent, "transition_loss", lambda m, tr: seen.append(tr["advantages"].shape[0]) or original_transition_loss(m, tr))
+    monkeypatch.setattr(
+        agent,
+        "transition_loss",
+        lambda m, tr: seen.append(tr["advantages"].shape[0]) or original_transition_loss(m, tr),
+    )
     losses = [loss for loss, _ in agent.updates(model, batch, ())]
     assert len(losses) == 3 * 2 and all(torch.isfinite(x) for x in losses)
     if mode in ("repeat", "shuffle"):
@@ -128,8 +170,9 @@ def test_shuffle_visits_every_unroll_once_per_epoch(monkeypatch):
     batch = random_batch(DISCRETE, agent, model)
     batch["obs"][:, :, 0] = torch.arange(B, dtype=torch.float32)  # tag each unroll
     seen = []
-    monkeypatch.setattr(agent, "unroll_loss", lambda m, mb, st: (seen.append(int(mb["obs"][0, 0, 0])),
-                                                                 (torch.zeros(()), {}))[1])
+    monkeypatch.setattr(
+        agent, "unroll_loss", lambda m, mb, st: (seen.append(int(mb["obs"][0, 0, 0])), (torch.zeros(()), {}))[1]
+    )
     list(agent.updates(model, batch, ()))
     assert sorted(seen[:5]) == sorted(seen[5:]) == list(range(B))
 
@@ -144,8 +187,16 @@ def test_split_modes_refuse_recurrent_cores():
 
 AGENT_STATE_FLAGS = {
     "vmpo": ["--agent=vmpo", "--obs_normalization", "--value_normalization=popart", "--popart_beta=0.1"],
-    "ppo_box": ["--agent=ppo", "--obs_normalization", "--value_normalization=return_std", "--popart_beta=0.1",
-                "--target_entropy=0.5", "--target_kl=0.01", "--squash", "--optimizer=adam"],
+    "ppo_box": [
+        "--agent=ppo",
+        "--obs_normalization",
+        "--value_normalization=return_std",
+        "--popart_beta=0.1",
+        "--target_entropy=0.5",
+        "--target_kl=0.01",
+        "--squash",
+        "--optimizer=adam",
+    ],
 }
 
 
@@ -181,8 +232,13 @@ def test_resume_twice_equals_an_uninterrupted_run(case):
             learner.learn(batches[i], ())
 
     def checkpoint(learner):
-        return _save_load({"model": learner.model.state_dict(), "optimizer": learner.optimizer.state_dict(),
-                           "scheduler": learner.scheduler.state_dict()})
+        return _save_load(
+            {
+                "model": learner.model.state_dict(),
+                "optimizer": learner.optimizer.state_dict(),
+                "scheduler": learner.scheduler.state_dict(),
+            }
+        )
 
     def restore(state):
         learner = fresh()
@@ -221,8 +277,9 @@ def test_resume_twice_equals_an_uninterrupted_run(case):
 @pytest.mark.parametrize("agent_name", ON_POLICY)
 @pytest.mark.parametrize("spec", [DISCRETE, BOX], ids=["discrete", "box"])
 def test_every_on_policy_agent_takes_steps_on_both_action_kinds(agent_name, spec):
-    f = flags(f"--agent={agent_name}", "--num_epochs=2", "--num_minibatches=2", "--optimizer=adam",
-              "--learning_rate=0.01")
+    f = flags(
+        f"--agent={agent_name}", "--num_epochs=2", "--num_minibatches=2", "--optimizer=adam", "--learning_rate=0.01"
+    )
     agent = make_agent(f, spec)
     torch.manual_seed(0)
     model = agent.build_model()
@@ -236,16 +293,21 @@ def test_every_on_policy_agent_takes_steps_on_both_action_kinds(agent_name, spec
         optimizer.step()
     assert not torch.equal(before["baseline.weight"], model.baseline.weight)
     with torch.no_grad():
-        inputs = {"obs": batch["obs"][:1], "reward": batch["reward"][:1], "done": batch["done"][:1],
-                  "last_action": batch["action"][:1]}
+        inputs = {
+            "obs": batch["obs"][:1],
+            "reward": batch["reward"][:1],
+            "done": batch["done"][:1],
+            "last_action": batch["action"][:1],
+        }
         greedy, extras, _ = agent.act(model, inputs, (), greedy=True)
         again, _, _ = agent.act(model, inputs, (), greedy=True)
     assert torch.equal(greedy, again)  # greedy is deterministic: argmax, or the Gaussian's mean
     assert set(extras) == set(agent.unroll_fields())
 
 
-@pytest.mark.parametrize("package", ["torchbeast_atari", "torchbeast_procgen", "torchbeast_gym", "torchbeast_mujoco",
-                                     "torchbeast_football"])
+@pytest.mark.parametrize(
+    "package", ["torchbeast_atari", "torchbeast_procgen", "torchbeast_gym", "torchbeast_mujoco", "torchbeast_football"]
+)
 @pytest.mark.parametrize("agent_name", ["impala", "ppo", "vmpo"])
 def test_each_package_builds_and_updates_its_default_model_for_each_agent(package, agent_name):
     """A package's defaults for --agent build a model that acts and takes a step (image stems are
@@ -258,23 +320,39 @@ def test_each_package_builds_and_updates_its_default_model_for_each_agent(packag
     if package == "torchbeast_mujoco" and agent_name == "impala":
         pytest.skip("IMPALA takes discrete actions")
     f = parse_flags(pkg, [f"--agent={agent_name}", "--unroll_length=3", "--batch_size=2", "--num_minibatches=2"])
-    spec = {"torchbeast_atari": EnvSpec(Observation((4, 84, 84), "|u1"), DiscreteActions(6)),
-            "torchbeast_procgen": EnvSpec(Observation((3, 64, 64), "|u1"), DiscreteActions(15)),
-            "torchbeast_football": EnvSpec(Observation((16, 72, 96), "|u1"), DiscreteActions(19)),
-            "torchbeast_gym": DISCRETE, "torchbeast_mujoco": BOX}[package]
+    spec = {
+        "torchbeast_atari": EnvSpec(Observation((4, 84, 84), "|u1"), DiscreteActions(6)),
+        "torchbeast_procgen": EnvSpec(Observation((3, 64, 64), "|u1"), DiscreteActions(15)),
+        "torchbeast_football": EnvSpec(Observation((16, 72, 96), "|u1"), DiscreteActions(19)),
+        "torchbeast_gym": DISCRETE,
+        "torchbeast_mujoco": BOX,
+    }[package]
     agent = make_agent(f, spec)
     model = agent.build_model()
     optimizer, _ = agent.make_optimizer(model)
     T1, B2 = 4, 2
-    obs = (torch.randint(0, 255, (T1, B2, *spec.obs.shape), dtype=torch.uint8) if spec.obs.dtype == "|u1"
-           else torch.randn(T1, B2, *spec.obs.shape))
-    inputs = {"obs": obs, "reward": torch.zeros(T1, B2), "done": torch.zeros(T1, B2, dtype=torch.bool),
-              "last_action": torch.zeros((T1, B2, 2) if spec is BOX else (T1, B2), dtype=torch.float32 if spec is BOX
-                                         else torch.int64)}
+    obs = (
+        torch.randint(0, 255, (T1, B2, *spec.obs.shape), dtype=torch.uint8)
+        if spec.obs.dtype == "|u1"
+        else torch.randn(T1, B2, *spec.obs.shape)
+    )
+    inputs = {
+        "obs": obs,
+        "reward": torch.zeros(T1, B2),
+        "done": torch.zeros(T1, B2, dtype=torch.bool),
+        "last_action": torch.zeros(
+            (T1, B2, 2) if spec is BOX else (T1, B2), dtype=torch.float32 if spec is BOX else torch.int64
+        ),
+    }
     with torch.no_grad():
         action, extras, _ = agent.act(model, {k: v[:1] for k, v in inputs.items()}, model.initial_state(B2))
-    batch = {"obs": obs, "reward": torch.randn(T1, B2), "done": inputs["done"], "truncated": inputs["done"],
-             "action": action.expand(T1, *action.shape[1:]).clone()}
+    batch = {
+        "obs": obs,
+        "reward": torch.randn(T1, B2),
+        "done": inputs["done"],
+        "truncated": inputs["done"],
+        "action": action.expand(T1, *action.shape[1:]).clone(),
+    }
     batch.update({k: v.expand(T1, *v.shape[1:]).clone() for k, v in extras.items()})
     for loss, _ in agent.updates(model, batch, model.initial_state(B2)):
         optimizer.zero_grad()
@@ -291,9 +369,17 @@ def test_impala_agent_loss_feeds_the_loss_function_the_right_slices_and_flags(cl
     from rl_core.losses.impala import impala_loss
 
     thresholds = dict(clip_rho_threshold=1.7, clip_pg_rho_threshold=0.6, clip_c_threshold=0.35, lambda_=0.8)
-    f = flags("--agent=impala", "--entropy_cost=0.013", "--baseline_cost=0.7", "--discounting=0.93",
-              f"--reward_clipping={clipping}", "--clip_rho_threshold=1.7", "--clip_pg_rho_threshold=0.6",
-              "--clip_c_threshold=0.35", "--vtrace_lambda=0.8")
+    f = flags(
+        "--agent=impala",
+        "--entropy_cost=0.013",
+        "--baseline_cost=0.7",
+        "--discounting=0.93",
+        f"--reward_clipping={clipping}",
+        "--clip_rho_threshold=1.7",
+        "--clip_pg_rho_threshold=0.6",
+        "--clip_c_threshold=0.35",
+        "--vtrace_lambda=0.8",
+    )
     agent = make_agent(f, DISCRETE)
     torch.manual_seed(1)
     model = agent.build_model()
@@ -313,17 +399,30 @@ def test_impala_agent_loss_feeds_the_loss_function_the_right_slices_and_flags(cl
         rewards = torch.where(batch["truncated"][1:], values.detach(), rewards)
         kwargs = dict(thresholds, **changes)
         return impala_loss(
-            behavior_policy_logits=batch["policy_logits"][1:], target_policy_logits=out["policy_logits"][:-1],
-            actions=batch["action"][1:], rewards=rewards, dones=batch["done"][1:], values=values,
-            bootstrap_value=out["baseline"][-1], discounting=0.93, baseline_cost=0.7, entropy_cost=0.013,
-            **kwargs)[0]
+            behavior_policy_logits=batch["policy_logits"][1:],
+            target_policy_logits=out["policy_logits"][:-1],
+            actions=batch["action"][1:],
+            rewards=rewards,
+            dones=batch["done"][1:],
+            values=values,
+            bootstrap_value=out["baseline"][-1],
+            discounting=0.93,
+            baseline_cost=0.7,
+            entropy_cost=0.013,
+            **kwargs,
+        )[0]
 
     torch.testing.assert_close(loss, reference(), rtol=1e-6, atol=1e-6)
     assert stats["total_loss"] == pytest.approx(loss.item(), rel=1e-6)
     # The check can tell each wiring mistake apart: a swapped or ignored threshold, the other clipping.
-    for wrong in (dict(clip_rho_threshold=0.6, clip_pg_rho_threshold=1.7), dict(clip_c_threshold=1.7),
-                  dict(clip_rho_threshold=0.35, clip_c_threshold=1.7), dict(lambda_=1.0),
-                  dict(clip_pg_rho_threshold=1.0), dict(clip_rho_threshold=1.0)):
+    for wrong in (
+        dict(clip_rho_threshold=0.6, clip_pg_rho_threshold=1.7),
+        dict(clip_c_threshold=1.7),
+        dict(clip_rho_threshold=0.35, clip_c_threshold=1.7),
+        dict(lambda_=1.0),
+        dict(clip_pg_rho_threshold=1.0),
+        dict(clip_rho_threshold=1.0),
+    ):
         assert abs(reference(**wrong).item() - loss.item()) > 1e-3, wrong
     assert abs(reference(clip=clipping != "abs_one").item() - loss.item()) > 1e-3
 
@@ -340,8 +439,16 @@ def test_each_package_builds_and_updates_r2d2_with_its_defaults(package, core, c
     from rl_core.runtime.entry import parse_flags
 
     pkg = importlib.import_module(f"{package}.env")
-    args = ["--agent=r2d2", "--unroll_length=3", "--burn_in=2", "--batch_size=2", "--replay_buffer_min_size=2",
-            "--hidden_size=16", "--dueling_hidden_size=16", *([core] if core else [])]
+    args = [
+        "--agent=r2d2",
+        "--unroll_length=3",
+        "--burn_in=2",
+        "--batch_size=2",
+        "--replay_buffer_min_size=2",
+        "--hidden_size=16",
+        "--dueling_hidden_size=16",
+        *([core] if core else []),
+    ]
     if package == "torchbeast_mujoco":
         with pytest.raises(SystemExit):
             parse_flags(pkg, args)
@@ -351,25 +458,41 @@ def test_each_package_builds_and_updates_r2d2_with_its_defaults(package, core, c
             make_agent(gym_flags, BOX).build_model()
         return
     f = parse_flags(pkg, args)
-    spec = {"torchbeast_atari": EnvSpec(Observation((4, 84, 84), "|u1"), DiscreteActions(6)),
-            "torchbeast_procgen": EnvSpec(Observation((3, 64, 64), "|u1"), DiscreteActions(15)),
-            "torchbeast_gym": DISCRETE}[package]
+    spec = {
+        "torchbeast_atari": EnvSpec(Observation((4, 84, 84), "|u1"), DiscreteActions(6)),
+        "torchbeast_procgen": EnvSpec(Observation((3, 64, 64), "|u1"), DiscreteActions(15)),
+        "torchbeast_gym": DISCRETE,
+    }[package]
     agent = make_agent(f, spec)
     assert (f.optimizer, f.n_steps, f.grad_norm_clipping, f.reward_clipping) == ("adam", 5, 40.0, "none")
     model = agent.build_model()
     optimizer, _ = agent.make_optimizer(model)
     T1, B2 = 6, 2
-    obs = (torch.randint(0, 255, (T1, B2, *spec.obs.shape), dtype=torch.uint8) if spec.obs.dtype == "|u1"
-           else torch.randn(T1, B2, *spec.obs.shape))
+    obs = (
+        torch.randint(0, 255, (T1, B2, *spec.obs.shape), dtype=torch.uint8)
+        if spec.obs.dtype == "|u1"
+        else torch.randn(T1, B2, *spec.obs.shape)
+    )
     done = torch.zeros(T1, B2, dtype=torch.bool)
-    inputs = {"obs": obs[:1], "reward": torch.zeros(1, B2), "done": done[:1],
-              "last_action": torch.zeros(1, B2, dtype=torch.int64), "epsilon": torch.full((1, B2), 0.5)}
+    inputs = {
+        "obs": obs[:1],
+        "reward": torch.zeros(1, B2),
+        "done": done[:1],
+        "last_action": torch.zeros(1, B2, dtype=torch.int64),
+        "epsilon": torch.full((1, B2), 0.5),
+    }
     with torch.no_grad():
         action, extras, _ = agent.act(model, inputs, model.initial_state(B2))
     assert extras == {} and action.shape == (1, B2)
-    batch = {"obs": obs, "reward": torch.randn(T1, B2), "done": done, "truncated": done,
-             "action": action.expand(T1, B2).clone(), "replay/index": torch.arange(B2),
-             "replay/weight": torch.ones(B2)}
+    batch = {
+        "obs": obs,
+        "reward": torch.randn(T1, B2),
+        "done": done,
+        "truncated": done,
+        "action": action.expand(T1, B2).clone(),
+        "replay/index": torch.arange(B2),
+        "replay/weight": torch.ones(B2),
+    }
     before = [p.clone() for p in model.q_head.parameters()]
     for loss, _ in agent.updates(model, batch, model.initial_state(B2)):
         optimizer.zero_grad()
@@ -423,8 +546,13 @@ def test_entropy_cost_decays_linearly_with_the_schedule(agent, batches):
     (1 - min(k T B, total) / total), the loss and gradients those of a constant cost of that size; the
     schedule's batch count is what a checkpoint keeps, so a resumed run goes on from where it was."""
     total = 4 * T * B
-    common = (f"--agent={agent}", "--entropy_cost=0.5", f"--total_steps={total}", "--num_epochs=1",
-              "--num_minibatches=1")
+    common = (
+        f"--agent={agent}",
+        "--entropy_cost=0.5",
+        f"--total_steps={total}",
+        "--num_epochs=1",
+        "--num_minibatches=1",
+    )
     decaying = make_agent(flags(*common, "--entropy_decay=linear"), DISCRETE)
     model = model_after_batches(decaying, batches)
     expected = 0.5 * (1 - min(batches * T * B, total) / total)
@@ -447,9 +575,18 @@ def test_entropy_cost_decays_linearly_with_the_schedule(agent, batches):
     if agent == "impala":
         assert stats["entropy_cost"] == pytest.approx(expected) and "entropy_cost" not in undecayed_stats
         with torch.no_grad():
-            log_policy = F.log_softmax(model(
-                {"obs": batch["obs"], "reward": batch["reward"], "done": batch["done"], "last_action": batch["action"]},
-                model.initial_state(B))[0]["policy_logits"][:-1], -1)
+            log_policy = F.log_softmax(
+                model(
+                    {
+                        "obs": batch["obs"],
+                        "reward": batch["reward"],
+                        "done": batch["done"],
+                        "last_action": batch["action"],
+                    },
+                    model.initial_state(B),
+                )[0]["policy_logits"][:-1],
+                -1,
+            )
         assert stats["entropy"] == pytest.approx(float(-(log_policy.exp() * log_policy).sum(-1).mean()), rel=1e-5)
 
 
@@ -472,4 +609,5 @@ def test_every_agent_declares_its_traits():
     assert agents.agent_traits(make_parser().parse_args(["--agent=sac"])) is agents.TRAITS["sac"]
     assert [name for name in agents.AGENTS if agents.agent_traits(name).replays] == list(agents.REPLAY)
     assert set(agents.rank_shares()) == {name for t in agents.TRAITS.values() for name in t.rank_shares} | {
-        "rnd_init_steps"}
+        "rnd_init_steps"
+    }

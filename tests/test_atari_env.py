@@ -455,8 +455,13 @@ def _behaviour(env):
         if info["lives"] < lives or terminated or truncated:
             break
     life_loss_ends = bool(terminated) and info["lives"] == lives - 1
-    return {"noops": noops, "sticky": round(sticky, 6), "actions": env.action_space.n,
-            "life_loss_ends": life_loss_ends, "life_reset": bool(info.get("life_reset"))}
+    return {
+        "noops": noops,
+        "sticky": round(sticky, 6),
+        "actions": env.action_space.n,
+        "life_loss_ends": life_loss_ends,
+        "life_reset": bool(info.get("life_reset")),
+    }
 
 
 def _truncation_frame(env):

@@ -56,8 +56,16 @@ def test_pretrained_frozen_stem_with_each_core(tmp_path, core):
     source = torch.load(tmp_path / "runs" / "source" / "model.tar", weights_only=True)["model_state_dict"]
     path = str(tmp_path / "runs" / "source" / "model.tar")
     # Acting with a bfloat16 stem (--inference_precision) while the learner trains in float32.
-    args = atari_flags(tmp_path, "frozen", total_steps=1200, hidden_size=32, load_conv_net_from=path,
-                       freeze_conv=True, inference_precision="bfloat16", **{core: True})
+    args = atari_flags(
+        tmp_path,
+        "frozen",
+        total_steps=1200,
+        hidden_size=32,
+        load_conv_net_from=path,
+        freeze_conv=True,
+        inference_precision="bfloat16",
+        **{core: True},
+    )
     result = run(ATARI, *args, output=str(tmp_path / "out2"), timeout=180)
     assert result.returncode == 0, result.stdout[-3000:]
     assert "central inference runs the stem in bfloat16" in result.stdout
@@ -78,8 +86,15 @@ def test_num_actions_flag_must_match_the_game(tmp_path):
 
 
 def test_montezuma_rooms_are_logged_like_the_return(tmp_path):
-    args = atari_flags(tmp_path, "mz", env="ALE/MontezumaRevenge-v5", total_steps=1500, max_episode_frames=400,
-                       sticky_actions=0.25, log_interval=0.5)
+    args = atari_flags(
+        tmp_path,
+        "mz",
+        env="ALE/MontezumaRevenge-v5",
+        total_steps=1500,
+        max_episode_frames=400,
+        sticky_actions=0.25,
+        log_interval=0.5,
+    )
     result = run(ATARI, *args, output=str(tmp_path / "out"), timeout=180)
     assert result.returncode == 0, result.stdout[-3000:]
     rows = csv_rows(str(tmp_path / "runs" / "mz" / "logs.csv"))
@@ -140,9 +155,17 @@ def test_recycle_period_recycles_the_stems_dormant_filters_on_pong(tmp_path):
 
 
 def test_recycle_period_is_refused_in_one_line_for_a_stem_without_it(tmp_path):
-    result = run("torchbeast_gym.polybeast", "--env=CartPole-v1", "--recycle_period=10", "--total_steps=1000",
-                 f"--pipes_basename=unix:{tmp_path}/pipe", f"--savedir={tmp_path}", "--xpid=mlp",
-                 output=str(tmp_path / "out"), timeout=120)
+    result = run(
+        "torchbeast_gym.polybeast",
+        "--env=CartPole-v1",
+        "--recycle_period=10",
+        "--total_steps=1000",
+        f"--pipes_basename=unix:{tmp_path}/pipe",
+        f"--savedir={tmp_path}",
+        "--xpid=mlp",
+        output=str(tmp_path / "out"),
+        timeout=120,
+    )
     assert result.returncode == 2, result.stdout[-3000:]
     last = result.stdout.strip().splitlines()[-1]
     assert "--recycle_period needs a model with recyclable layers" in last and "MLPStem" in last, last

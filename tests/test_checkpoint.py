@@ -77,8 +77,10 @@ def test_kill_9_while_writing_leaves_a_loadable_checkpoint_and_the_next_run_remo
         assert proc.stdout.readline().strip() == "ready"
         deadline = time.monotonic() + 120
         # kill it while a 200 MB temporary file is being written, not between two saves
-        while not any(name.endswith(checkpoint.TEMP_SUFFIX) and os.path.getsize(tmp_path / name) > 1 << 20
-                      for name in leftovers(tmp_path)):
+        while not any(
+            name.endswith(checkpoint.TEMP_SUFFIX) and os.path.getsize(tmp_path / name) > 1 << 20
+            for name in leftovers(tmp_path)
+        ):
             assert time.monotonic() < deadline, "the writer never started a save"
             assert proc.poll() is None, "the writer exited"
         os.kill(proc.pid, signal.SIGKILL)

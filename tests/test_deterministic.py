@@ -17,15 +17,29 @@ RUNS = {
     "impala": ["--env=CartPole-v1", "--agent=impala", "--total_steps=12000"],
     "ppo": ["--env=CartPole-v1", "--agent=ppo", "--total_steps=8000"],
     "r2d2": ["--env=CartPole-v1", "--agent=r2d2", "--total_steps=6000"],
-    "sac": ["--env=Pendulum-v1", "--agent=sac", "--total_steps=2400", "--random_init_steps=400",
-            "--replay_buffer_min_size=400"],
+    "sac": [
+        "--env=Pendulum-v1",
+        "--agent=sac",
+        "--total_steps=2400",
+        "--random_init_steps=400",
+        "--replay_buffer_min_size=400",
+    ],
 }
 
 
 def _train(tmp_path, xpid, *args):
-    result = run("torchbeast_gym.polybeast", *args, "--deterministic", "--log_step_interval=1000",
-                 "--disable_final_test", f"--savedir={tmp_path}", f"--xpid={xpid}",
-                 f"--pipes_basename=unix:{tmp_path}/{xpid}-pipe", output=str(tmp_path / f"{xpid}.out"), timeout=300)
+    result = run(
+        "torchbeast_gym.polybeast",
+        *args,
+        "--deterministic",
+        "--log_step_interval=1000",
+        "--disable_final_test",
+        f"--savedir={tmp_path}",
+        f"--xpid={xpid}",
+        f"--pipes_basename=unix:{tmp_path}/{xpid}-pipe",
+        output=str(tmp_path / f"{xpid}.out"),
+        timeout=300,
+    )
     assert result.returncode == 0, result.stdout[-3000:]
     rows = csv_rows(str(tmp_path / xpid / "logs.csv"))
     return [{k: v for k, v in row.items() if k not in TIMING} for row in rows]
@@ -42,7 +56,7 @@ def test_two_runs_of_one_command_write_the_same_rows(tmp_path, agent):
     assert len({r["total_loss"] for r in first}) > 1
     assert sum(int(r["episodes"]) for r in first) > 0
     for i, (a, b) in enumerate(zip(first, second)):
-        assert a == b, f"row {i} differs: {({k: (a[k], b.get(k)) for k in a if a[k] != b.get(k)})}"
+        assert a == b, f"row {i} differs: { ({k: (a[k], b.get(k)) for k in a if a[k] != b.get(k)}) }"
     assert len(first) == len(second)
 
 
@@ -64,11 +78,25 @@ def test_the_policy_lag_is_what_the_lockstep_order_implies(tmp_path, publish_int
     batch count 2 (n // 2) rounded down to a multiple of --publish_interval p.  Its lag, on every step, is
     n minus that (p = 1: 0, 1, 0, 1, ...; the first batch's is 0)."""
     T, B, p = 10, 4, publish_interval
-    result = run("torchbeast_gym.polybeast", "--env=CartPole-v1", "--agent=impala", "--deterministic",
-                 "--num_servers=2", "--num_actors=8", f"--batch_size={B}", f"--unroll_length={T}",
-                 f"--publish_interval={p}", f"--log_step_interval={T * B}", f"--total_steps={12 * T * B}",
-                 "--disable_final_test", f"--savedir={tmp_path}", "--xpid=run",
-                 f"--pipes_basename=unix:{tmp_path}/pipe", output=str(tmp_path / "out"), timeout=240)
+    result = run(
+        "torchbeast_gym.polybeast",
+        "--env=CartPole-v1",
+        "--agent=impala",
+        "--deterministic",
+        "--num_servers=2",
+        "--num_actors=8",
+        f"--batch_size={B}",
+        f"--unroll_length={T}",
+        f"--publish_interval={p}",
+        f"--log_step_interval={T * B}",
+        f"--total_steps={12 * T * B}",
+        "--disable_final_test",
+        f"--savedir={tmp_path}",
+        "--xpid=run",
+        f"--pipes_basename=unix:{tmp_path}/pipe",
+        output=str(tmp_path / "out"),
+        timeout=240,
+    )
     assert result.returncode == 0, result.stdout[-3000:]
     rows = csv_rows(str(tmp_path / "run" / "logs.csv"))
     assert [int(r["step"]) for r in rows] == [T * B * (n + 1) for n in range(12)]
@@ -91,9 +119,19 @@ def test_a_server_that_dies_ends_the_run_in_one_line_naming_it(tmp_path):
     cannot take a restarted server's fresh envs and still reproduce, so it ends: exit 1, the last line naming the
     server, model.tar of the last batch saved before it loadable, no server or socket left."""
     out = str(tmp_path / "out")
-    proc = start("torchbeast_gym.polybeast", "--env=CartPole-v1", "--deterministic", "--num_servers=2",
-                 "--total_steps=100000000", "--checkpoint_every=0.01", "--disable_final_test",
-                 f"--savedir={tmp_path}", "--xpid=run", f"--pipes_basename=unix:{tmp_path}/pipe", output=out)
+    proc = start(
+        "torchbeast_gym.polybeast",
+        "--env=CartPole-v1",
+        "--deterministic",
+        "--num_servers=2",
+        "--total_steps=100000000",
+        "--checkpoint_every=0.01",
+        "--disable_final_test",
+        f"--savedir={tmp_path}",
+        "--xpid=run",
+        f"--pipes_basename=unix:{tmp_path}/pipe",
+        output=out,
+    )
     try:
         wait_for(lambda: "saved checkpoint" in read(out), 120, "a checkpoint")
         servers = wait_for(lambda: len(children(proc.pid)) == 2 and children(proc.pid), 30, "two servers")
@@ -107,6 +145,8 @@ def test_a_server_that_dies_ends_the_run_in_one_line_naming_it(tmp_path):
     assert re.fullmatch(
         rf"\[ERROR:{proc.pid} learner [0-9:]+\] error: env server 1 \(unix:{re.escape(str(tmp_path))}/pipe\.1\) "
         r"(closed the connection|failed \(.+\)): --deterministic does not reconnect \(a restarted server's envs "
-        r"would not reproduce the run\); the server's log says why it went", last_line(text)), text[-2000:]
+        r"would not reproduce the run\); the server's log says why it went",
+        last_line(text),
+    ), text[-2000:]
     assert checkpoint.load(str(tmp_path / "run" / "model.tar"))["step"] > 0
     assert not sockets_left(tmp_path)

@@ -33,8 +33,17 @@ def free_port() -> int:
 
 
 def torchrun(tmp_path, *args, nproc=2, output="out", timeout=300, module="torchbeast_gym.polybeast"):
-    return run(TORCHRUN, "--standalone", f"--nproc_per_node={nproc}", "-m", module, *args, f"--savedir={tmp_path}",
-               output=str(tmp_path / output), timeout=timeout)
+    return run(
+        TORCHRUN,
+        "--standalone",
+        f"--nproc_per_node={nproc}",
+        "-m",
+        module,
+        *args,
+        f"--savedir={tmp_path}",
+        output=str(tmp_path / output),
+        timeout=timeout,
+    )
 
 
 def run_dirs(tmp_path) -> list[str]:
@@ -45,9 +54,17 @@ def run_dirs(tmp_path) -> list[str]:
 def test_each_rank_takes_its_share_of_the_runs_totals():
     from rl_core.flags import make_parser
 
-    flags = make_parser().parse_args(["--num_actors=16", "--num_servers=4", "--batch_size=8",
-                                      "--replay_buffer_size=1001", "--replay_buffer_min_size=200",
-                                      "--random_init_steps=0", "--rnd_init_steps=1024"])
+    flags = make_parser().parse_args(
+        [
+            "--num_actors=16",
+            "--num_servers=4",
+            "--batch_size=8",
+            "--replay_buffer_size=1001",
+            "--replay_buffer_min_size=200",
+            "--random_init_steps=0",
+            "--rnd_init_steps=1024",
+        ]
+    )
     world = distributed.WorldEnv(rank=1, world_size=2, local_rank=1, local_world_size=2)
     mine = distributed.rank_flags(flags, world)
     assert (mine.num_actors, mine.num_servers, mine.batch_size) == (8, 2, 4)
@@ -65,9 +82,19 @@ def test_the_learning_rate_decays_with_the_global_steps():
     from rl_core.flags import make_parser
     from rl_core.optim import make_optimizer
 
-    flags = make_parser().parse_args(["--num_actors=8", "--num_servers=2", "--batch_size=8", "--unroll_length=10",
-                                      "--total_steps=800", "--learning_rate=1e-3", "--epsilon=1e-8",
-                                      "--optimizer=adam", "--lr_decay=linear"])
+    flags = make_parser().parse_args(
+        [
+            "--num_actors=8",
+            "--num_servers=2",
+            "--batch_size=8",
+            "--unroll_length=10",
+            "--total_steps=800",
+            "--learning_rate=1e-3",
+            "--epsilon=1e-8",
+            "--optimizer=adam",
+            "--lr_decay=linear",
+        ]
+    )
     mine = distributed.rank_flags(flags, distributed.WorldEnv(0, 2, 0, 2))
     rates = []
     for f in (flags, mine):
@@ -78,32 +105,42 @@ def test_the_learning_rate_decays_with_the_global_steps():
         rates.append(scheduler.get_last_lr()[0])
     assert rates == [pytest.approx(5e-4), pytest.approx(5e-4)]
     with pytest.raises(UserError, match=r"--num_minibatches 8 > each rank's batch of 4 unrolls"):
-        distributed.rank_flags(argparse.Namespace(**{**vars(flags), "num_minibatches": 8, "batch_mode": "shuffle"}),
-                               distributed.WorldEnv(0, 2, 0, 2))
+        distributed.rank_flags(
+            argparse.Namespace(**{**vars(flags), "num_minibatches": 8, "batch_mode": "shuffle"}),
+            distributed.WorldEnv(0, 2, 0, 2),
+        )
 
 
 def test_the_world_is_read_from_torchruns_environment():
     assert distributed.world_from_environ({}) is None
     assert distributed.world_from_environ({"WORLD_SIZE": "1", "RANK": "0"}) is None  # one process: as without
-    world = distributed.world_from_environ({"WORLD_SIZE": "4", "RANK": "3", "LOCAL_RANK": "1",
-                                            "LOCAL_WORLD_SIZE": "2"})
+    world = distributed.world_from_environ({"WORLD_SIZE": "4", "RANK": "3", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2"})
     assert world == distributed.WorldEnv(rank=3, world_size=4, local_rank=1, local_world_size=2)
 
 
 def test_each_rank_takes_its_own_gpu_and_a_host_with_fewer_gpus_than_ranks_is_refused():
     def world(local_rank, local_world_size, node=0):
-        return distributed.WorldEnv(rank=node * local_world_size + local_rank, world_size=2 * local_world_size,
-                                    local_rank=local_rank, local_world_size=local_world_size)
+        return distributed.WorldEnv(
+            rank=node * local_world_size + local_rank,
+            world_size=2 * local_world_size,
+            local_rank=local_rank,
+            local_world_size=local_world_size,
+        )
 
     assert [distributed.local_gpu(world(r, 2), 2) for r in range(2)] == [0, 1]
     assert [distributed.local_gpu(world(r, 4, node=1), 8) for r in range(4)] == [0, 1, 2, 3]  # (more GPUs: fine)
     for rank in (0, 1):  # every rank refuses, rank 0 too
         with pytest.raises(UserError) as e:
             distributed.local_gpu(world(rank, 2), 1)
-        assert str(e.value) == ("this host has 1 GPU for 2 torchrun ranks (--nproc_per_node 2): give at most 1 rank "
-                                "per GPU (--nproc_per_node 1), or pass --disable_cuda to train on the CPU")
-    with pytest.raises(UserError, match=r"^this host has 4 GPUs for 8 torchrun ranks \(--nproc_per_node 8\): give "
-                                        r"at most 1 rank per GPU \(--nproc_per_node 4\), or pass --disable_cuda"):
+        assert str(e.value) == (
+            "this host has 1 GPU for 2 torchrun ranks (--nproc_per_node 2): give at most 1 rank "
+            "per GPU (--nproc_per_node 1), or pass --disable_cuda to train on the CPU"
+        )
+    with pytest.raises(
+        UserError,
+        match=r"^this host has 4 GPUs for 8 torchrun ranks \(--nproc_per_node 8\): give "
+        r"at most 1 rank per GPU \(--nproc_per_node 4\), or pass --disable_cuda",
+    ):
         distributed.local_gpu(world(0, 8), 4)
     # LOCAL_WORLD_SIZE unset (1): LOCAL_RANK 1 still needs a second GPU
     with pytest.raises(UserError, match=r"^this host has 1 GPU for 2 torchrun ranks"):
@@ -128,15 +165,23 @@ def test_select_device_puts_a_rank_on_its_gpu_or_refuses_more_ranks_than_gpus(mo
     with pytest.raises(UserError) as e:  # (Training.run logs it as its one line and exits 2)
         select_device(flags, rank1)
     assert chosen == [1]  # the GPU was not touched
-    assert str(e.value) == ("this host has 1 GPU for 2 torchrun ranks (--nproc_per_node 2): give at most 1 rank per "
-                            "GPU (--nproc_per_node 1), or pass --disable_cuda to train on the CPU")
+    assert str(e.value) == (
+        "this host has 1 GPU for 2 torchrun ranks (--nproc_per_node 2): give at most 1 rank per "
+        "GPU (--nproc_per_node 1), or pass --disable_cuda to train on the CPU"
+    )
     assert select_device(argparse.Namespace(disable_cuda=True), rank1) == torch.device("cpu")  # the fix
 
 
 # ------------------------------------------------------------- collectives, 2 processes
 def _collectives_worker(rank: int, port: int, results):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE="2",
-                      LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE="2")
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        RANK=str(rank),
+        WORLD_SIZE="2",
+        LOCAL_RANK=str(rank),
+        LOCAL_WORLD_SIZE="2",
+    )
     from rl_core.normalization import RunningMeanStd, ValueNormalizer
 
     group = distributed.start(distributed.world_from_environ(), torch.device("cpu"))
@@ -158,12 +203,25 @@ def _collectives_worker(rank: int, port: int, results):
         loss.backward()
         mean_loss = group.average_gradients([w, v], loss)
         # plain lists through the queue: a tensor would be shared by a file descriptor that dies with this process
-        results.put((rank, rms.mean.tolist(), rms.var.tolist(), float(rms.count), float(popart.mu), float(popart.nu),
-                     head.weight.detach().tolist(), w.grad.tolist(), v.grad.tolist(), float(mean_loss),
-                     group.any_rank(rank == 1),
-                     dataclasses.astuple(group.agree(rank == 0, 10 + rank, 2 * rank, 100 * rank)),
-                     group.gather_episodes([{"return": 5.0, "length": 7}, {"return": -1.5, "length": 3}][:2 * rank],
-                                           [0, 2])))
+        results.put(
+            (
+                rank,
+                rms.mean.tolist(),
+                rms.var.tolist(),
+                float(rms.count),
+                float(popart.mu),
+                float(popart.nu),
+                head.weight.detach().tolist(),
+                w.grad.tolist(),
+                v.grad.tolist(),
+                float(mean_loss),
+                group.any_rank(rank == 1),
+                dataclasses.astuple(group.agree(rank == 0, 10 + rank, 2 * rank, 100 * rank)),
+                group.gather_episodes(
+                    [{"return": 5.0, "length": 7}, {"return": -1.5, "length": 3}][: 2 * rank], [0, 2]
+                ),
+            )
+        )
     finally:
         distributed.stop(group)
 
@@ -218,8 +276,13 @@ AGENTS = {
     "impala": ["--env=CartPole-v1", "--agent=impala", "--total_steps=6000"],
     "ppo": ["--env=CartPole-v1", "--agent=ppo", "--total_steps=6000"],
     "r2d2": ["--env=CartPole-v1", "--agent=r2d2", "--total_steps=6000"],
-    "sac": ["--env=Pendulum-v1", "--agent=sac", "--total_steps=1500", "--random_init_steps=500",
-            "--replay_buffer_min_size=500"],
+    "sac": [
+        "--env=Pendulum-v1",
+        "--agent=sac",
+        "--total_steps=1500",
+        "--random_init_steps=500",
+        "--replay_buffer_min_size=500",
+    ],
 }
 
 
@@ -246,8 +309,14 @@ def test_two_ranks_train_one_run_and_one_rank_resumes_it(tmp_path, agent):
     assert "rank 1: finished at step" in result.stdout
 
     more = total + (1000 if agent == "sac" else 3000)
-    result = run("torchbeast_gym.polybeast", *[a for a in args if not a.startswith("--total_steps")],
-                 f"--total_steps={more}", f"--savedir={tmp_path}", output=str(tmp_path / "resume"), timeout=300)
+    result = run(
+        "torchbeast_gym.polybeast",
+        *[a for a in args if not a.startswith("--total_steps")],
+        f"--total_steps={more}",
+        f"--savedir={tmp_path}",
+        output=str(tmp_path / "resume"),
+        timeout=300,
+    )
     assert result.returncode == 0, result.stdout[-4000:]
     assert f"resuming {tmp_path / 'run' / 'model.tar'} at step {saved['step']:,}" in result.stdout
     assert int(csv_rows(str(tmp_path / "run" / "logs.csv"))[-1]["step"]) >= more
@@ -256,8 +325,14 @@ def test_two_ranks_train_one_run_and_one_rank_resumes_it(tmp_path, agent):
 @pytest.mark.timeout(600)
 def test_a_one_process_checkpoint_resumes_on_two_ranks(tmp_path):
     args = ["--env=CartPole-v1", "--agent=impala", "--disable_final_test", "--xpid=run"]
-    result = run("torchbeast_gym.polybeast", *args, "--total_steps=3000", f"--savedir={tmp_path}",
-                 output=str(tmp_path / "first"), timeout=300)
+    result = run(
+        "torchbeast_gym.polybeast",
+        *args,
+        "--total_steps=3000",
+        f"--savedir={tmp_path}",
+        output=str(tmp_path / "first"),
+        timeout=300,
+    )
     assert result.returncode == 0, result.stdout[-3000:]
     step = checkpoint.load(str(tmp_path / "run" / "model.tar"))["step"]
     result = torchrun(tmp_path, *args, *DEVICE, "--total_steps=6000")
@@ -276,11 +351,27 @@ def test_two_nodes_meet_through_a_c10d_rendezvous(tmp_path):
     port = free_port()
     procs = []
     for node in (0, 1):
-        procs.append(start(TORCHRUN, "--nnodes=2", f"--node_rank={node}", "--nproc_per_node=1",
-                           "--rdzv_backend=c10d", f"--rdzv_endpoint=127.0.0.1:{port}", "--rdzv_id=two-nodes",
-                           "-m", "torchbeast_gym.polybeast", "--env=CartPole-v1", "--agent=ppo",
-                           "--total_steps=4000", "--disable_final_test", "--disable_cuda", "--xpid=run",
-                           f"--savedir={tmp_path}", output=str(tmp_path / f"node{node}")))
+        procs.append(
+            start(
+                TORCHRUN,
+                "--nnodes=2",
+                f"--node_rank={node}",
+                "--nproc_per_node=1",
+                "--rdzv_backend=c10d",
+                f"--rdzv_endpoint=127.0.0.1:{port}",
+                "--rdzv_id=two-nodes",
+                "-m",
+                "torchbeast_gym.polybeast",
+                "--env=CartPole-v1",
+                "--agent=ppo",
+                "--total_steps=4000",
+                "--disable_final_test",
+                "--disable_cuda",
+                "--xpid=run",
+                f"--savedir={tmp_path}",
+                output=str(tmp_path / f"node{node}"),
+            )
+        )
     for proc in procs:
         proc.wait(timeout=300)
     outputs = [read(str(tmp_path / f"node{node}")) for node in (0, 1)]
@@ -296,19 +387,31 @@ def test_two_nodes_meet_through_a_c10d_rendezvous(tmp_path):
 # files; a rank's "last line" is the last of its own lines.
 SERVER_LINE = re.compile(r"\[[A-Z]+:\d+ env_server [0-9:]+\] ")
 TORCHRUN_SIGNALLED = "torch.distributed.elastic.multiprocessing.api.SignalException: Process {pid} got signal: {sig}"
-UNANSWERED = (r"error: rank 1 of this 2-rank torchrun job did not stop with this rank within 15 s \(hung or stopped; "
-              r"this rank's learner waits in (.+)\): no final checkpoint, and the run directory's last model\.tar stays "
-              r"loadable \(resume with --xpid, at any world size\)")
-GONE = (r"error: rank 1 of this 2-rank torchrun job is gone \(.+\): its log and torchrun's summary say why; this "
-        r"rank stops too, and the run directory's last model\.tar stays loadable \(resume with --xpid, at any "
-        r"world size\)")
+UNANSWERED = (
+    r"error: rank 1 of this 2-rank torchrun job did not stop with this rank within 15 s \(hung or stopped; "
+    r"this rank's learner waits in (.+)\): no final checkpoint, and the run directory's last model\.tar stays "
+    r"loadable \(resume with --xpid, at any world size\)"
+)
+GONE = (
+    r"error: rank 1 of this 2-rank torchrun job is gone \(.+\): its log and torchrun's summary say why; this "
+    r"rank stops too, and the run directory's last model\.tar stays loadable \(resume with --xpid, at any "
+    r"world size\)"
+)
 
 
 def _torchrun_apart(tmp_path, module: str, *args: str) -> list[str]:
     """The command line (after ``python -m``) of 2 ranks of ``module`` on this host, each rank's output in its
     own files (``_rank_output``)."""
-    return [TORCHRUN, "--standalone", "--nproc_per_node=2", f"--log-dir={tmp_path / 'ranks'}", "--redirects=3",
-            "-m", module, *args]
+    return [
+        TORCHRUN,
+        "--standalone",
+        "--nproc_per_node=2",
+        f"--log-dir={tmp_path / 'ranks'}",
+        "--redirects=3",
+        "-m",
+        module,
+        *args,
+    ]
 
 
 def _rank_output(tmp_path, rank: int) -> str:
@@ -357,10 +460,22 @@ def _each_rank_refused(tmp_path, torchrun_output: str, line: str) -> None:
 
 
 def _start_long_run(tmp_path, *extra):
-    return start(*_torchrun_apart(tmp_path, "torchbeast_gym.polybeast", "--env=CartPole-v1", "--agent=impala",
-                                  "--total_steps=100000000", "--disable_final_test", "--xpid=run",
-                                  f"--savedir={tmp_path}", *DEVICE, *extra),
-                 output=str(tmp_path / "out"), start_new_session=True)
+    return start(
+        *_torchrun_apart(
+            tmp_path,
+            "torchbeast_gym.polybeast",
+            "--env=CartPole-v1",
+            "--agent=impala",
+            "--total_steps=100000000",
+            "--disable_final_test",
+            "--xpid=run",
+            f"--savedir={tmp_path}",
+            *DEVICE,
+            *extra,
+        ),
+        output=str(tmp_path / "out"),
+        start_new_session=True,
+    )
 
 
 def _wait_for(predicate, timeout: float, what: str):
@@ -383,8 +498,12 @@ def _rank_pids(tmp_path) -> dict[int, int]:
 
 
 def _server_pids(tmp_path) -> list[int]:
-    return [int(found.group(1)) for rank in (0, 1) for line in _rank_output(tmp_path, rank).splitlines()
-            if (found := re.match(r"\[INFO:(\d+) env_server [0-9:]+\] env server \d+: \d+ envs at ", line))]
+    return [
+        int(found.group(1))
+        for rank in (0, 1)
+        for line in _rank_output(tmp_path, rank).splitlines()
+        if (found := re.match(r"\[INFO:(\d+) env_server [0-9:]+\] env server \d+: \d+ envs at ", line))
+    ]
 
 
 @pytest.mark.timeout(450)
@@ -422,8 +541,15 @@ def test_a_signal_ends_every_rank_with_a_checkpoint_and_no_orphans(tmp_path, how
         return rf"(interrupted|stopped with rank {other} \(a signal or an error there: its log says which\))"
 
     rank0, rank1 = _own_lines(tmp_path, 0), _own_lines(tmp_path, 1)
-    last0 = re.fullmatch(_logged(ranks[0], "INFO", rf"{stopped(1)} at step {step}; run directory "
-                                                   rf"{re.escape(str(rundir))}"), rank0[-1])
+    last0 = re.fullmatch(
+        _logged(
+            ranks[0],
+            "INFO",
+            rf"{stopped(1)} at step {step}; run directory "
+            rf"{re.escape(str(rundir))}",
+        ),
+        rank0[-1],
+    )
     last1 = re.fullmatch(_logged(ranks[1], "INFO", rf"rank 1: {stopped(0)} at step {step}"), rank1[-1])
     assert last0 and last1, (rank0[-5:], rank1[-5:])
     assert "interrupted" in (last0.group(1), last1.group(1))  # (the signal reached a rank first)
@@ -508,14 +634,30 @@ def test_a_rank_that_hangs_does_not_keep_the_others_past_torchruns_grace(tmp_pat
 
 @pytest.mark.timeout(300)
 def test_a_total_that_does_not_divide_among_the_ranks_is_refused_in_one_line(tmp_path):
-    result = run(*_torchrun_apart(tmp_path, "torchbeast_gym.polybeast", "--env=CartPole-v1", "--agent=impala",
-                                  "--num_actors=6", "--num_servers=3", "--total_steps=1000",
-                                  f"--savedir={tmp_path / 'runs'}", *DEVICE),
-                 output=str(tmp_path / "out"), timeout=240)
+    result = run(
+        *_torchrun_apart(
+            tmp_path,
+            "torchbeast_gym.polybeast",
+            "--env=CartPole-v1",
+            "--agent=impala",
+            "--num_actors=6",
+            "--num_servers=3",
+            "--total_steps=1000",
+            f"--savedir={tmp_path / 'runs'}",
+            *DEVICE,
+        ),
+        output=str(tmp_path / "out"),
+        timeout=240,
+    )
     assert result.returncode == 1, result.stdout[-3000:]  # torchrun's: a rank failed
-    _each_rank_refused(tmp_path, result.stdout, re.escape(
-        "error: --num_servers 3 does not divide among the 2 ranks of this torchrun job: give a multiple of 2 (it is "
-        "the run's total; each rank takes 1/2)"))
+    _each_rank_refused(
+        tmp_path,
+        result.stdout,
+        re.escape(
+            "error: --num_servers 3 does not divide among the 2 ranks of this torchrun job: give a multiple of 2 (it is "
+            "the run's total; each rank takes 1/2)"
+        ),
+    )
     assert not (tmp_path / "runs").exists()  # refused before anything was written
 
 
@@ -524,13 +666,32 @@ def test_two_ranks_on_a_host_with_one_gpu_are_refused_in_one_line(tmp_path):
     """Without --disable_cuda, 2 ranks on a host that shows 1 GPU (faked here: tests/one_gpu_host.py) would both
     take it, where NCCL refuses them with a traceback: each rank refuses the host in one line, exit 2, before it
     touches the GPU or starts a server or writes anything."""
-    result = run(*_torchrun_apart(tmp_path, "tests.one_gpu_host", "--env=CartPole-v1", "--agent=impala",
-                                  "--total_steps=1000", f"--savedir={tmp_path / 'runs'}", "--xpid=run"),
-                 output=str(tmp_path / "out"), timeout=240)
+    result = run(
+        *_torchrun_apart(
+            tmp_path,
+            "tests.one_gpu_host",
+            "--env=CartPole-v1",
+            "--agent=impala",
+            "--total_steps=1000",
+            f"--savedir={tmp_path / 'runs'}",
+            "--xpid=run",
+        ),
+        output=str(tmp_path / "out"),
+        timeout=240,
+    )
     assert result.returncode == 1, result.stdout[-3000:]  # torchrun's: a rank failed
-    _each_rank_refused(tmp_path, result.stdout, _logged(r"\d+", "ERROR", re.escape(
-        "error: this host has 1 GPU for 2 torchrun ranks (--nproc_per_node 2): give at most 1 rank per GPU "
-        "(--nproc_per_node 1), or pass --disable_cuda to train on the CPU")))
+    _each_rank_refused(
+        tmp_path,
+        result.stdout,
+        _logged(
+            r"\d+",
+            "ERROR",
+            re.escape(
+                "error: this host has 1 GPU for 2 torchrun ranks (--nproc_per_node 2): give at most 1 rank per GPU "
+                "(--nproc_per_node 1), or pass --disable_cuda to train on the CPU"
+            ),
+        ),
+    )
     assert not (tmp_path / "runs").exists()
 
 
@@ -538,10 +699,27 @@ def test_two_ranks_on_a_host_with_one_gpu_are_refused_in_one_line(tmp_path):
 def test_deterministic_under_torchrun_is_refused_in_one_line(tmp_path):
     """--deterministic (rl_core/runtime/lockstep.py) runs one process: each rank refuses it, exit 2, before anything
     is written."""
-    result = run(*_torchrun_apart(tmp_path, "torchbeast_gym.polybeast", "--env=CartPole-v1", "--deterministic",
-                                  "--disable_cuda", f"--savedir={tmp_path / 'runs'}", "--xpid=run"),
-                 output=str(tmp_path / "out"), timeout=240)
+    result = run(
+        *_torchrun_apart(
+            tmp_path,
+            "torchbeast_gym.polybeast",
+            "--env=CartPole-v1",
+            "--deterministic",
+            "--disable_cuda",
+            f"--savedir={tmp_path / 'runs'}",
+            "--xpid=run",
+        ),
+        output=str(tmp_path / "out"),
+        timeout=240,
+    )
     assert result.returncode == 1, result.stdout[-3000:]  # torchrun's: a rank failed
-    _each_rank_refused(tmp_path, result.stdout, _logged(r"\d+", "ERROR", re.escape(
-        "error: --deterministic runs one process: run it without torchrun, or with --no-deterministic")))
+    _each_rank_refused(
+        tmp_path,
+        result.stdout,
+        _logged(
+            r"\d+",
+            "ERROR",
+            re.escape("error: --deterministic runs one process: run it without torchrun, or with --no-deterministic"),
+        ),
+    )
     assert not (tmp_path / "runs").exists()

@@ -27,10 +27,23 @@ def test_ppo_on_two_ranks_learns_cartpole_at_the_one_process_pace(tmp_path):
     scores about 22) within 1.25 x the one-process runs' latest step under CI's load, and hold it to the end of
     the package's 200k steps, as the one-process test does; the replicas identical at the end, the learning rate
     decayed by the global steps and the logs counting both ranks' episodes."""
-    result = run("torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "torchbeast_gym.polybeast",
-                 "--env=CartPole-v1", "--agent=ppo", "--seed=1", "--log_interval=1", "--disable_final_test",
-                 "--disable_cuda", f"--savedir={tmp_path}", "--xpid=ppo", output=str(tmp_path / "out"),
-                 timeout=RUN_DEADLINE_S)
+    result = run(
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        "-m",
+        "torchbeast_gym.polybeast",
+        "--env=CartPole-v1",
+        "--agent=ppo",
+        "--seed=1",
+        "--log_interval=1",
+        "--disable_final_test",
+        "--disable_cuda",
+        f"--savedir={tmp_path}",
+        "--xpid=ppo",
+        output=str(tmp_path / "out"),
+        timeout=RUN_DEADLINE_S,
+    )
     assert result.returncode == 0, result.stdout[-3000:]
     meta = json.loads((tmp_path / "ppo" / "meta.json").read_text())
     assert meta["distributed"]["world_size"] == 2 and meta["flags"]["total_steps"] == 200_000
@@ -38,8 +51,10 @@ def test_ppo_on_two_ranks_learns_cartpole_at_the_one_process_pace(tmp_path):
     returns = [(int(r["step"]), float(r["return_last_100"])) for r in rows if r["return_last_100"] != "nan"]
     final_step = int(rows[-1]["step"])
     reached = next((s for s, v in returns if v >= 475), None)
-    print(f"\nppo, 2 ranks, CartPole: last-100 mean {returns[-1][1]:.1f} at global step {final_step}; >= 475 "
-          f"first at {reached}")
+    print(
+        f"\nppo, 2 ranks, CartPole: last-100 mean {returns[-1][1]:.1f} at global step {final_step}; >= 475 "
+        f"first at {reached}"
+    )
     assert final_step >= 200_000
     # one learner: every optimizer step the same on both ranks (compared exactly at the end)
     assert "replicas: the 2 ranks' parameters are identical" in (tmp_path / "ppo" / "out.log").read_text()

@@ -125,8 +125,13 @@ def _squashed_case(seed, dim=3, dtype=torch.float64):
     mean = rng.normal(0.0, 0.7, (5, dim))
     std = rng.uniform(0.2, 1.0, (5, dim))
     kw = dict(dtype=dtype)
-    g = D.Gaussian(torch.tensor(mean, **kw), torch.tensor(std, **kw), squash=True, low=torch.tensor(low, **kw),
-                   high=torch.tensor(high, **kw))
+    g = D.Gaussian(
+        torch.tensor(mean, **kw),
+        torch.tensor(std, **kw),
+        squash=True,
+        low=torch.tensor(low, **kw),
+        high=torch.tensor(high, **kw),
+    )
     return g, low, high, mean, std, rng
 
 
@@ -153,8 +158,13 @@ def test_squashed_log_prob_matches_finite_difference_change_of_variables(seed):
 
 def test_squashed_density_integrates_to_one_in_1d():
     low, high = -2.0, 3.0
-    g = D.Gaussian(torch.tensor([[0.3]], dtype=torch.float64), torch.tensor([[0.8]], dtype=torch.float64),
-                   squash=True, low=[low], high=[high])
+    g = D.Gaussian(
+        torch.tensor([[0.3]], dtype=torch.float64),
+        torch.tensor([[0.8]], dtype=torch.float64),
+        squash=True,
+        low=[low],
+        high=[high],
+    )
     grid = torch.linspace(low, high, 200001, dtype=torch.float64)[1:-1]
     density = g.log_prob(grid.view(-1, 1)).exp()  # Batch shape broadcasts over the grid.
     integral = torch.trapezoid(density, grid).item()

@@ -29,8 +29,14 @@ FAKE_DIR = os.path.join(REPO, "tests", "fake_deepmind_lab")
 DMLAB = "torchbeast_dmlab.polybeast"
 
 IMPALA_VECTORS = [  # (look, look up/down, strafe, move, fire, jump, crouch)
-    (0, 0, 0, 1, 0, 0, 0), (0, 0, 0, -1, 0, 0, 0), (0, 0, -1, 0, 0, 0, 0), (0, 0, 1, 0, 0, 0, 0),
-    (-20, 0, 0, 0, 0, 0, 0), (20, 0, 0, 0, 0, 0, 0), (-20, 0, 0, 1, 0, 0, 0), (20, 0, 0, 1, 0, 0, 0),
+    (0, 0, 0, 1, 0, 0, 0),
+    (0, 0, 0, -1, 0, 0, 0),
+    (0, 0, -1, 0, 0, 0, 0),
+    (0, 0, 1, 0, 0, 0, 0),
+    (-20, 0, 0, 0, 0, 0, 0),
+    (20, 0, 0, 0, 0, 0, 0),
+    (-20, 0, 0, 1, 0, 0, 0),
+    (20, 0, 0, 1, 0, 0, 0),
     (0, 0, 0, 0, 1, 0, 0),
 ]
 
@@ -152,8 +158,11 @@ def test_seeds_are_passed_on_to_lab_reset(lab):
     assert a.reset(seed=11)[1]["episode_seed"] == seeds["a"][0]
     # what env servers do: one distinct seed per (run, server, slot)
     f = flags_of("--env", "rooms_watermaze", "--num_actors", "4", "--num_servers", "2")
-    firsts = [make_env(f, env_seed(f.seed, i, k)).reset(seed=env_seed(f.seed, i, k))[1]["episode_seed"]
-              for i in range(2) for k in range(2)]
+    firsts = [
+        make_env(f, env_seed(f.seed, i, k)).reset(seed=env_seed(f.seed, i, k))[1]["episode_seed"]
+        for i in range(2)
+        for k in range(2)
+    ]
     assert len(set(firsts)) == 4
 
 
@@ -190,14 +199,22 @@ def test_level_cache_dir(lab, tmp_path):
 def test_flags_and_defaults(lab, capsys):
     f = flags_of()
     assert (f.env, f.model, f.unroll_length, f.hidden_size, f.learning_rate, f.entropy_cost) == (
-        "rooms_keys_doors_puzzle", "resnet", 100, 512, 0.0006, 0.01)
+        "rooms_keys_doors_puzzle",
+        "resnet",
+        100,
+        512,
+        0.0006,
+        0.01,
+    )
     assert (f.num_actors, f.num_servers, f.batch_size, f.total_steps) == (48, 48, 32, 100_000_000)
     assert (f.dmlab_action_set, f.num_action_repeats, f.dmlab_frame_pool) == ("impala", 4, "max")
     assert flags_of("--env", "contributed/dmlab30/rooms_watermaze", "--num_actions", "9").env == "rooms_watermaze"
     assert flags_of("--dmlab_action_set", "extended", "--num_actions", "15").num_actions == 15
-    for argv, message in [(["--num_actions", "15"], "--num_actions 15 disagrees with the impala action set's 9"),
-                          (["--env", "rooms_water_maze"], "unknown DMLab level 'rooms_water_maze'"),
-                          (["--num_action_repeats", "0"], "--num_action_repeats must be in [1, inf), got 0")]:
+    for argv, message in [
+        (["--num_actions", "15"], "--num_actions 15 disagrees with the impala action set's 9"),
+        (["--env", "rooms_water_maze"], "unknown DMLab level 'rooms_water_maze'"),
+        (["--num_action_repeats", "0"], "--num_action_repeats must be in [1, inf), got 0"),
+    ]:
         with pytest.raises(SystemExit) as e:
             flags_of(*argv)
         assert e.value.code == 2 and message in capsys.readouterr().err.strip().splitlines()[-1]
@@ -207,9 +224,14 @@ def test_final_test_protocol_data(lab):
     f = flags_of("--env", "rooms_watermaze", "--seed", "3", "--num_actors", "8", "--num_servers", "4")
     runs = final_test_runs(f)
     assert [(r.name, r.group, r.level, r.episodes) for r in runs] == [
-        (f"run{i}", "test", "rooms_watermaze", 100) for i in range(3)]
-    assert runs[0].protocol_run() == {"name": "run0", "episodes": 100, "group": "test",
-                                      "overrides": {"env": "rooms_watermaze"}}
+        (f"run{i}", "test", "rooms_watermaze", 100) for i in range(3)
+    ]
+    assert runs[0].protocol_run() == {
+        "name": "run0",
+        "episodes": 100,
+        "group": "test",
+        "overrides": {"env": "rooms_watermaze"},
+    }
     training = {env_seed(3, i, k) for i in range(4) for k in range(2)}
     test_seeds = [s for r in range(3) for s in final_test_seeds(f, r)]
     assert len(test_seeds) == 3 * f.test_num_envs == len(set(test_seeds))
@@ -224,10 +246,20 @@ def test_training_through_the_runtime_with_the_stand_in(tmp_path, monkeypatch):
     log = tmp_path / "lab_resets.log"
     monkeypatch.setenv("FAKE_DMLAB_LOG", str(log))
     args = [
-        "--env=contributed/dmlab30/rooms_watermaze", "--num_actors=4", "--num_servers=2", "--batch_size=4",
-        "--unroll_length=10", "--total_steps=600", "--hidden_size=32", "--use_lstm",
-        f"--pipes_basename=unix:{tmp_path}/pipe", f"--savedir={tmp_path / 'runs'}", "--xpid=dm",
-        "--log_interval=1", "--disable_final_test", f"--level_cache_dir={tmp_path / 'cache'}",
+        "--env=contributed/dmlab30/rooms_watermaze",
+        "--num_actors=4",
+        "--num_servers=2",
+        "--batch_size=4",
+        "--unroll_length=10",
+        "--total_steps=600",
+        "--hidden_size=32",
+        "--use_lstm",
+        f"--pipes_basename=unix:{tmp_path}/pipe",
+        f"--savedir={tmp_path / 'runs'}",
+        "--xpid=dm",
+        "--log_interval=1",
+        "--disable_final_test",
+        f"--level_cache_dir={tmp_path / 'cache'}",
     ]
     result = run(DMLAB, *args, output=str(tmp_path / "out"), timeout=150)
     assert result.returncode == 0, result.stdout[-3000:]
@@ -251,8 +283,14 @@ def test_training_through_the_runtime_with_the_stand_in(tmp_path, monkeypatch):
 @pytest.mark.parametrize("module", ["polybeast", "polybeast_env", "polybeast_learner"])
 def test_without_deepmind_lab_one_line_says_how_to_get_it(tmp_path, monkeypatch, module):
     monkeypatch.delenv("PYTHONPATH", raising=False)
-    result = run(f"torchbeast_dmlab.{module}", "--env=rooms_watermaze", f"--pipes_basename=unix:{tmp_path}/p",
-                 f"--savedir={tmp_path / 'runs'}", output=str(tmp_path / "out"), timeout=60)
+    result = run(
+        f"torchbeast_dmlab.{module}",
+        "--env=rooms_watermaze",
+        f"--pipes_basename=unix:{tmp_path}/p",
+        f"--savedir={tmp_path / 'runs'}",
+        output=str(tmp_path / "out"),
+        timeout=60,
+    )
     assert result.returncode == 2
     lines = result.stdout.strip().splitlines()
     assert len(lines) == 1, result.stdout

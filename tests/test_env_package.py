@@ -38,35 +38,58 @@ def _package_on_disk(root, name, env_py, presets_py=None):
 
 def test_a_packages_presets_module_answers_its_defaults_and_env_py_without_one(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
-    both = _package_on_disk(tmp_path, "torchbeast_both", "def rnd_defaults(agent):\n    return {'seed': 2}\n",
-                            "def agent_defaults(agent):\n    return {'seed': 1}\n")
+    both = _package_on_disk(
+        tmp_path,
+        "torchbeast_both",
+        "def rnd_defaults(agent):\n    return {'seed': 2}\n",
+        "def agent_defaults(agent):\n    return {'seed': 1}\n",
+    )
     pkg = EnvPackage(both)
     assert (pkg.agent_defaults("ppo"), pkg.rnd_defaults("ppo"), pkg.presets_name) == (
-        {"seed": 1}, {"seed": 2}, "torchbeast_both.presets")
+        {"seed": 1},
+        {"seed": 2},
+        "torchbeast_both.presets",
+    )
     alone = _package_on_disk(tmp_path, "torchbeast_alone", "def agent_defaults(agent):\n    return {'seed': 3}\n")
     assert EnvPackage(alone).agent_defaults("ppo") == {"seed": 3} and EnvPackage(alone).presets is None
-    twice = _package_on_disk(tmp_path, "torchbeast_twice", "def agent_defaults(agent):\n    return {}\n",
-                             "def agent_defaults(agent):\n    return {}\n")
-    with pytest.raises(UserError, match=r"^env package torchbeast_twice.env: agent_defaults defined in both env.py "
-                                        r"and presets.py: keep it in presets.py"):
+    twice = _package_on_disk(
+        tmp_path,
+        "torchbeast_twice",
+        "def agent_defaults(agent):\n    return {}\n",
+        "def agent_defaults(agent):\n    return {}\n",
+    )
+    with pytest.raises(
+        UserError,
+        match=r"^env package torchbeast_twice.env: agent_defaults defined in both env.py "
+        r"and presets.py: keep it in presets.py",
+    ):
         EnvPackage(twice)
-    same = _package_on_disk(tmp_path, "torchbeast_same", "from torchbeast_same.presets import agent_defaults\n",
-                            "def agent_defaults(agent):\n    return {'seed': 4}\n")
+    same = _package_on_disk(
+        tmp_path,
+        "torchbeast_same",
+        "from torchbeast_same.presets import agent_defaults\n",
+        "def agent_defaults(agent):\n    return {'seed': 4}\n",
+    )
     assert EnvPackage(same).agent_defaults("ppo") == {"seed": 4}  # env.py's re-export of it is the same function
 
 
 def test_a_package_lacking_a_required_function_is_refused_in_one_line(capsys):
     lacking = types.ModuleType("torchbeast_nothing.env")
     lacking.add_flags = lambda parser: None
-    with pytest.raises(UserError, match=r"^env package torchbeast_nothing.env lacks make_env: an env package's env.py "
-                                        r"defines add_flags\(parser\) and make_env\(flags, seed\)"):
+    with pytest.raises(
+        UserError,
+        match=r"^env package torchbeast_nothing.env lacks make_env: an env package's env.py "
+        r"defines add_flags\(parser\) and make_env\(flags, seed\)",
+    ):
         EnvPackage(lacking)
     with pytest.raises(SystemExit) as e:
         entry.launcher_main(types.ModuleType("torchbeast_empty.env"), [])
     assert e.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["error: env package torchbeast_empty.env lacks add_flags and make_env: an env package's env.py "
-                   "defines add_flags(parser) and make_env(flags, seed) (rl_core/env_package.py)"]
+    assert err == [
+        "error: env package torchbeast_empty.env lacks add_flags and make_env: an env package's env.py "
+        "defines add_flags(parser) and make_env(flags, seed) (rl_core/env_package.py)"
+    ]
     lacking.make_env, lacking.test_protocol = (lambda flags, seed: None), 100
     with pytest.raises(UserError, match=r"^env package torchbeast_nothing.env: test_protocol must be a function"):
         EnvPackage(lacking)

@@ -16,12 +16,22 @@ from rl_core.runtime.env_server import EnvServer, env_seed
 
 
 def test_the_wire_format_is_the_hello_json_as_it_was():
-    server = EnvServer(tp.Address("unix", path="/nonexistent/srv.0"), [lambda: gym.make("Pendulum-v1")] * 3,
-                       [env_seed(0, 0, i) for i in range(3)], server_index=4, env_name="Pendulum-v1")
+    server = EnvServer(
+        tp.Address("unix", path="/nonexistent/srv.0"),
+        [lambda: gym.make("Pendulum-v1")] * 3,
+        [env_seed(0, 0, i) for i in range(3)],
+        server_index=4,
+        env_name="Pendulum-v1",
+    )
     wire = server.spec().to_json()
-    assert wire == {"num_envs": 3, "obs_shape": [3], "obs_dtype": "<f4",
-                    "action": {"kind": "box", "shape": [1], "low": [-2.0], "high": [2.0]},
-                    "server_index": 4, "env_name": "Pendulum-v1"}
+    assert wire == {
+        "num_envs": 3,
+        "obs_shape": [3],
+        "obs_dtype": "<f4",
+        "action": {"kind": "box", "shape": [1], "low": [-2.0], "high": [2.0]},
+        "server_index": 4,
+        "env_name": "Pendulum-v1",
+    }
     assert list(wire) == ["num_envs", "obs_shape", "obs_dtype", "action", "server_index", "env_name"]
     spec = EnvSpec.from_json(wire)
     assert spec == server.spec() and spec.to_json() == wire and not spec.discrete
@@ -31,8 +41,16 @@ def test_the_wire_format_is_the_hello_json_as_it_was():
 
 
 def test_discrete_specs_and_local_specs():
-    spec = EnvSpec.from_json({"num_envs": 2, "obs_shape": [4, 84, 84], "obs_dtype": "|u1",
-                              "action": {"kind": "discrete", "n": 6}, "server_index": 0, "env_name": ""})
+    spec = EnvSpec.from_json(
+        {
+            "num_envs": 2,
+            "obs_shape": [4, 84, 84],
+            "obs_dtype": "|u1",
+            "action": {"kind": "discrete", "n": 6},
+            "server_index": 0,
+            "env_name": "",
+        }
+    )
     assert spec.obs == Observation((4, 84, 84), "|u1") and spec.action == DiscreteActions(6)
     assert spec.discrete and spec.num_actions == 6 and spec.env_name == ""
     local = EnvSpec.of_env(np.zeros(4, np.float32), gym.spaces.Discrete(2))
@@ -43,14 +61,18 @@ def test_discrete_specs_and_local_specs():
         EnvSpec(Observation((3,), "<f4"), box).num_actions
 
 
-@pytest.mark.parametrize("spec", [
-    {"obs_dtype": "<f4", "action": {"kind": "discrete", "n": 2}},
-    {"obs_shape": [4], "obs_dtype": "<f4", "action": {"kind": "multi_binary"}},
-    {"obs_shape": [4], "obs_dtype": "nonsense", "action": {"kind": "discrete", "n": 2}},
-    {"obs_shape": [4], "obs_dtype": "<f4", "action": {"kind": "box", "shape": [2], "low": [0.0], "high": [1.0]}},
-    {"obs_shape": [4], "obs_dtype": "<f4", "action": {"kind": "discrete", "n": 2}, "num_envs": "two"},
-    ["not", "a", "dict"],
-], ids=["no obs_shape", "unknown kind", "bad dtype", "bounds", "num_envs", "a list"])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"obs_dtype": "<f4", "action": {"kind": "discrete", "n": 2}},
+        {"obs_shape": [4], "obs_dtype": "<f4", "action": {"kind": "multi_binary"}},
+        {"obs_shape": [4], "obs_dtype": "nonsense", "action": {"kind": "discrete", "n": 2}},
+        {"obs_shape": [4], "obs_dtype": "<f4", "action": {"kind": "box", "shape": [2], "low": [0.0], "high": [1.0]}},
+        {"obs_shape": [4], "obs_dtype": "<f4", "action": {"kind": "discrete", "n": 2}, "num_envs": "two"},
+        ["not", "a", "dict"],
+    ],
+    ids=["no obs_shape", "unknown kind", "bad dtype", "bounds", "num_envs", "a list"],
+)
 def test_a_malformed_spec_is_one_line(spec):
     with pytest.raises(ValueError, match="^malformed env spec ") as e:
         EnvSpec.from_json(spec)
@@ -69,7 +91,10 @@ def test_a_server_sending_a_malformed_hello_ends_the_run_in_one_line(tmp_path):
 
     threading.Thread(target=serve, daemon=True).start()
     flags = type("F", (), {"connect_timeout": 10.0, "max_message_bytes": tp.DEFAULT_MAX_BYTES})
-    with pytest.raises(RunFailure, match=rf"^env server at unix:{tmp_path}/srv.0 sent a malformed HELLO: "
-                                         r"malformed env spec .*KeyError"):
+    with pytest.raises(
+        RunFailure,
+        match=rf"^env server at unix:{tmp_path}/srv.0 sent a malformed HELLO: "
+        r"malformed env spec .*KeyError",
+    ):
         connect_server(address, flags, None)
     listener.close()

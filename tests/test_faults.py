@@ -24,9 +24,18 @@ GYM = "torchbeast_gym.polybeast"
 def flags(tmp_path, name="a", xpid="run", **overrides):
     """A small CartPole run: 4 envs on one server, batches of 4 x 20 = 80 steps, 10 batches."""
     values = {
-        "env": "CartPole-v1", "num_actors": 4, "num_servers": 1, "batch_size": 4, "unroll_length": 20,
-        "total_steps": 800, "pipes_basename": f"unix:{tmp_path}/pipe_{name}", "savedir": str(tmp_path / "runs"),
-        "xpid": xpid, "log_interval": 1, "learning_rate": 0.002, "disable_final_test": True,
+        "env": "CartPole-v1",
+        "num_actors": 4,
+        "num_servers": 1,
+        "batch_size": 4,
+        "unroll_length": 20,
+        "total_steps": 800,
+        "pipes_basename": f"unix:{tmp_path}/pipe_{name}",
+        "savedir": str(tmp_path / "runs"),
+        "xpid": xpid,
+        "log_interval": 1,
+        "learning_rate": 0.002,
+        "disable_final_test": True,
     }
     values.update(overrides)
     return [f"--{k}" if v is True else f"--{k}={v}" for k, v in values.items() if v is not None]
@@ -52,18 +61,22 @@ def test_first_lines_name_run_directory_device_and_sizing_and_another_agent_cann
     assert messages[0] == f"run directory: {rundir} (new run)", messages[:3]
     # the learner's device: cpu here, "cuda (<its name>)" where a GPU is at hand (checked on an H100)
     assert re.match(r"device: (cpu|cuda \(.+\)), \d+ torch intra-op threads?$", messages[1]), messages[:3]
-    assert messages[2] == ("sizing: --agent impala, 4 envs on 1 env server (4 each), learner batches of 4 x 20 = "
-                           "80 steps (~10 batches), --total_steps 800"), messages[:3]
+    assert messages[2] == (
+        "sizing: --agent impala, 4 envs on 1 env server (4 each), learner batches of 4 x 20 = "
+        "80 steps (~10 batches), --total_steps 800"
+    ), messages[:3]
     step = int(re.search(r"saved checkpoint \S+ at step (\d+)", result.stdout).group(1))
 
     before = snapshot(rundir, ("model.tar", "meta.json", "logs.csv", "out.log", ".lock"))
-    result = run(GYM, *flags(tmp_path, name="second", total_steps=1600, agent="ppo"), output=str(tmp_path / "out"),
-                 timeout=60)
+    result = run(
+        GYM, *flags(tmp_path, name="second", total_steps=1600, agent="ppo"), output=str(tmp_path / "out"), timeout=60
+    )
     assert result.returncode == 2, result.stdout[-3000:]
     assert last_line(result.stdout).endswith(
         f"error: --agent ppo --optimizer adam cannot resume run run: its checkpoint {rundir}/model.tar (step {step:,}) "
         f"was trained with --agent impala --optimizer rmsprop; resume it with --agent impala --optimizer rmsprop, "
-        f"or start a new run with another --xpid (or none)"), last_line(result.stdout)
+        f"or start a new run with another --xpid (or none)"
+    ), last_line(result.stdout)
     assert "Traceback" not in result.stdout and "env server 0" not in result.stdout  # no server started
     assert snapshot(rundir, ("model.tar", "meta.json", "logs.csv", "out.log", ".lock")) == before
     assert not sockets_left(tmp_path)
@@ -71,8 +84,9 @@ def test_first_lines_name_run_directory_device_and_sizing_and_another_agent_cann
     # The same agent with another model is refused once the servers told the spec (model.tar is read
     # only then): the run's record, meta.json, is put back as it was.
     before = snapshot(rundir, ("model.tar", "meta.json", "logs.csv"))
-    result = run(GYM, *flags(tmp_path, name="third", total_steps=1600, mlp_sizes="32"), output=str(tmp_path / "out3"),
-                 timeout=60)
+    result = run(
+        GYM, *flags(tmp_path, name="third", total_steps=1600, mlp_sizes="32"), output=str(tmp_path / "out3"), timeout=60
+    )
     assert result.returncode == 2, result.stdout[-3000:]
     assert f"checkpoint {rundir}/model.tar does not fit this model" in last_line(result.stdout)
     assert snapshot(rundir, ("model.tar", "meta.json", "logs.csv")) == before
@@ -91,8 +105,10 @@ def test_runs_started_without_xpid_in_the_same_second_get_their_own_directories(
         (savedir / name / "model.tar").write_bytes(b"another run's checkpoint")
         taken.add(name)
     before = {name: snapshot(savedir / name, ("model.tar",)) for name in taken}
-    procs = [start(GYM, *flags(tmp_path, name=n, xpid=None, total_steps=160), output=str(tmp_path / f"out_{n}"))
-             for n in ("a", "b")]
+    procs = [
+        start(GYM, *flags(tmp_path, name=n, xpid=None, total_steps=160), output=str(tmp_path / f"out_{n}"))
+        for n in ("a", "b")
+    ]
     dirs = []
     for proc, n in zip(procs, ("a", "b")):
         assert proc.wait(timeout=120) == 0, read(str(tmp_path / f"out_{n}"))[-3000:]
@@ -121,7 +137,9 @@ def test_a_second_run_on_a_live_runs_xpid_is_refused_and_a_crashed_runs_lock_is_
         host = re.escape(socket.gethostname())
         assert re.search(
             rf"error: run directory {rundir} is in use by another run \(pid {live.pid} on {host} since [0-9T:-]+\): "
-            rf"wait for it to end, or pass another --xpid$", last_line(result.stdout)), last_line(result.stdout)
+            rf"wait for it to end, or pass another --xpid$",
+            last_line(result.stdout),
+        ), last_line(result.stdout)
         assert "Traceback" not in result.stdout and "env server 0" not in result.stdout
         assert snapshot(rundir, ("meta.json", ".lock")) == before
         assert "in use by another run" not in (rundir / "out.log").read_text()  # the refused run wrote nothing
@@ -144,12 +162,15 @@ def test_a_budget_that_cannot_fill_one_batch_is_refused_at_the_start(tmp_path):
     (rundir / "model.tar").write_bytes(b"saved before")
     (rundir / "meta.json").write_text("{}")
     before = snapshot(rundir)
-    result = run(GYM, *flags(tmp_path, batch_size=100_000, total_steps=500_000), output=str(tmp_path / "out"),
-                 timeout=60)
+    result = run(
+        GYM, *flags(tmp_path, batch_size=100_000, total_steps=500_000), output=str(tmp_path / "out"), timeout=60
+    )
     assert result.returncode == 2, result.stdout[-3000:]
-    assert ("error: one learner batch is --batch_size 100000 x --unroll_length 20 = 2,000,000 env steps, more than "
-            "the whole budget --total_steps 500,000: the run would end without one update; lower --batch_size or "
-            "--unroll_length, or raise --total_steps") in last_line(result.stdout)
+    assert (
+        "error: one learner batch is --batch_size 100000 x --unroll_length 20 = 2,000,000 env steps, more than "
+        "the whole budget --total_steps 500,000: the run would end without one update; lower --batch_size or "
+        "--unroll_length, or raise --total_steps"
+    ) in last_line(result.stdout)
     assert len(result.stdout.strip().splitlines()) == 1
     assert snapshot(rundir) == before and sorted(os.listdir(rundir)) == ["meta.json", "model.tar"]
     assert not sockets_left(tmp_path)
@@ -161,15 +182,21 @@ def test_a_diverging_run_names_the_first_non_finite_value_and_keeps_the_last_goo
     before = snapshot(rundir, ("model.tar",))
     saved = torch.load(rundir / "model.tar", weights_only=True)
     step, update = saved["step"], saved["learner_steps"] + 1
-    result = run(GYM, *flags(tmp_path, name="second", total_steps=1600, learning_rate=1e30),
-                 output=str(tmp_path / "out"), timeout=90)
+    result = run(
+        GYM,
+        *flags(tmp_path, name="second", total_steps=1600, learning_rate=1e30),
+        output=str(tmp_path / "out"),
+        timeout=90,
+    )
     assert result.returncode == 1, result.stdout[-3000:]
     last = last_line(result.stdout)
     assert re.search(
         rf"error: training diverged at step {step:,} \(learner update {update}\): parameter [\w.]+ diverged after the "
         rf"optimizer step \(max \|x\| = [0-9.e+]+: its norm overflows float32\); model.tar keeps the last good "
         rf"checkpoint \(step {step:,}\); lower --learning_rate \(now [0-9.e+]+\) or clip the gradients "
-        rf"\(--grad_norm_clipping\)$", last), last
+        rf"\(--grad_norm_clipping\)$",
+        last,
+    ), last
     assert "Traceback" not in result.stdout and "saved checkpoint" not in result.stdout
     assert snapshot(rundir, ("model.tar",)) == before
     meta = json.loads((rundir / "meta.json").read_text())
@@ -199,14 +226,20 @@ def test_a_checkpoint_that_cannot_be_written_is_one_line_and_the_previous_one_is
     step = torch.load(rundir / "model.tar", weights_only=True)["step"]
     limit = len(before["model.tar"][0]) // 2  # the logs of both runs stay far below it
     sizing = {"total_steps": 10**9, "checkpoint_every": 0.01} if when == "periodic" else {"total_steps": 1600}
-    result = run(GYM, *flags(tmp_path, name="second", mlp_sizes="256,256", **sizing),
-                 output=str(tmp_path / "out"), timeout=90, preexec_fn=_file_size_limit(limit))
+    result = run(
+        GYM,
+        *flags(tmp_path, name="second", mlp_sizes="256,256", **sizing),
+        output=str(tmp_path / "out"),
+        timeout=90,
+        preexec_fn=_file_size_limit(limit),
+    )
     assert result.returncode == 1, result.stdout[-3000:]
     last = last_line(result.stdout)
     assert re.search(
         rf"error: could not write {rundir}/model.tar: File too large \([0-9,.]+ MiB free there\); raise the file "
         rf"size limit \(ulimit -f\) or pass --savedir on another file system; model.tar of step {step:,} is kept$",
-        last), last
+        last,
+    ), last
     assert "Traceback" not in result.stdout and "saved checkpoint" not in result.stdout
     assert snapshot(rundir, ("model.tar",)) == before
     assert not [name for name in os.listdir(rundir) if name.endswith(".partial")]

@@ -18,7 +18,17 @@ import torch
 from rl_core import checkpoint
 from rl_core.runtime import transport as tp
 from tests.proc_utils import (
-    alive, children, csv_rows, free_port, last_line, read, run, snapshot, sockets_left, start, wait_for,
+    alive,
+    children,
+    csv_rows,
+    free_port,
+    last_line,
+    read,
+    run,
+    snapshot,
+    sockets_left,
+    start,
+    wait_for,
 )
 
 
@@ -34,12 +44,12 @@ def saved_run(tmp_path, xpid="run") -> dict:
     return snapshot(rundir, SAVED)
 
 
-
 # ------------------------------------------------------------ TCP authentication
 
 
 def test_a_wrong_secret_is_authentication_failed_on_both_sides_and_the_server_log_is_rate_limited(
-        tmp_path, monkeypatch):
+    tmp_path, monkeypatch
+):
     port = free_port()
     flags = ["--env=CartPole-v1", "--num_actors=2", "--num_servers=1", f"--pipes_basename=127.0.0.1:{port}"]
     monkeypatch.setenv("POLYBEAST_SECRET", "the-servers-secret")
@@ -50,9 +60,16 @@ def test_a_wrong_secret_is_authentication_failed_on_both_sides_and_the_server_lo
         before = saved_run(tmp_path)
         first_refusal = time.monotonic()  # (the server's first "authentication failed" line comes after this)
         # at once, not at --connect_timeout: the learner ends well within its 600 s (run() fails past 240 s)
-        result = run("torchbeast_gym.polybeast_learner", *flags, "--server_secret=another-secret",
-                     f"--savedir={tmp_path / 'runs'}", "--xpid=run", "--connect_timeout=600",
-                     output=str(tmp_path / "learner_out"), timeout=240)
+        result = run(
+            "torchbeast_gym.polybeast_learner",
+            *flags,
+            "--server_secret=another-secret",
+            f"--savedir={tmp_path / 'runs'}",
+            "--xpid=run",
+            "--connect_timeout=600",
+            output=str(tmp_path / "learner_out"),
+            timeout=240,
+        )
         assert result.returncode == 2, result.stdout[-3000:]
         line = last_line(result.stdout)
         assert f"env server at 127.0.0.1:{port}: authentication failed" in line, line
@@ -88,8 +105,9 @@ def test_a_wrong_secret_is_authentication_failed_on_both_sides_and_the_server_lo
     windows = 1 + int((refusals_end - first_refusal) // 10)
     assert 1 <= len(failures) <= windows, (failures, refusals_end - first_refusal)
     assert "does not know this server's secret" in failures[0] and "127.0.0.1:" in failures[0]
-    held_back = [re.search(r"\((\d+) more since the last such line; at most one every 10 s\)$", line)
-                 for line in failures[1:]]
+    held_back = [
+        re.search(r"\((\d+) more since the last such line; at most one every 10 s\)$", line) for line in failures[1:]
+    ]
     assert all(held_back) and len(failures) + sum(int(h.group(1)) for h in held_back) <= 21, failures
     assert "dropped connection" not in text
     assert server.returncode == 0
@@ -105,12 +123,18 @@ def test_a_procgen_env_server_imports_no_plotting_module(tmp_path, monkeypatch):
     monkeypatch.setenv("PYTHONPROFILEIMPORTTIME", "1")
     out = str(tmp_path / "server_out")
     path = tmp_path / "pipe.0"
-    server = start("torchbeast_procgen.polybeast_env", "--env=chaser", "--num_actors=2", "--num_servers=1",
-                   "--server_index=0", f"--pipes_basename=unix:{tmp_path}/pipe", output=out)
+    server = start(
+        "torchbeast_procgen.polybeast_env",
+        "--env=chaser",
+        "--num_actors=2",
+        "--num_servers=1",
+        "--server_index=0",
+        f"--pipes_basename=unix:{tmp_path}/pipe",
+        output=out,
+    )
     try:
         wait_for(lambda: path.exists(), 60, "the server to listen")
-        conn = tp.Connection(tp.connect(tp.Address("unix", path=str(path)), timeout=10), poll_s=0.2,
-                             frame_timeout_s=10)
+        conn = tp.Connection(tp.connect(tp.Address("unix", path=str(path)), timeout=10), poll_s=0.2, frame_timeout_s=10)
         assert conn.recv()[0] == tp.HELLO and conn.recv()[0] == tp.STEP
         for _ in range(5):
             conn.send(tp.ACTION, {"action": np.zeros(2, np.int64)})
@@ -131,9 +155,18 @@ def test_a_procgen_env_server_imports_no_plotting_module(tmp_path, monkeypatch):
 
 
 def procgen_flags(tmp_path, **overrides) -> list[str]:
-    flags = {"env": "chaser", "num_actors": 2, "num_servers": 2, "batch_size": 2, "unroll_length": 20,
-             "pipes_basename": f"unix:{tmp_path}/pipe", "savedir": str(tmp_path / "runs"), "xpid": "run",
-             "log_interval": 1, "total_steps": 10**9}
+    flags = {
+        "env": "chaser",
+        "num_actors": 2,
+        "num_servers": 2,
+        "batch_size": 2,
+        "unroll_length": 20,
+        "pipes_basename": f"unix:{tmp_path}/pipe",
+        "savedir": str(tmp_path / "runs"),
+        "xpid": "run",
+        "log_interval": 1,
+        "total_steps": 10**9,
+    }
     flags.update(overrides)
     return [f"--{k}" if v is True else f"--{k}={v}" for k, v in flags.items()]
 
@@ -167,8 +200,12 @@ def test_ctrl_c_while_procgen_servers_start_exits_at_once_leaving_nothing(tmp_pa
     out = str(tmp_path / "out")
     proc = start("torchbeast_procgen.polybeast", *procgen_flags(tmp_path), output=out)
     try:
-        servers = wait_for(lambda: len(server_pids(proc.pid)) == 2 and server_pids(proc.pid), 60,
-                           "the servers to be started", interval=0.02)
+        servers = wait_for(
+            lambda: len(server_pids(proc.pid)) == 2 and server_pids(proc.pid),
+            60,
+            "the servers to be started",
+            interval=0.02,
+        )
         assert not sockets_left(tmp_path)  # still starting: none listens yet
         took = seconds_to_exit_after_sigint(proc)
     finally:
@@ -209,12 +246,20 @@ def test_ctrl_c_during_the_first_procgen_update_joins_every_thread_within_5_s(tm
     5 s (measured: about 1.5 s on an idle 2-core machine, 9 s with a 2-rank training beside it and a load average
     of 12) within 30 s."""
     out = str(tmp_path / "out")
-    flags = procgen_flags(tmp_path, num_actors=4, batch_size=4, unroll_length=200, resnet_channels="32,64,64",
-                          disable_final_test=True, disable_cuda=True)
+    flags = procgen_flags(
+        tmp_path,
+        num_actors=4,
+        batch_size=4,
+        unroll_length=200,
+        resnet_channels="32,64,64",
+        disable_final_test=True,
+        disable_cuda=True,
+    )
     proc = start("torchbeast_procgen.polybeast", *flags, output=out)
     try:
-        wait_for(lambda: thread_cpu_seconds(proc.pid, "learner-0") > 0.5, 180, "the learner's first update",
-                 interval=0.05)
+        wait_for(
+            lambda: thread_cpu_seconds(proc.pid, "learner-0") > 0.5, 180, "the learner's first update", interval=0.05
+        )
         servers = server_pids(proc.pid)
         assert len(servers) == 2
         took = seconds_to_exit_after_sigint(proc)
@@ -236,14 +281,27 @@ def test_ctrl_c_during_the_first_procgen_update_joins_every_thread_within_5_s(tm
 
 def test_an_agent_that_does_not_take_box_actions_names_every_agent_that_does(tmp_path):
     before = saved_run(tmp_path)
-    result = run("torchbeast_gym.polybeast", "--env=Pendulum-v1", "--agent=r2d2", "--num_actors=2",
-                 "--num_servers=1", "--batch_size=2", "--unroll_length=4", "--burn_in=2",
-                 f"--pipes_basename=unix:{tmp_path}/pipe", f"--savedir={tmp_path / 'runs'}", "--xpid=run",
-                 output=str(tmp_path / "out"), timeout=120)
+    result = run(
+        "torchbeast_gym.polybeast",
+        "--env=Pendulum-v1",
+        "--agent=r2d2",
+        "--num_actors=2",
+        "--num_servers=1",
+        "--batch_size=2",
+        "--unroll_length=4",
+        "--burn_in=2",
+        f"--pipes_basename=unix:{tmp_path}/pipe",
+        f"--savedir={tmp_path / 'runs'}",
+        "--xpid=run",
+        output=str(tmp_path / "out"),
+        timeout=120,
+    )
     assert result.returncode == 2, result.stdout[-3000:]
     line = last_line(result.stdout)
-    assert line.endswith("error: --agent r2d2 takes discrete actions; this env has a Box action space of shape "
-                         "[1]: use --agent vpg, ppo, awr, vmpo, vtrace or sac"), line
+    assert line.endswith(
+        "error: --agent r2d2 takes discrete actions; this env has a Box action space of shape "
+        "[1]: use --agent vpg, ppo, awr, vmpo, vtrace or sac"
+    ), line
     assert "Traceback" not in result.stdout
     assert not sockets_left(tmp_path)
     assert snapshot(tmp_path / "runs" / "run", SAVED) == before
@@ -256,12 +314,29 @@ def test_sac_reports_its_replay_in_transitions(tmp_path):
     """--replay_buffer_min_size counts transitions for SAC: so do the log line that starts learning, the
     saved replay's line and logs.csv's replay_size."""
     T = 8
-    result = run("torchbeast_gym.polybeast", "--env=Pendulum-v1", "--agent=sac", "--num_actors=2",
-                 "--num_servers=1", f"--unroll_length={T}", "--batch_size=16", "--replay_buffer_size=1000",
-                 "--replay_buffer_min_size=64", "--random_init_steps=0", "--replay_ratio=16", "--total_steps=400",
-                 "--mlp_sizes=32,32", "--checkpoint_replay", "--disable_final_test", "--log_interval=1",
-                 f"--pipes_basename=unix:{tmp_path}/pipe", f"--savedir={tmp_path / 'runs'}", "--xpid=run",
-                 output=str(tmp_path / "out"), timeout=120)
+    result = run(
+        "torchbeast_gym.polybeast",
+        "--env=Pendulum-v1",
+        "--agent=sac",
+        "--num_actors=2",
+        "--num_servers=1",
+        f"--unroll_length={T}",
+        "--batch_size=16",
+        "--replay_buffer_size=1000",
+        "--replay_buffer_min_size=64",
+        "--random_init_steps=0",
+        "--replay_ratio=16",
+        "--total_steps=400",
+        "--mlp_sizes=32,32",
+        "--checkpoint_replay",
+        "--disable_final_test",
+        "--log_interval=1",
+        f"--pipes_basename=unix:{tmp_path}/pipe",
+        f"--savedir={tmp_path / 'runs'}",
+        "--xpid=run",
+        output=str(tmp_path / "out"),
+        timeout=120,
+    )
     assert result.returncode == 0, result.stdout[-3000:]
     assert "replay holds 64 transitions (>= --replay_buffer_min_size): learning starts" in result.stdout
     assert "sequences" not in result.stdout
@@ -282,22 +357,39 @@ def test_the_refusal_with_rnd_names_the_agents_rnd_wraps():
     from rl_core.errors import UserError
 
     box = EnvSpec(Observation((17,), "<f4"), BoxActions((6,), (-1.0,) * 6, (1.0,) * 6))
-    with pytest.raises(UserError, match=r"^--agent impala takes discrete actions; this env has a Box action space "
-                                        r"of shape \[6\]: use --agent vpg, ppo, awr, vmpo or vtrace \(with --rnd\)$"):
+    with pytest.raises(
+        UserError,
+        match=r"^--agent impala takes discrete actions; this env has a Box action space "
+        r"of shape \[6\]: use --agent vpg, ppo, awr, vmpo or vtrace \(with --rnd\)$",
+    ):
         check_action_space(types.SimpleNamespace(agent="impala", rnd=True), box)
     for agent in ("ppo", "sac"):
         check_action_space(types.SimpleNamespace(agent=agent, rnd=False), box)  # they take it
-    check_action_space(types.SimpleNamespace(agent="r2d2", rnd=False), EnvSpec(Observation((4,), "<f4"), DiscreteActions(3)))
+    check_action_space(
+        types.SimpleNamespace(agent="r2d2", rnd=False), EnvSpec(Observation((4,), "<f4"), DiscreteActions(3))
+    )
 
 
-@pytest.mark.parametrize("package, argv, line", [
-    ("torchbeast_mujoco", ["--agent", "impala"], "--agent impala takes discrete actions; this env has box (continuous) "
-                                                 "actions: use --agent vpg, ppo, awr, vmpo, vtrace or sac"),
-    ("torchbeast_mujoco", ["--agent", "r2d2"], "--agent r2d2 takes discrete actions; this env has box (continuous) "
-                                               "actions: use --agent vpg, ppo, awr, vmpo, vtrace or sac"),
-])
+@pytest.mark.parametrize(
+    "package, argv, line",
+    [
+        (
+            "torchbeast_mujoco",
+            ["--agent", "impala"],
+            "--agent impala takes discrete actions; this env has box (continuous) "
+            "actions: use --agent vpg, ppo, awr, vmpo, vtrace or sac",
+        ),
+        (
+            "torchbeast_mujoco",
+            ["--agent", "r2d2"],
+            "--agent r2d2 takes discrete actions; this env has box (continuous) "
+            "actions: use --agent vpg, ppo, awr, vmpo, vtrace or sac",
+        ),
+    ],
+)
 def test_what_dry_run_accepts_a_run_accepts_an_agent_the_packages_actions_refuse_is_refused_at_parse_time(
-        package, argv, line, capsys):
+    package, argv, line, capsys
+):
     import importlib
 
     from rl_core.runtime import entry
@@ -310,9 +402,16 @@ def test_what_dry_run_accepts_a_run_accepts_an_agent_the_packages_actions_refuse
     assert len(err) == 1 and f"error: {line} (all flags: " in err[0], err
 
 
-@pytest.mark.parametrize("package, agent", [("torchbeast_mujoco", "sac"), ("torchbeast_mujoco", "ppo"),
-                                            ("torchbeast_atari", "r2d2"), ("torchbeast_procgen", "sac"),
-                                            ("torchbeast_football", "impala")])
+@pytest.mark.parametrize(
+    "package, agent",
+    [
+        ("torchbeast_mujoco", "sac"),
+        ("torchbeast_mujoco", "ppo"),
+        ("torchbeast_atari", "r2d2"),
+        ("torchbeast_procgen", "sac"),
+        ("torchbeast_football", "impala"),
+    ],
+)
 def test_an_agent_that_takes_the_packages_actions_passes_the_parse(package, agent):
     import importlib
 

@@ -23,11 +23,25 @@ def test_a_flag_file_holds_flags_one_or_several_to_a_line_with_comments_and_quot
     inner = tmp_path / "inner.flags"
     inner.write_text("--unroll_length 7\n")
     outer = tmp_path / "exp.flags"
-    outer.write_text("# PPO on CartPole, as the experiment's script runs it\n--agent ppo --seed 5  # trailing\n"
-                     f"--xpid 'my run'\n@{inner}\n--batch_size=4\n")
+    outer.write_text(
+        "# PPO on CartPole, as the experiment's script runs it\n--agent ppo --seed 5  # trailing\n"
+        f"--xpid 'my run'\n@{inner}\n--batch_size=4\n"
+    )
     assert expand_flag_files(["--env", "CartPole-v1", f"@{outer}", "--seed", "9"]) == [
-        "--env", "CartPole-v1", "--agent", "ppo", "--seed", "5", "--xpid", "my run", "--unroll_length", "7",
-        "--batch_size=4", "--seed", "9"]
+        "--env",
+        "CartPole-v1",
+        "--agent",
+        "ppo",
+        "--seed",
+        "5",
+        "--xpid",
+        "my run",
+        "--unroll_length",
+        "7",
+        "--batch_size=4",
+        "--seed",
+        "9",
+    ]
     flags = entry.parse_flags(GYM, [f"@{outer}", "--seed", "9"])
     assert (flags.agent, flags.seed, flags.xpid, flags.unroll_length, flags.batch_size) == ("ppo", 9, "my run", 7, 4)
     assert flags.num_epochs == GYM_PRESETS.agent_defaults("ppo")["num_epochs"]  # the file's --agent brings its defaults
@@ -53,10 +67,24 @@ def test_a_missing_or_looping_or_unquoted_flag_file_is_one_line(tmp_path, capsys
 def test_the_launcher_expands_a_flag_file_before_it_parses(tmp_path):
     flags = tmp_path / "exp.flags"
     flags.write_text("--env CartPole-v1\n--agent r2d2 --use_lstm\n--replay_ratio 3\n")
-    result = subprocess.run([sys.executable, "-m", "torchbeast_gym.polybeast", f"@{flags}", "--seed", "4",
-                             "--dry_run"], cwd=REPO, capture_output=True, text=True, timeout=120,
-                            env=dict(os.environ, PYTHONPATH=REPO))
+    result = subprocess.run(
+        [sys.executable, "-m", "torchbeast_gym.polybeast", f"@{flags}", "--seed", "4", "--dry_run"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ, PYTHONPATH=REPO),
+    )
     assert result.returncode == 0, result.stderr
-    config = dict(line.strip()[2:].split("  # ")[0].split("=", 1) for line in result.stdout.splitlines() if line.startswith("  --"))
+    config = dict(
+        line.strip()[2:].split("  # ")[0].split("=", 1)
+        for line in result.stdout.splitlines()
+        if line.startswith("  --")
+    )
     assert (config["env"], config["agent"], config["use_lstm"], config["replay_ratio"], config["seed"]) == (
-        "CartPole-v1", "r2d2", "True", "3.0", "4")
+        "CartPole-v1",
+        "r2d2",
+        "True",
+        "3.0",
+        "4",
+    )

@@ -40,8 +40,9 @@ def test_each_value_names_the_layer_it_came_from(tmp_path):
 def test_the_sizing_is_a_source_only_where_it_changed_a_value(monkeypatch):
     monkeypatch.setenv("POLYBEAST_CORES", "16")
     big = entry.parse_command_line(ATARI, ["--disable_cuda"], auto_size=True)
-    assert big.flags.num_actors != 56 and big.sources["num_actors"] == big.sources["num_servers"] == \
-        "sizing: this machine"
+    assert (
+        big.flags.num_actors != 56 and big.sources["num_actors"] == big.sources["num_servers"] == "sizing: this machine"
+    )
     assert big.sources["batch_size"] == "torchbeast_atari: --agent impala"  # the sizing kept IMPALA's batch
     monkeypatch.setenv("POLYBEAST_CORES", "2")
     small = entry.parse_command_line(ATARI, ["--disable_cuda"], auto_size=True)
@@ -50,8 +51,23 @@ def test_the_sizing_is_a_source_only_where_it_changed_a_value(monkeypatch):
 
 def test_r2acs_atari_script_is_told_which_settings_came_from_the_package(tmp_path):
     """R2AC's own Qbert command: the start names the package's IMPALA settings it did not ask for."""
-    argv = ["--env", "QbertNoFrameskip-v4", "--use_rtrl", "--learning_rate", "0.0006", "--entropy_cost", "0.01",
-            "--batch_size", "32", "--unroll_length", "50", "--num_actors", "48", "--num_servers", "12"]
+    argv = [
+        "--env",
+        "QbertNoFrameskip-v4",
+        "--use_rtrl",
+        "--learning_rate",
+        "0.0006",
+        "--entropy_cost",
+        "0.01",
+        "--batch_size",
+        "32",
+        "--unroll_length",
+        "50",
+        "--num_actors",
+        "48",
+        "--num_servers",
+        "12",
+    ]
     parsed = entry.parse_command_line(ATARI, argv)
     lines = announce_sources(parsed.flags, parsed.sources)
     package = next(line for line in lines if line.startswith("from torchbeast_atari: --agent impala: "))
@@ -63,19 +79,48 @@ def test_r2acs_atari_script_is_told_which_settings_came_from_the_package(tmp_pat
 
 
 def test_dry_run_prints_the_sources_and_meta_json_keeps_them(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "torchbeast_gym.polybeast", "--env", "CartPole-v1", "--agent",
-                             "ppo", "--seed", "3", "--dry_run"], cwd=REPO, capture_output=True, text=True,
-                            timeout=120, env=dict(os.environ, PYTHONPATH=REPO))
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torchbeast_gym.polybeast",
+            "--env",
+            "CartPole-v1",
+            "--agent",
+            "ppo",
+            "--seed",
+            "3",
+            "--dry_run",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ, PYTHONPATH=REPO),
+    )
     assert result.returncode == 0, result.stderr
     lines = [line for line in result.stdout.splitlines() if line.startswith("  --")]
-    assert "  --seed=3  # command line" in lines and "  --entropy_cost=0.0  # torchbeast_gym: --agent ppo" in lines, \
-        [line for line in lines if "seed" in line or "entropy_cost" in line]
+    assert "  --seed=3  # command line" in lines and "  --entropy_cost=0.0  # torchbeast_gym: --agent ppo" in lines, [
+        line for line in lines if "seed" in line or "entropy_cost" in line
+    ]
     assert all("  # " in line for line in lines)
 
-    out = run("torchbeast_gym.polybeast", "--env=CartPole-v1", "--num_actors=2", "--num_servers=1",
-              "--batch_size=2", "--unroll_length=10", "--total_steps=200", "--disable_final_test", "--seed=3",
-              f"--pipes_basename=unix:{tmp_path}/pipe", f"--savedir={tmp_path}", "--xpid=run",
-              output=str(tmp_path / "out"), timeout=120)
+    out = run(
+        "torchbeast_gym.polybeast",
+        "--env=CartPole-v1",
+        "--num_actors=2",
+        "--num_servers=1",
+        "--batch_size=2",
+        "--unroll_length=10",
+        "--total_steps=200",
+        "--disable_final_test",
+        "--seed=3",
+        f"--pipes_basename=unix:{tmp_path}/pipe",
+        f"--savedir={tmp_path}",
+        "--xpid=run",
+        output=str(tmp_path / "out"),
+        timeout=120,
+    )
     assert out.returncode == 0, out.stdout[-3000:]
     meta = json.loads((tmp_path / "run" / "meta.json").read_text())
     assert meta["flag_sources"]["seed"] == "command line" and meta["flag_sources"]["env"] == "command line"

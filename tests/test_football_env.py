@@ -48,8 +48,9 @@ def play(env, actions, seed=None):
 # -- names ------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", [CLOSE, f"gfootball/{CLOSE}", f"gfootball/{CLOSE}-v1", f"{CLOSE}-v1",
-                                  " Academy_Empty_Goal_Close"])
+@pytest.mark.parametrize(
+    "name", [CLOSE, f"gfootball/{CLOSE}", f"gfootball/{CLOSE}-v1", f"{CLOSE}-v1", " Academy_Empty_Goal_Close"]
+)
 def test_scenario_names_in_both_spellings(name):
     assert canonical_scenario(name) == CLOSE
     assert flags_of("--env", name).env == CLOSE
@@ -58,7 +59,7 @@ def test_scenario_names_in_both_spellings(name):
 def test_every_scenario_envpool_ships_and_no_other():
     import envpool
 
-    shipped = {e[len("gfootball/"):-len("-v1")] for e in envpool.list_all_envs() if e.startswith("gfootball/")}
+    shipped = {e[len("gfootball/") : -len("-v1")] for e in envpool.list_all_envs() if e.startswith("gfootball/")}
     assert shipped == set(SCENARIOS)
     for bad in ["11_vs_11", "academy_empty_goal_far", "PongNoFrameskip-v4", ""]:
         with pytest.raises(UserError, match="unknown Football scenario"):
@@ -80,14 +81,34 @@ def test_flag_errors_are_one_line(capsys):
 def test_defaults_follow_seed_rls_football_vtrace_runs():
     f = flags_of()
     assert (f.env, f.agent, f.rewards, f.model, f.resnet_channels) == (
-        "11_vs_11_easy_stochastic", "impala", "scoring", "resnet", "16,32,32,32")
+        "11_vs_11_easy_stochastic",
+        "impala",
+        "scoring",
+        "resnet",
+        "16,32,32,32",
+    )
     assert (f.unroll_length, f.batch_size, f.discounting, f.vtrace_lambda, f.entropy_cost) == (
-        32, 32, 0.997, 0.9, 3.1948e-5)
+        32,
+        32,
+        0.997,
+        0.9,
+        3.1948e-5,
+    )
     assert (f.optimizer, f.learning_rate, f.lr_decay, f.reward_clipping, f.grad_norm_clipping) == (
-        "adam", 3e-4, "none", "none", 0.0)
+        "adam",
+        3e-4,
+        "none",
+        "none",
+        0.0,
+    )
     p = flags_of("--agent", "ppo")
     assert (p.unroll_length, p.num_epochs, p.num_minibatches, p.ppo_clip, p.learning_rate) == (
-        512, 2, 4, 0.115, 1.1879e-4)
+        512,
+        2,
+        4,
+        0.115,
+        1.1879e-4,
+    )
     assert flags_of("--learning_rate", "1e-3").learning_rate == 1e-3  # given flags win
 
 
@@ -119,14 +140,14 @@ def test_observations_are_16_stacked_minimap_planes_uint8_and_19_actions():
 def test_stack_holds_the_last_four_frames_oldest_first_and_reset_fills_it():
     env = create_env("academy_3_vs_1_with_keeper", seed=5)
     frames, _, _ = play(env, [5] * 12)  # run right: the players move every step
-    assert all(np.array_equal(frames[0][4 * k:4 * k + 4], frames[0][12:]) for k in range(3))
+    assert all(np.array_equal(frames[0][4 * k : 4 * k + 4], frames[0][12:]) for k in range(3))
     newest = frames[:, 12:]
     for t in range(3, len(frames)):
         for k in range(4):  # slot k holds the frame of step t - 3 + k
-            np.testing.assert_array_equal(frames[t][4 * k:4 * k + 4], newest[t - 3 + k])
+            np.testing.assert_array_equal(frames[t][4 * k : 4 * k + 4], newest[t - 3 + k])
     assert not np.array_equal(newest[0], newest[-1])
     obs, _ = env.reset()
-    assert all(np.array_equal(obs[4 * k:4 * k + 4], obs[12:]) for k in range(3))
+    assert all(np.array_equal(obs[4 * k : 4 * k + 4], obs[12:]) for k in range(3))
     env.close()
 
 
@@ -193,17 +214,29 @@ def test_minimap_video_frames():
 
 
 def _run_flags(tmp_path, xpid, **kw):
-    base = {"env": CLOSE, "num_actors": 4, "num_servers": 2, "batch_size": 4, "unroll_length": 16,
-            "pipes_basename": f"unix:{tmp_path}/p_{xpid}", "savedir": str(tmp_path / "runs"), "xpid": xpid,
-            "log_interval": 1}
+    base = {
+        "env": CLOSE,
+        "num_actors": 4,
+        "num_servers": 2,
+        "batch_size": 4,
+        "unroll_length": 16,
+        "pipes_basename": f"unix:{tmp_path}/p_{xpid}",
+        "savedir": str(tmp_path / "runs"),
+        "xpid": xpid,
+        "log_interval": 1,
+    }
     base.update(kw)
     return [f"--{k}" if v is True else f"--{k}={v}" for k, v in base.items()]
 
 
 def test_two_env_servers_train_log_checkpoint_resume_and_evaluate(tmp_path):
     rundir = tmp_path / "runs" / "fb"
-    result = run(FOOTBALL, *_run_flags(tmp_path, "fb", total_steps=640, disable_final_test=True),
-                 output=str(tmp_path / "a"), timeout=300)
+    result = run(
+        FOOTBALL,
+        *_run_flags(tmp_path, "fb", total_steps=640, disable_final_test=True),
+        output=str(tmp_path / "a"),
+        timeout=300,
+    )
     assert result.returncode == 0, result.stdout[-3000:]
     first = torch.load(rundir / "model.tar", weights_only=True)
     assert first["step"] >= 640 and first["flags"]["env"] == CLOSE
@@ -216,8 +249,12 @@ def test_two_env_servers_train_log_checkpoint_resume_and_evaluate(tmp_path):
     assert {"stat/goals_scored", "stat/goals_conceded", "stat/win"} <= set(rows[-1])
     assert any(r["stat/goals_scored"] not in ("", "nan") for r in rows)  # episodes ended and were counted
 
-    result = run(FOOTBALL, *_run_flags(tmp_path, "fb", total_steps=1280, test_episodes=2, learning_rate=2e-4),
-                 output=str(tmp_path / "b"), timeout=300)
+    result = run(
+        FOOTBALL,
+        *_run_flags(tmp_path, "fb", total_steps=1280, test_episodes=2, learning_rate=2e-4),
+        output=str(tmp_path / "b"),
+        timeout=300,
+    )
     assert result.returncode == 0, result.stdout[-3000:]
     assert "resumed from" in result.stdout
     # The rate given to the resumed run is the one it trains at, not the checkpoint's.
@@ -231,8 +268,15 @@ def test_two_env_servers_train_log_checkpoint_resume_and_evaluate(tmp_path):
         assert r["episodes"] == 2 and 0.0 <= r["mean_win"] <= 1.0
         assert r["mean_return"] == pytest.approx(r["mean_goals_scored"] - r["mean_goals_conceded"])
 
-    result = run(FOOTBALL, "--mode=test", f"--checkpoint={rundir}/model.tar", "--test_episodes=1",
-                 "--record_video", output=str(tmp_path / "c"), timeout=300)
+    result = run(
+        FOOTBALL,
+        "--mode=test",
+        f"--checkpoint={rundir}/model.tar",
+        "--test_episodes=1",
+        "--record_video",
+        output=str(tmp_path / "c"),
+        timeout=300,
+    )
     assert result.returncode == 0, result.stdout[-3000:]
     (path,) = glob.glob(os.path.join(rundir, "eval-*.json"))
     evaluation = json.load(open(path))

@@ -26,12 +26,24 @@ def test_each_stage_gets_its_share_and_what_does_not_fit_is_skipped():
     # 16 cores, the default 25 minutes: the ceiling's 5 measurements of 5 + 4 s, IMPALA its 12 minutes at most,
     # the splits 2 x (75 + 20) s, the 6 agents 75 s each, the rest to PPO on Pong (halves would be too short)
     assert gpu_suite.plan(1500, list(gpu_suite.STAGES), a, 16) == {
-        "ceiling": 45.0, "impala_pong": 720.0, "splits": 190.0, "agents": 450.0, "ppo_pong": 80.0,
-        "r2d2_pong": 0.0, "ppo_breakout": 0.0}
+        "ceiling": 45.0,
+        "impala_pong": 720.0,
+        "splits": 190.0,
+        "agents": 450.0,
+        "ppo_pong": 80.0,
+        "r2d2_pong": 0.0,
+        "ppo_breakout": 0.0,
+    }
     # 2 cores and 100 s: the ceiling (2 measurements) and IMPALA; the splits, the agents and PPO do not fit
     assert gpu_suite.plan(100, list(gpu_suite.STAGES), a, 2) == {
-        "ceiling": 18.0, "impala_pong": 67.0, "splits": 0.0, "agents": 0.0, "ppo_pong": 0.0, "r2d2_pong": 0.0,
-        "ppo_breakout": 0.0}
+        "ceiling": 18.0,
+        "impala_pong": 67.0,
+        "splits": 0.0,
+        "agents": 0.0,
+        "ppo_pong": 0.0,
+        "r2d2_pong": 0.0,
+        "ppo_breakout": 0.0,
+    }
     # IMPALA leaves the agents that fit beside its minimum minute: here 3 of them
     shares = gpu_suite.plan(300, ["impala_pong", "agents"], a, 16)
     assert shares == {"impala_pong": 60.0, "agents": 225.0}
@@ -57,14 +69,23 @@ def test_the_splits_stage_gets_its_two_runs_or_is_skipped():
     # IMPALA gives way to the splits and then to the agents that fit beside its minute
     a = args()
     assert gpu_suite.plan(570, ["ceiling", "impala_pong", "splits"], a, 16) == {
-        "ceiling": 45.0, "impala_pong": 320.0, "splits": 190.0}
+        "ceiling": 45.0,
+        "impala_pong": 320.0,
+        "splits": 190.0,
+    }
     assert gpu_suite.plan(600, ["impala_pong", "splits", "agents"], a, 16) == {
-        "impala_pong": 95.0, "splits": 190.0, "agents": 300.0}
+        "impala_pong": 95.0,
+        "splits": 190.0,
+        "agents": 300.0,
+    }
     # ... but not when the splits do not fit beside its minute: IMPALA takes what is left
     assert gpu_suite.plan(200, ["impala_pong", "splits"], a, 16) == {"impala_pong": 185.0, "splits": 0.0}
     # the stage-by-stage recipe's last call: the splits, then PPO halves
     assert gpu_suite.plan(570, ["splits", "ppo_pong", "ppo_breakout"], a, 16) == {
-        "splits": 190.0, "ppo_pong": 182.5, "ppo_breakout": 182.5}
+        "splits": 190.0,
+        "ppo_pong": 182.5,
+        "ppo_breakout": 182.5,
+    }
 
 
 CHILD = textwrap.dedent("""
@@ -90,35 +111,49 @@ def test_a_child_is_stopped_at_its_target_at_its_budget_or_killed(tmp_path):
         return bool(rows) and rows[-1][0] >= 18
 
     now = time.monotonic()
-    ended = gpu_suite.run_child([sys.executable, "-c", CHILD, rundir, "stop"], str(tmp_path / "a.out"), now + 30,
-                                now + 40, stopper, reached)
+    ended = gpu_suite.run_child(
+        [sys.executable, "-c", CHILD, rundir, "stop"], str(tmp_path / "a.out"), now + 30, now + 40, stopper, reached
+    )
     assert (ended.status, ended.why) == (0, "target") and ended.target_s < 10
     last = gpu_suite.read_columns(rundir, ("return_last_100",))[-1][0]
     assert 18 <= last < 18 + 3 * 200  # stopped within seconds of the row that reached 18, long before its end
 
     now = time.monotonic()
-    ended = gpu_suite.run_child([sys.executable, "-c", CHILD, rundir, "stop"], str(tmp_path / "b.out"), now + 1,
-                                now + 20, stopper)
+    ended = gpu_suite.run_child(
+        [sys.executable, "-c", CHILD, rundir, "stop"], str(tmp_path / "b.out"), now + 1, now + 20, stopper
+    )
     assert (ended.status, ended.why) == (0, "budget") and ended.seconds < 5
     # a child that ignores SIGINT is killed at its share's end
     now = time.monotonic()
-    ended = gpu_suite.run_child([sys.executable, "-c", CHILD, rundir, "ignore"], str(tmp_path / "c.out"), now + 1,
-                                now + 2, stopper)
+    ended = gpu_suite.run_child(
+        [sys.executable, "-c", CHILD, rundir, "ignore"], str(tmp_path / "c.out"), now + 1, now + 2, stopper
+    )
     assert (ended.status, ended.why) == (-signal.SIGKILL, "budget") and ended.seconds < 5
     # the suite's own Ctrl-C reaches the child: "signal"
     stopper._handle(signal.SIGINT, None)
     now = time.monotonic()
-    ended = gpu_suite.run_child([sys.executable, "-c", CHILD, rundir, "stop"], str(tmp_path / "d.out"), now + 30,
-                                now + 40, stopper)
+    ended = gpu_suite.run_child(
+        [sys.executable, "-c", CHILD, rundir, "stop"], str(tmp_path / "d.out"), now + 30, now + 40, stopper
+    )
     assert ended.why == "signal" and ended.seconds < 5
 
 
 def synthetic_run(rundir, returns, dt=30.0, steps_per_row=200_000):
     """A run directory as the Atari launcher leaves it: meta.json and logs.csv (a row every dt seconds)."""
     os.makedirs(rundir)
-    meta = {"argv": [os.path.join(REPO, "torchbeast_atari", "polybeast.py")],
-            "flags": {"env": "PongNoFrameskip-v4", "agent": "impala", "rnd": False, "seed": 1, "num_servers": 14,
-                      "num_actors": 448, "batch_size": 56, "unroll_length": 20}}
+    meta = {
+        "argv": [os.path.join(REPO, "torchbeast_atari", "polybeast.py")],
+        "flags": {
+            "env": "PongNoFrameskip-v4",
+            "agent": "impala",
+            "rnd": False,
+            "seed": 1,
+            "num_servers": 14,
+            "num_actors": 448,
+            "batch_size": 56,
+            "unroll_length": 20,
+        },
+    }
     with open(os.path.join(rundir, "meta.json"), "w") as f:
         json.dump(meta, f)
     with open(os.path.join(rundir, "logs.csv"), "w") as f:
@@ -136,12 +171,28 @@ def test_tables_from_a_synthetic_run_directory(tmp_path):
     assert result["frames_s"] == pytest.approx(1_600_000 / 240 * 4)
     assert result["steady_frames_s"] == pytest.approx(200_000 / 30 * 4)  # the second half of 240 s: rows 4-8
     assert result["layout"] == "14 servers x 32 envs, B=56, T=20"
-    ceiling = {"status": "done", "rows": [(1, 3000.0, 12000.0), (16, 7000.0, 28000.0)], "procs": 16,
-               "frames_s": 28000.0, "command": "python benchmarks/env_ceiling.py", "date": "d", "machine": "m"}
-    impala = {**result, "status": "done", "stopped": "target", "share_s": 720.0, "reached_wall_s": 170.0,
-              "command": "python -m torchbeast_atari.polybeast --env PongNoFrameskip-v4", "date": "d", "machine": "m"}
-    text = gpu_suite.markdown({"ceiling": ceiling, "impala_pong": impala,
-                               "ppo_pong": {"status": "skipped: budget"}}, "m")
+    ceiling = {
+        "status": "done",
+        "rows": [(1, 3000.0, 12000.0), (16, 7000.0, 28000.0)],
+        "procs": 16,
+        "frames_s": 28000.0,
+        "command": "python benchmarks/env_ceiling.py",
+        "date": "d",
+        "machine": "m",
+    }
+    impala = {
+        **result,
+        "status": "done",
+        "stopped": "target",
+        "share_s": 720.0,
+        "reached_wall_s": 170.0,
+        "command": "python -m torchbeast_atari.polybeast --env PongNoFrameskip-v4",
+        "date": "d",
+        "machine": "m",
+    }
+    text = gpu_suite.markdown(
+        {"ceiling": ceiling, "impala_pong": impala, "ppo_pong": {"status": "skipped: budget"}}, "m"
+    )
     rows = [line for line in text.splitlines() if line.startswith("| ")]
     assert "| 16 | 7,000 | 28,000 |" in rows
     # steps, step at 18, training and wall minutes, last-100, mean and steady frames/s, their ratio (26,667 /
@@ -150,22 +201,45 @@ def test_tables_from_a_synthetic_run_directory(tmp_path):
     assert "| PongNoFrameskip-v4 | ppo | skipped: budget |" + " |" * 8 in rows
     assert "BreakoutNoFrameskip-v4" not in text
     # R2D2 on Pong beside it: the step and minutes at which it reached 18, cleanrl's DQN at 10M
-    r2d2 = {**result, "status": "done", "stopped": "target", "layout": "14 servers x 32 envs, B=8, T=40",
-            "date": "d", "machine": "m"}
-    rows = [line for line in gpu_suite.markdown({"ppo_pong": {"status": "skipped: budget"}, "r2d2_pong": r2d2},
-                                                "m").splitlines() if line.startswith("| PongNoFrameskip-v4 | r2d2")]
-    assert rows == ["| PongNoFrameskip-v4 | r2d2 | 1,600,000 | 20.00 | 1,000,000 (2.50 min) | 20.25 | 4.00 | 26,667 | "
-                    "14 servers x 32 envs, B=8, T=40 | target | d, m |"]
+    r2d2 = {
+        **result,
+        "status": "done",
+        "stopped": "target",
+        "layout": "14 servers x 32 envs, B=8, T=40",
+        "date": "d",
+        "machine": "m",
+    }
+    rows = [
+        line
+        for line in gpu_suite.markdown({"ppo_pong": {"status": "skipped: budget"}, "r2d2_pong": r2d2}, "m").splitlines()
+        if line.startswith("| PongNoFrameskip-v4 | r2d2")
+    ]
+    assert rows == [
+        "| PongNoFrameskip-v4 | r2d2 | 1,600,000 | 20.00 | 1,000,000 (2.50 min) | 20.25 | 4.00 | 26,667 | "
+        "14 servers x 32 envs, B=8, T=40 | target | d, m |"
+    ]
 
     slow = str(tmp_path / "slow")  # never 18, and slower than 0.9 of the ceiling
     synthetic_run(slow, [-21, -20.0, 3.0], dt=100.0)
-    result = {**gpu_suite.training_result(slow, 18.0), "status": "done", "stopped": "budget", "share_s": 300.0,
-              "reached_wall_s": None, "command": "c", "date": "d", "machine": "m"}
+    result = {
+        **gpu_suite.training_result(slow, 18.0),
+        "status": "done",
+        "stopped": "budget",
+        "share_s": 300.0,
+        "reached_wall_s": None,
+        "command": "c",
+        "date": "d",
+        "machine": "m",
+    }
     assert result["reached_step"] is None
-    rows = [line for line in gpu_suite.markdown({"ceiling": ceiling, "impala_pong": result}, "m").splitlines()
-            if line.startswith("| 600,000")]
-    assert rows == ["| 600,000 | not reached | not reached | not reached | 3.00 at the end | 8,000 | 8,000 | 0.29 "
-                    "| no | no |"]
+    rows = [
+        line
+        for line in gpu_suite.markdown({"ceiling": ceiling, "impala_pong": result}, "m").splitlines()
+        if line.startswith("| 600,000")
+    ]
+    assert rows == [
+        "| 600,000 | not reached | not reached | not reached | 3.00 at the end | 8,000 | 8,000 | 0.29 | no | no |"
+    ]
 
 
 FAKE_LAUNCHER = textwrap.dedent("""
@@ -206,11 +280,13 @@ FAKE_LAUNCHER = textwrap.dedent("""
 
 @pytest.mark.parametrize("cores", [16, 2])
 def test_the_splits_stage_compares_the_sized_layout_with_the_other(tmp_path, monkeypatch, cores):
-    monkeypatch.setattr(gpu_suite, "polybeast_cmd",
-                        lambda argv: [sys.executable, "-c", FAKE_LAUNCHER, str(cores), *argv])
+    monkeypatch.setattr(
+        gpu_suite, "polybeast_cmd", lambda argv: [sys.executable, "-c", FAKE_LAUNCHER, str(cores), *argv]
+    )
     savedir = str(tmp_path)
-    ctx = gpu_suite.Context(args("--splits_seconds", "2"), savedir, time.monotonic() + 100,
-                            gpu_suite.Stopper(install=False))
+    ctx = gpu_suite.Context(
+        args("--splits_seconds", "2"), savedir, time.monotonic() + 100, gpu_suite.Stopper(install=False)
+    )
     start = time.monotonic()
     result = gpu_suite.stage_splits(ctx, gpu_suite.splits_need_s(ctx.args))
     assert time.monotonic() - start < 30
@@ -220,8 +296,7 @@ def test_the_splits_stage_compares_the_sized_layout_with_the_other(tmp_path, mon
     assert "--num_servers" not in sized["command"] and "--server_splits" not in sized["command"]
     if cores == 16:  # the sizing split: the same 448 envs and batch unsplit, 14 processes of 32
         assert (sized["layout"], other["layout"]) == ("14 x 2 x 16", "14 x 1 x 32")
-        assert other["command"].endswith(
-            "--num_servers 14 --num_actors 448 --batch_size 56 --server_splits 1")
+        assert other["command"].endswith("--num_servers 14 --num_actors 448 --batch_size 56 --server_splits 1")
         assert os.path.isdir(os.path.join(savedir, "splits_h1"))
     else:  # no split on 2 cores: the same 16 envs split explicitly
         assert (sized["layout"], other["layout"]) == ("2 x 1 x 8", "2 x 2 x 4")
@@ -235,20 +310,35 @@ def test_the_splits_stage_compares_the_sized_layout_with_the_other(tmp_path, mon
     assert unsplit["steady_frames_s"] == pytest.approx(50_000 * scale / 4 * 4)
 
     ceiling = {"status": "done", "frames_s": 80_000.0 * scale}
-    rows = [line for line in gpu_suite.splits_table({**result, "date": "d", "machine": "m"}, ceiling)
-            if line.startswith("| ")]
+    rows = [
+        line
+        for line in gpu_suite.splits_table({**result, "date": "d", "machine": "m"}, ceiling)
+        if line.startswith("| ")
+    ]
     if cores == 16:
-        assert rows[1:] == ["| 14 x 2 x 16 | 448, B=56 | the sizing's | 60,000 | 1.20 | 0.75 |",
-                            "| 14 x 1 x 32 | 448, B=56 | given | 50,000 | 1.00 | 0.62 |"]
+        assert rows[1:] == [
+            "| 14 x 2 x 16 | 448, B=56 | the sizing's | 60,000 | 1.20 | 0.75 |",
+            "| 14 x 1 x 32 | 448, B=56 | given | 50,000 | 1.00 | 0.62 |",
+        ]
     else:
-        assert rows[1:] == ["| 2 x 1 x 8 | 16, B=32 | the sizing's | 500 | 1.00 | 0.62 |",
-                            "| 2 x 2 x 4 | 16, B=32 | given | 600 | 1.20 | 0.75 |"]
+        assert rows[1:] == [
+            "| 2 x 1 x 8 | 16, B=32 | the sizing's | 500 | 1.00 | 0.62 |",
+            "| 2 x 2 x 4 | 16, B=32 | given | 600 | 1.20 | 0.75 |",
+        ]
 
 
 def test_the_splits_table_without_a_ceiling_or_a_second_run():
-    split = {"sized": True, "status": "done", "command": "python -m torchbeast_atari.polybeast --env P",
-             "layout": "14 x 2 x 16", "num_servers": 28, "num_actors": 448, "batch_size": 56, "server_splits": 2,
-             "steady_frames_s": 60_000.0}
+    split = {
+        "sized": True,
+        "status": "done",
+        "command": "python -m torchbeast_atari.polybeast --env P",
+        "layout": "14 x 2 x 16",
+        "num_servers": 28,
+        "num_actors": 448,
+        "batch_size": 56,
+        "server_splits": 2,
+        "steady_frames_s": 60_000.0,
+    }
     failed = {"sized": False, "status": "failed (exit status 1): boom", "command": "c --server_splits 1"}
     r = {"status": failed["status"], "runs": [split, failed], "seconds": 75.0, "date": "d", "machine": "m"}
     text = gpu_suite.markdown({"splits": r}, "m")
@@ -273,24 +363,44 @@ def test_the_measuring_scripts_output_is_read():
     assert gpu_suite.parse_ceiling(ceiling) == [(1, 819.0, 3277.0), (2, 1169.0, 4676.0)]
     from benchmarks.agents import COLUMNS
 
-    agents = "\n".join(["# benchmarks/agents.py  2026-11-25 16:08  16 cores, learner on cuda", " ".join(COLUMNS),
-                        "-" * 40, "impala 28000 112000 20 30.1 10.2 2.95 1.1 1099 1104",
-                        "sac_discrete nan nan nan nan 2.0 nan 1.0 846 846", "steps/s, frames/s: a footnote"])
+    agents = "\n".join(
+        [
+            "# benchmarks/agents.py  2026-11-25 16:08  16 cores, learner on cuda",
+            " ".join(COLUMNS),
+            "-" * 40,
+            "impala 28000 112000 20 30.1 10.2 2.95 1.1 1099 1104",
+            "sac_discrete nan nan nan nan 2.0 nan 1.0 846 846",
+            "steps/s, frames/s: a footnote",
+        ]
+    )
     rows, header = gpu_suite.parse_agents(agents)
     assert header.startswith("# benchmarks/agents.py") and [row[0] for row in rows] == ["impala", "sac_discrete"]
     table = gpu_suite.agents_table({"rows": rows, "header": header, "skipped": ["ppo"], "command": "c"})
     assert "| impala | 28000 | 112000 | 20 | 30.1 | 10.2 | 2.95 | 1.1 | 1099 | 1104 |" in table
     assert "| ppo | skipped: budget |" + " |" * (len(COLUMNS) - 2) in table
     # an agent asked for but not measured (agents.py failed on it) says why, not "budget"
-    failed = gpu_suite.agents_table({"rows": rows, "header": header, "skipped": [], "command": "c",
-                                     "unmeasured": {"r2d2": "failed (exit status 1): RunFailure: x"}})
+    failed = gpu_suite.agents_table(
+        {
+            "rows": rows,
+            "header": header,
+            "skipped": [],
+            "command": "c",
+            "unmeasured": {"r2d2": "failed (exit status 1): RunFailure: x"},
+        }
+    )
     assert "| r2d2 | failed (exit status 1): RunFailure: x |" + " |" * (len(COLUMNS) - 2) in failed
 
 
 def test_a_budget_too_small_for_any_stage_skips_them_all(tmp_path, capsys):
     env = dict(os.environ, PYTHONPATH=REPO)
-    out = subprocess.run([sys.executable, "benchmarks/gpu_suite.py", "--budget_s", "5", "--savedir",
-                          str(tmp_path / "s")], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "benchmarks/gpu_suite.py", "--budget_s", "5", "--savedir", str(tmp_path / "s")],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     lines = out.stdout.splitlines()
     assert lines[0].startswith("gpu_suite: ") and "torch " in lines[0] and "usable cores" in lines[0]
@@ -299,8 +409,9 @@ def test_a_budget_too_small_for_any_stage_skips_them_all(tmp_path, capsys):
     md = (tmp_path / "s" / "gpu_suite.md").read_text()
     assert "**ceiling**: skipped: budget" in md and "| BreakoutNoFrameskip-v4 | ppo | skipped: budget |" in md
     assert "| PongNoFrameskip-v4 | r2d2 | skipped: budget |" in md
-    assert json.loads((tmp_path / "s" / "gpu_suite.json").read_text())["stages"]["agents"]["status"] == \
-        "skipped: budget"
+    assert (
+        json.loads((tmp_path / "s" / "gpu_suite.json").read_text())["stages"]["agents"]["status"] == "skipped: budget"
+    )
     with pytest.raises(SystemExit) as refused:  # refused before anything starts
         gpu_suite.main(["--stages", "ceiling,nope", "--savedir", str(tmp_path / "never")])
     assert refused.value.code == 2 and "--stages ceiling,nope: give some of ceiling," in capsys.readouterr().err

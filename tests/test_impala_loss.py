@@ -83,9 +83,7 @@ def test_policy_gradient_loss_gradcheck():
     logits = torch.randn(T, B, A, dtype=torch.float64, requires_grad=True)
     actions = torch.randint(0, A, (T, B))
     advantages = torch.randn(T, B, dtype=torch.float64)
-    assert torch.autograd.gradcheck(
-        lambda x: impala.policy_gradient_loss(x, actions, advantages), (logits,)
-    )
+    assert torch.autograd.gradcheck(lambda x: impala.policy_gradient_loss(x, actions, advantages), (logits,))
 
 
 def test_entropy_loss_gradcheck():
@@ -111,19 +109,23 @@ def _impala_inputs(seed: int):
 def test_impala_loss_assembles_terms(seed):
     inputs = _impala_inputs(seed)
     hyper = dict(discounting=0.97, baseline_cost=0.5, entropy_cost=0.01)
-    clips = dict(clip_rho_threshold=1.0, clip_pg_rho_threshold=1.0,
-                 clip_c_threshold=1.0, lambda_=0.9)
+    clips = dict(clip_rho_threshold=1.0, clip_pg_rho_threshold=1.0, clip_c_threshold=1.0, lambda_=0.9)
     total, stats = impala.impala_loss(**inputs, **hyper, **clips)
 
     # Assemble by hand: discount 0 on the step where the episode ended.
     gamma = torch.tensor(0.97, dtype=torch.float64)
     discounts = torch.where(inputs["dones"], torch.zeros_like(gamma), gamma)
     vt = vtrace.from_logits(
-        inputs["behavior_policy_logits"], inputs["target_policy_logits"], inputs["actions"],
-        discounts, inputs["rewards"], inputs["values"], inputs["bootstrap_value"], **clips,
+        inputs["behavior_policy_logits"],
+        inputs["target_policy_logits"],
+        inputs["actions"],
+        discounts,
+        inputs["rewards"],
+        inputs["values"],
+        inputs["bootstrap_value"],
+        **clips,
     )
-    pg = impala.policy_gradient_loss(
-        inputs["target_policy_logits"], inputs["actions"], vt.pg_advantages)
+    pg = impala.policy_gradient_loss(inputs["target_policy_logits"], inputs["actions"], vt.pg_advantages)
     base = 0.5 * impala.baseline_loss(vt.vs - inputs["values"])
     ent = 0.01 * impala.entropy_loss(inputs["target_policy_logits"])
 
@@ -155,12 +157,17 @@ def test_done_cuts_bootstrap():
     dones = torch.zeros(T, B, dtype=torch.bool)
     dones[t_end] = True
     discounts = (~dones).to(torch.float64) * 0.99
-    args = (inputs["behavior_policy_logits"], inputs["target_policy_logits"].detach(),
-            inputs["actions"], discounts, inputs["rewards"])
+    args = (
+        inputs["behavior_policy_logits"],
+        inputs["target_policy_logits"].detach(),
+        inputs["actions"],
+        discounts,
+        inputs["rewards"],
+    )
     values = inputs["values"].detach()
     a = vtrace.from_logits(*args, values, inputs["bootstrap_value"])
     changed = values.clone()
-    changed[t_end + 1:] += 10.0
+    changed[t_end + 1 :] += 10.0
     b = vtrace.from_logits(*args, changed, inputs["bootstrap_value"] + 10.0)
     torch.testing.assert_close(a.vs[: t_end + 1], b.vs[: t_end + 1])
     torch.testing.assert_close(a.pg_advantages[: t_end + 1], b.pg_advantages[: t_end + 1])

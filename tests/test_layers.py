@@ -59,7 +59,7 @@ def imports(name: str) -> set[str]:
             base = node.module or ""
             if node.level:
                 parts = package.split(".")
-                base = ".".join(parts[:len(parts) - node.level + 1] + ([node.module] if node.module else []))
+                base = ".".join(parts[: len(parts) - node.level + 1] + ([node.module] if node.module else []))
             for alias in node.names:
                 full = f"{base}.{alias.name}"
                 found.add(full if full in MODULES else resolve(base))
@@ -108,8 +108,13 @@ def test_the_import_graph_is_read():
 
 
 def test_lower_layers_never_import_the_runtime():
-    upward = sorted(f"{name} imports {target}" for name, targets in GRAPH.items() if in_layer(name, LOWER)
-                    for target in targets if in_layer(target, ("rl_core.runtime",)))
+    upward = sorted(
+        f"{name} imports {target}"
+        for name, targets in GRAPH.items()
+        if in_layer(name, LOWER)
+        for target in targets
+        if in_layer(target, ("rl_core.runtime",))
+    )
     assert upward == []
 
 
@@ -122,9 +127,14 @@ def core_mentions(name: str) -> list[str]:
     the agents' name sets."""
     path = MODULES[name]
     tree = ast.parse(path.read_text(), str(path))
-    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
-                  if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
-                  and node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
     found = []
     for node in ast.walk(tree):
         where = f"{path.relative_to(ROOT)}:{getattr(node, 'lineno', 0)}"

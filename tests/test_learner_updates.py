@@ -30,8 +30,9 @@ class ScriptedAgent:
 
 
 def learner(scales, *args):
-    flags = make_parser().parse_args(["--optimizer=adam", "--learning_rate=0.1", "--grad_norm_clipping=0",
-                                      "--lr_decay=none", *args])
+    flags = make_parser().parse_args(
+        ["--optimizer=adam", "--learning_rate=0.1", "--grad_norm_clipping=0", "--lr_decay=none", *args]
+    )
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 1))
     optimizer, scheduler = make_optimizer(flags, list(model.parameters()))

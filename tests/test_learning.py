@@ -19,16 +19,33 @@ def run_to_the_end(tmp_path, xpid, *args, deadline_s: int = RUN_DEADLINE_S):
     """Train; on a run past ``deadline_s``, fail naming its progress from logs.csv."""
     start = time.monotonic()
     try:
-        result = run("torchbeast_gym.polybeast", *args, f"--pipes_basename=unix:{tmp_path}/pipe",
-                     f"--savedir={tmp_path}", f"--xpid={xpid}", output=str(tmp_path / "out"), timeout=deadline_s)
+        result = run(
+            "torchbeast_gym.polybeast",
+            *args,
+            f"--pipes_basename=unix:{tmp_path}/pipe",
+            f"--savedir={tmp_path}",
+            f"--xpid={xpid}",
+            output=str(tmp_path / "out"),
+            timeout=deadline_s,
+        )
     except AssertionError:
         path = str(tmp_path / xpid / "logs.csv")
         rows = csv_rows(path) if os.path.exists(path) else []
-        where = (f"step {rows[-1]['step']} at {float(rows[-1]['sps']):.0f} SPS, last-100 return "
-                 f"{rows[-1]['return_last_100']}") if rows else "no logs.csv row"
-        pytest.fail(f"{xpid}: training did not finish within {deadline_s} s ({where}): the machine is too "
-                    f"slow or the run stalled (see {tmp_path / 'out'})", pytrace=False)
+        where = (
+            (
+                f"step {rows[-1]['step']} at {float(rows[-1]['sps']):.0f} SPS, last-100 return "
+                f"{rows[-1]['return_last_100']}"
+            )
+            if rows
+            else "no logs.csv row"
+        )
+        pytest.fail(
+            f"{xpid}: training did not finish within {deadline_s} s ({where}): the machine is too "
+            f"slow or the run stalled (see {tmp_path / 'out'})",
+            pytrace=False,
+        )
     return result, time.monotonic() - start
+
 
 # Nothing but the env and a seed: torchbeast_gym's IMPALA defaults (chosen by a sweep, see
 # torchbeast_gym/env.py) must solve CartPole-v1 within their 500k steps.
@@ -43,14 +60,20 @@ def test_impala_with_the_package_defaults_solves_cartpole_within_500k_steps(tmp_
     assert result.returncode == 0, result.stdout[-3000:]
     flags = json.loads((tmp_path / "cartpole" / "meta.json").read_text())["flags"]
     assert (flags["total_steps"], flags["learning_rate"], flags["epsilon"], flags["batch_size"]) == (
-        500_000, 0.003, 0.01, 8)  # the values used are on record
+        500_000,
+        0.003,
+        0.01,
+        8,
+    )  # the values used are on record
     rows = csv_rows(str(tmp_path / "cartpole" / "logs.csv"))
     final_step = int(rows[-1]["step"])
     assert 500_000 <= final_step < 500_000 + 20 * 8
     returns = [(int(r["step"]), float(r["return_last_100"])) for r in rows if r["return_last_100"] != "nan"]
     reached = [step for step, ret in returns if ret >= 400]
-    print(f"\nCartPole: mean return of the last 100 episodes {returns[-1][1]:.1f} at step {final_step}; "
-          f">= 400 first at step {reached[0] if reached else None}; wall {wall:.0f} s")
+    print(
+        f"\nCartPole: mean return of the last 100 episodes {returns[-1][1]:.1f} at step {final_step}; "
+        f">= 400 first at step {reached[0] if reached else None}; wall {wall:.0f} s"
+    )
     assert reached, f"mean return over the last 100 episodes never reached 400: {returns[-5:]}"
     assert returns[-1][1] >= 400
 
@@ -60,8 +83,9 @@ def _on_policy_cartpole(tmp_path, agent: str):
     steps included (PPO and V-MPO 200k)."""
     import json
 
-    result, wall = run_to_the_end(tmp_path, agent, "--env=CartPole-v1", f"--agent={agent}",
-                                  "--seed=1", "--log_interval=2", "--disable_final_test")
+    result, wall = run_to_the_end(
+        tmp_path, agent, "--env=CartPole-v1", f"--agent={agent}", "--seed=1", "--log_interval=2", "--disable_final_test"
+    )
     assert result.returncode == 0, result.stdout[-3000:]
     rows = csv_rows(str(tmp_path / agent / "logs.csv"))
     returns = [(int(r["step"]), float(r["return_last_100"])) for r in rows if r["return_last_100"] != "nan"]
@@ -69,9 +93,11 @@ def _on_policy_cartpole(tmp_path, agent: str):
     assert final_step >= json.loads((tmp_path / agent / "meta.json").read_text())["flags"]["total_steps"]
     at_475 = next((s for s, v in returns if v >= 475), None)
     lowest_after = min((v for s, v in returns if at_475 is not None and s >= at_475), default=None)
-    print(f"\n{agent} CartPole: last-100 mean {returns[-1][1]:.1f} at step {final_step}; "
-          f">= 400 first at {next((s for s, v in returns if v >= 400), None)}; >= 475 first at "
-          f"{at_475} (lowest after it {lowest_after}); wall {wall:.0f} s")
+    print(
+        f"\n{agent} CartPole: last-100 mean {returns[-1][1]:.1f} at step {final_step}; "
+        f">= 400 first at {next((s for s, v in returns if v >= 400), None)}; >= 475 first at "
+        f"{at_475} (lowest after it {lowest_after}); wall {wall:.0f} s"
+    )
     return returns
 
 

@@ -19,9 +19,18 @@ ATARI = "torchbeast_atari.polybeast"
 
 def gym_flags(tmp_path, xpid="run", **overrides):
     flags = {
-        "env": "CartPole-v1", "num_actors": 8, "num_servers": 2, "batch_size": 8, "unroll_length": 20,
-        "learning_rate": 0.003, "entropy_cost": 0.01, "pipes_basename": f"unix:{tmp_path}/pipe_{xpid}",
-        "savedir": str(tmp_path / "runs"), "xpid": xpid, "log_interval": 1, "test_episodes": 6,
+        "env": "CartPole-v1",
+        "num_actors": 8,
+        "num_servers": 2,
+        "batch_size": 8,
+        "unroll_length": 20,
+        "learning_rate": 0.003,
+        "entropy_cost": 0.01,
+        "pipes_basename": f"unix:{tmp_path}/pipe_{xpid}",
+        "savedir": str(tmp_path / "runs"),
+        "xpid": xpid,
+        "log_interval": 1,
+        "test_episodes": 6,
     }
     flags.update(overrides)
     return [f"--{k}" if v is True else f"--{k}={v}" for k, v in flags.items()]
@@ -40,11 +49,11 @@ def wandb_records(run_dir):
         if left < 7:
             pos += left
             continue
-        _, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
+        _, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
         if kind == 0:
             pos += left
             continue
-        chunk = data[pos + 7:pos + 7 + length]
+        chunk = data[pos + 7 : pos + 7 + length]
         pos += 7 + length
         if kind == 1:
             payloads.append(chunk)
@@ -88,8 +97,15 @@ def decode_video(path):
 def test_wandb_offline_tensorboard_final_test_and_video(tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
-    args = gym_flags(tmp_path, use_wandb=True, project_name="tests", total_steps=20_000, record_video=True,
-                     validate_step_every=10_000, valid_num_episodes=2)
+    args = gym_flags(
+        tmp_path,
+        use_wandb=True,
+        project_name="tests",
+        total_steps=20_000,
+        record_video=True,
+        validate_step_every=10_000,
+        valid_num_episodes=2,
+    )
     result = run(GYM, *args, output=str(tmp_path / "out"), timeout=180)
     assert result.returncode == 0, result.stdout[-3000:]
     rundir = tmp_path / "runs" / "run"
@@ -138,8 +154,14 @@ def test_validation_crossing_semantics():
 
 
 def test_validation_best_and_extra_checkpoints(tmp_path):
-    args = gym_flags(tmp_path, total_steps=40_000, validate_step_every=10_000, valid_num_episodes=3,
-                     save_extra_checkpoint=15_000, disable_final_test=True)
+    args = gym_flags(
+        tmp_path,
+        total_steps=40_000,
+        validate_step_every=10_000,
+        valid_num_episodes=3,
+        save_extra_checkpoint=15_000,
+        disable_final_test=True,
+    )
     result = run(GYM, *args, output=str(tmp_path / "out"), timeout=180)
     assert result.returncode == 0, result.stdout[-3000:]
     rundir = tmp_path / "runs" / "run"
@@ -169,9 +191,19 @@ EXPECTED_RUNS = {"gym": 1, "atari": 2, "procgen": 3, "dmlab": 2}
 
 @pytest.mark.parametrize("package", ["gym", "atari", "procgen", "dmlab"])
 def test_eval_only_mode_on_a_saved_checkpoint(tmp_path, package, monkeypatch):
-    small = [f"--pipes_basename=unix:{tmp_path}/pipe", f"--savedir={tmp_path}/runs", "--xpid=run",
-             "--num_actors=2", "--num_servers=1", "--batch_size=2", "--unroll_length=10", "--total_steps=100",
-             "--disable_final_test", "--use_lstm", "--hidden_size=32"]
+    small = [
+        f"--pipes_basename=unix:{tmp_path}/pipe",
+        f"--savedir={tmp_path}/runs",
+        "--xpid=run",
+        "--num_actors=2",
+        "--num_servers=1",
+        "--batch_size=2",
+        "--unroll_length=10",
+        "--total_steps=100",
+        "--disable_final_test",
+        "--use_lstm",
+        "--hidden_size=32",
+    ]
     test_args = ["--test_runs=2", "--test_episodes=1", "--test_num_envs=1"]
     if package == "gym":
         module, train_args = GYM, gym_flags(tmp_path, total_steps=5_000, disable_final_test=True)
@@ -180,7 +212,10 @@ def test_eval_only_mode_on_a_saved_checkpoint(tmp_path, package, monkeypatch):
         module, train_args = ATARI, small
         test_args += ["--max_episode_frames=200", "--record_video"]
     elif package == "procgen":
-        module, train_args = "torchbeast_procgen.polybeast", small + ["--env=procgen:procgen-starpilot-v0"]  # short greedy episodes
+        module, train_args = (
+            "torchbeast_procgen.polybeast",
+            small + ["--env=procgen:procgen-starpilot-v0"],
+        )  # short greedy episodes
     else:
         fake = os.path.join(os.path.dirname(__file__), "fake_deepmind_lab")
         monkeypatch.setenv("PYTHONPATH", fake + os.pathsep + os.environ.get("PYTHONPATH", ""))
@@ -195,9 +230,11 @@ def test_eval_only_mode_on_a_saved_checkpoint(tmp_path, package, monkeypatch):
     runs = out["runs"]
     assert len(runs) == EXPECTED_RUNS[package]
     if package == "procgen":
-        assert [r["overrides"] for r in runs] == [{"start_level": 0, "num_levels": 200},
-                                                  {"start_level": 1000, "num_levels": 200},
-                                                  {"start_level": 1200, "num_levels": 200}]
+        assert [r["overrides"] for r in runs] == [
+            {"start_level": 0, "num_levels": 200},
+            {"start_level": 1000, "num_levels": 200},
+            {"start_level": 1200, "num_levels": 200},
+        ]
         assert set(out["groups"]) == {"train", "test"} and out["groups"]["test"]["runs"] == 2
     assert all(r["episodes"] == len(r["returns"]) for r in runs)
     assert out["step"] == torch.load(ckpt, weights_only=True)["step"]
@@ -230,8 +267,14 @@ def test_plot_draws_two_runs_even_in_progress(tmp_path):
     with open(tmp_path / "runs" / "b" / "logs.csv", "a") as f:
         f.write("9999,1.0")
     out = tmp_path / "curves.png"
-    result = run("rl_core.plot", str(tmp_path / "runs" / "a"), str(tmp_path / "runs" / "b"), f"--out={out}",
-                 output=str(tmp_path / "plot_out"), timeout=60)
+    result = run(
+        "rl_core.plot",
+        str(tmp_path / "runs" / "a"),
+        str(tmp_path / "runs" / "b"),
+        f"--out={out}",
+        output=str(tmp_path / "plot_out"),
+        timeout=60,
+    )
     assert result.returncode == 0, result.stdout
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 10_000
     result = run("rl_core.plot", str(tmp_path / "nowhere"), f"--out={out}", output=str(tmp_path / "o2"), timeout=60)
@@ -263,11 +306,17 @@ def controller_checkpoint(path, sign=1.0):
         model.stem.net[2].weight[0, 0] = 1.0
         model.policy.weight[1, 0], model.policy.weight[0, 0] = 50.0 * sign, -50.0 * sign
     optimizer, scheduler = agent.make_optimizer(model)
-    checkpoint.save(str(path), {
-        "model_state_dict": model.state_dict(), "optimizer_state_dict": optimizer.state_dict(),
-        "scheduler_state_dict": scheduler.state_dict(), "flags": checkpoint.flags_dict(flags),
-        "step": 0, "learner_steps": 0,
-    })
+    checkpoint.save(
+        str(path),
+        {
+            "model_state_dict": model.state_dict(),
+            "optimizer_state_dict": optimizer.state_dict(),
+            "scheduler_state_dict": scheduler.state_dict(),
+            "flags": checkpoint.flags_dict(flags),
+            "step": 0,
+            "learner_steps": 0,
+        },
+    )
     return model.state_dict()
 
 
@@ -275,8 +324,14 @@ def test_eval_only_and_the_final_test_play_the_checkpoints_weights(tmp_path):
     rundir = tmp_path / "runs" / "run"
     weights = controller_checkpoint(rundir / "model.tar")
     # eval-only on the checkpoint: the controller's score, far above any untrained policy
-    result = run(GYM, "--mode=test", f"--checkpoint={rundir / 'model.tar'}", "--test_episodes=5",
-                 output=str(tmp_path / "out1"), timeout=180)
+    result = run(
+        GYM,
+        "--mode=test",
+        f"--checkpoint={rundir / 'model.tar'}",
+        "--test_episodes=5",
+        output=str(tmp_path / "out1"),
+        timeout=180,
+    )
     assert result.returncode == 0, result.stdout[-3000:]
     (path,) = glob.glob(str(rundir / "eval-*.json"))
     returns = json.loads(open(path).read())["runs"][0]["returns"]
@@ -295,8 +350,14 @@ def test_eval_only_and_the_final_test_play_the_checkpoints_weights(tmp_path):
 
     # control: the mirrored controller, through the same path, fails at once
     controller_checkpoint(tmp_path / "mirror" / "model.tar", sign=-1.0)
-    result = run(GYM, "--mode=test", f"--checkpoint={tmp_path / 'mirror' / 'model.tar'}", "--test_episodes=5",
-                 output=str(tmp_path / "out3"), timeout=180)
+    result = run(
+        GYM,
+        "--mode=test",
+        f"--checkpoint={tmp_path / 'mirror' / 'model.tar'}",
+        "--test_episodes=5",
+        output=str(tmp_path / "out3"),
+        timeout=180,
+    )
     assert result.returncode == 0, result.stdout[-3000:]
     (path,) = glob.glob(str(tmp_path / "mirror" / "eval-*.json"))
     assert max(json.loads(open(path).read())["runs"][0]["returns"]) < 50

@@ -60,8 +60,7 @@ COMMON_FLAGS = [
 # default 64,64 stem every forget gate starts near 0.5, about 0.5^11 of the cue
 # survives, and learning starts with a plateau of random length (LSTM, with eps 1e-4:
 # 5 of 8 seeds solved).
-TBPTT = [f"--unroll_length={EPISODE_LENGTH}", "--mlp_sizes=256", "--learning_rate=0.002",
-         "--total_steps=200000"]
+TBPTT = [f"--unroll_length={EPISODE_LENGTH}", "--mlp_sizes=256", "--learning_rate=0.002", "--total_steps=200000"]
 
 # RTRL carries the gradient of the cell parameters across unroll boundaries in its
 # traces, so it learns from 4-step unrolls, where the cue and the query always lie in
@@ -80,8 +79,7 @@ TBPTT = [f"--unroll_length={EPISODE_LENGTH}", "--mlp_sizes=256", "--learning_rat
 # 1 of 10 not within 300k).  With these flags (and --no_last_action), 20 of 20 runs
 # first solved the task at 33k-64k steps, never fell below 0.9 after, and ended with
 # a mean return >= 0.989 over their last 20%.
-SHORT = ["--unroll_length=4", "--mlp_sizes=", "--forget_bias=1", "--learning_rate=0.002",
-         "--total_steps=200000"]
+SHORT = ["--unroll_length=4", "--mlp_sizes=", "--forget_bias=1", "--learning_rate=0.002", "--total_steps=200000"]
 
 RUNS = {
     "feedforward": TBPTT,
@@ -135,9 +133,11 @@ def test_memory_task(tmp_path, name):
     reached = [step for step, ret in returns if ret >= SOLVED]
     last_fifth = mean_return_after(rows, total_steps * 4 // 5)
     whole_run = mean_return_after(rows, 0)
-    print(f"\nmemory task, {name}: return_last_100 {returns[-1][1]:.2f} at step {final_step}; "
-          f">= {SOLVED} first at step {reached[0] if reached else None}; "
-          f"mean return over the last 20% {last_fifth:.3f}, over the run {whole_run:.3f}; wall {wall:.0f} s")
+    print(
+        f"\nmemory task, {name}: return_last_100 {returns[-1][1]:.2f} at step {final_step}; "
+        f">= {SOLVED} first at step {reached[0] if reached else None}; "
+        f"mean return over the last 20% {last_fifth:.3f}, over the run {whole_run:.3f}; wall {wall:.0f} s"
+    )
     if name in AT_CHANCE:
         # Chance is 0.  Over 100 episodes its standard deviation is 0.1, so 0.5 is 5 sigma;
         # over the last 20% of the run (thousands of episodes) 0.1 is far beyond noise.
@@ -161,15 +161,33 @@ def test_package_defaults_with_an_lstm_solve_the_memory_task(tmp_path):
     import torchbeast_gym.env as gym_pkg
 
     recurrent = parse_flags(gym_pkg, ["--use_lstm"])
-    assert (recurrent.epsilon, recurrent.learning_rate, recurrent.batch_size, recurrent.forget_bias,
-            recurrent.mlp_sizes) == (1e-4, 0.002, 16, 1.0, "256")
+    assert (
+        recurrent.epsilon,
+        recurrent.learning_rate,
+        recurrent.batch_size,
+        recurrent.forget_bias,
+        recurrent.mlp_sizes,
+    ) == (1e-4, 0.002, 16, 1.0, "256")
     assert parse_flags(gym_pkg, ["--use_lstm", "--epsilon=0.01"]).epsilon == 0.01  # explicit flags win
     feedforward = parse_flags(gym_pkg, [])
     assert (feedforward.epsilon, feedforward.learning_rate, feedforward.batch_size, feedforward.mlp_sizes) == (
-        0.01, 0.003, 8, "64,64")
-    result, _ = run_to_the_end(tmp_path, "defaults", f"--env={ENV}", "--use_lstm", "--no_last_action", "--seed=1",
-                               "--total_steps=200000", "--log_interval=1", "--disable_checkpoint",
-                               "--disable_final_test")
+        0.01,
+        0.003,
+        8,
+        "64,64",
+    )
+    result, _ = run_to_the_end(
+        tmp_path,
+        "defaults",
+        f"--env={ENV}",
+        "--use_lstm",
+        "--no_last_action",
+        "--seed=1",
+        "--total_steps=200000",
+        "--log_interval=1",
+        "--disable_checkpoint",
+        "--disable_final_test",
+    )
     assert result.returncode == 0, result.stdout[-3000:]
     rows = csv_rows(str(tmp_path / "defaults" / "logs.csv"))
     returns = [float(r["return_last_100"]) for r in rows if r["return_last_100"] != "nan"]

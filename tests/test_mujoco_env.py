@@ -35,11 +35,14 @@ def rollout(env, actions, seed=None):
 # ----------------------------------------------------------------- spaces
 
 
-@pytest.mark.parametrize("env_id, obs_dim, action_dim, bound", [
-    ("HalfCheetah-v5", 17, 6, 1.0),
-    ("Humanoid-v5", 348, 17, 0.4),
-    ("InvertedPendulum-v4", 4, 1, 3.0),
-])
+@pytest.mark.parametrize(
+    "env_id, obs_dim, action_dim, bound",
+    [
+        ("HalfCheetah-v5", 17, 6, 1.0),
+        ("Humanoid-v5", 348, 17, 0.4),
+        ("InvertedPendulum-v4", 4, 1, 3.0),
+    ],
+)
 def test_observations_are_float32_vectors_and_actions_a_float32_box(env_id, obs_dim, action_dim, bound):
     env = mujoco_env.create_env(env_id, 0)
     assert env.observation_space.shape == (obs_dim,) and env.observation_space.dtype == np.float32
@@ -175,8 +178,11 @@ def test_check_flags_canonicalises_the_task_and_refuses_bad_ones(capsys):
     flags = parser.parse_args(["--env", "walker2d"])
     mujoco_env.check_flags(parser, flags)
     assert flags.env == "Walker2d-v5"
-    for argv, needle in ([["--env", "Pong-v5"], "unknown MuJoCo task"], [["--num_actions", "6"], "continuous"],
-                         [["--render_size", "0"], "--render_size"]):
+    for argv, needle in (
+        [["--env", "Pong-v5"], "unknown MuJoCo task"],
+        [["--num_actions", "6"], "continuous"],
+        [["--render_size", "0"], "--render_size"],
+    ):
         flags = parser.parse_args(argv)
         with pytest.raises(SystemExit):
             mujoco_env.check_flags(parser, flags)
@@ -206,8 +212,7 @@ def test_agent_defaults_name_the_runtimes_flags():
 
 
 def test_test_protocol_is_ten_episodes():
-    assert mujoco_env.test_protocol(flags_for()) == [{"name": "test", "episodes": 10, "group": "test",
-                                                      "overrides": {}}]
+    assert mujoco_env.test_protocol(flags_for()) == [{"name": "test", "episodes": 10, "group": "test", "overrides": {}}]
 
 
 # ----------------------------------------------------------------- video
@@ -237,8 +242,18 @@ def test_a_recorded_test_env_renders_rgb_frames():
 
 def test_a_real_env_server_speaks_box_actions(tmp_path):
     basename = f"unix:{tmp_path}/mj"
-    proc = start("torchbeast_mujoco.polybeast_env", "--server_index", "0", "--num_actors", "6", "--num_servers",
-                 "2", "--pipes_basename", basename, output=str(tmp_path / "server.log"))
+    proc = start(
+        "torchbeast_mujoco.polybeast_env",
+        "--server_index",
+        "0",
+        "--num_actors",
+        "6",
+        "--num_servers",
+        "2",
+        "--pipes_basename",
+        basename,
+        output=str(tmp_path / "server.log"),
+    )
     try:
         sock = tp.connect(tp.server_address(basename, 0), timeout=60)
         conn = tp.Connection(sock, poll_s=0.2, frame_timeout_s=30)

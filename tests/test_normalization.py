@@ -192,7 +192,9 @@ def test_value_normalizer_state_dict_and_errors():
     vn = ValueNormalizer("popart", beta=0.1)
     vn.update(torch.randn(100) * 7 + 2)
     state = vn.state_dict()
-    assert set(state) == {"mu", "nu", "count"} and all(t.dtype == torch.float64 and t.dim() == 0 for t in state.values())
+    assert set(state) == {"mu", "nu", "count"} and all(
+        t.dtype == torch.float64 and t.dim() == 0 for t in state.values()
+    )
     restored = ValueNormalizer("popart", beta=0.1)
     restored.load_state_dict(state)
     v = torch.randn(10)

@@ -43,7 +43,7 @@ SPECS = (AgentSpec(name="toy", summary="REINFORCE on each step's reward", make="
                    flag_ranges={"toy_value_cost": "[0, inf)"}),)
 '''
 
-TOY_AGENT_CLASS = '''
+TOY_AGENT_CLASS = """
 from torch.nn import functional as F
 
 from rl_core.agents.base import Agent
@@ -68,7 +68,7 @@ class ToyAgent(Agent):
         advantage = batch["reward"][1:] - outputs["baseline"][:-1]
         loss = -(advantage.detach() * logp).mean() + self.flags.toy_value_cost * advantage.pow(2).mean()
         yield loss, {"toy_advantage": float(advantage.abs().mean())}
-'''
+"""
 
 TOY_ENV = '''
 """Signs: an observation of +1 or -1; action 1 on +1 and 0 on -1 pays 1; 10 steps an episode."""
@@ -112,26 +112,26 @@ def make_env(flags, seed):
     return Signs(flags.toy_episode_steps)
 '''
 
-TOY_PRESETS = '''
+TOY_PRESETS = """
 def agent_defaults(agent):
     return {"toy_value_cost": 0.25} if agent == "toy" else {}
-'''
+"""
 
-ENTRY = '''
+ENTRY = """
 from rl_core.runtime.entry import {main}
 from torchbeast_toy import env
 
 if __name__ == "__main__":
     {main}(env)
-'''
+"""
 
-ENTRY_POINTS = '''
+ENTRY_POINTS = """
 [rl_core.agents]
 toy = toy_agent
 
 [rl_core.env_packages]
 torchbeast_toy = torchbeast_toy.env
-'''
+"""
 
 
 @pytest.fixture
@@ -156,13 +156,16 @@ def toy_tree(tmp_path):
 
 def _run(root, *args, timeout=240):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(root), REPO]), PYTHONUNBUFFERED="1")
-    return subprocess.run([sys.executable, *args], cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run([sys.executable, *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
 
 
 def test_the_toy_agent_and_package_are_registered_with_their_flags_sources_and_checks(toy_tree):
-    listed = _run(toy_tree, "-c", "from rl_core.agents import AGENTS; from rl_core.env_package import "
-                  "installed_env_packages as p; print(AGENTS[-1], sorted(p())[-1])")
+    listed = _run(
+        toy_tree,
+        "-c",
+        "from rl_core.agents import AGENTS; from rl_core.env_package import "
+        "installed_env_packages as p; print(AGENTS[-1], sorted(p())[-1])",
+    )
     assert listed.stdout.split() == ["toy", "torchbeast_toy"], listed.stderr
     dry = _run(toy_tree, "-m", "torchbeast_toy.polybeast", "--agent", "toy", "--dry_run")
     assert dry.returncode == 0, dry.stderr
@@ -170,20 +173,41 @@ def test_the_toy_agent_and_package_are_registered_with_their_flags_sources_and_c
     assert "--toy_value_cost=0.25  # torchbeast_toy: --agent toy" in lines  # the package's preset
     assert "--optimizer=adam  # paper: --agent toy" in lines  # the agent's own default
     assert "--toy_episode_steps=10  # torchbeast_toy" in lines  # the package's own flag
-    refused = _run(toy_tree, "-m", "torchbeast_toy.polybeast", "--agent", "toy", "--toy_value_cost", "-1",
-                   "--dry_run")
+    refused = _run(toy_tree, "-m", "torchbeast_toy.polybeast", "--agent", "toy", "--toy_value_cost", "-1", "--dry_run")
     assert refused.returncode == 2 and "--toy_value_cost must be in [0, inf), got -1.0" in refused.stderr
-    checked = _run(toy_tree, "-m", "torchbeast_toy.polybeast", "--agent", "toy", "--toy_value_cost", "0",
-                   "--optimizer", "rmsprop", "--dry_run")
+    checked = _run(
+        toy_tree,
+        "-m",
+        "torchbeast_toy.polybeast",
+        "--agent",
+        "toy",
+        "--toy_value_cost",
+        "0",
+        "--optimizer",
+        "rmsprop",
+        "--dry_run",
+    )
     assert checked.returncode == 2 and checked.stderr.strip().splitlines()[-1].startswith(
         "python -m torchbeast_toy.polybeast: error: --agent toy: --toy_value_cost 0 leaves RMSprop nothing to scale "
-        "the baseline by: give it a weight")
+        "the baseline by: give it a weight"
+    )
 
 
 def test_the_toy_agent_learns_the_toy_package_end_to_end(toy_tree, tmp_path):
     """Through the launcher, an env server process and its socket: last-100 >= 9 of 10 (random: 5)."""
-    run = _run(toy_tree, "-m", "torchbeast_toy.polybeast", "--agent", "toy", "--savedir", str(tmp_path / "runs"),
-               "--xpid", "toy", "--test_episodes", "20")
+    run = _run(
+        toy_tree,
+        "-m",
+        "torchbeast_toy.polybeast",
+        "--agent",
+        "toy",
+        "--savedir",
+        str(tmp_path / "runs"),
+        "--xpid",
+        "toy",
+        "--test_episodes",
+        "20",
+    )
     assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
     with open(tmp_path / "runs" / "toy" / "logs.csv") as f:
         rows = [r for r in csv.DictReader(f) if r["return_last_100"] not in ("", "nan")]

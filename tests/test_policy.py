@@ -59,8 +59,12 @@ def test_a_new_episode_sees_no_reward_and_no_last_action_of_the_old_one(flags):
     g = torch.Generator().manual_seed(1)
     done = torch.zeros(T, B, dtype=torch.bool)
     done[2, :2] = done[4, 1:3] = True
-    inputs = {"obs": torch.rand(T, B, 3, generator=g), "reward": 3 * torch.randn(T, B, generator=g),
-              "done": done, "last_action": torch.randint(0, 4, (T, B), generator=g)}
+    inputs = {
+        "obs": torch.rand(T, B, 3, generator=g),
+        "reward": 3 * torch.randn(T, B, generator=g),
+        "done": done,
+        "last_action": torch.randint(0, 4, (T, B), generator=g),
+    }
 
     def run(**changes):
         out, _ = model(dict(inputs, **changes), model.initial_state(B))
@@ -86,8 +90,10 @@ def test_a_new_episode_sees_no_reward_and_no_last_action_of_the_old_one(flags):
 BF16_BOUND = 2.0**-6
 
 
-@pytest.mark.parametrize("model_flags", [["--model=atari"], ["--model=resnet", "--use_lstm"],
-                                         ["--model=atari", "--use_rtrl"], ["--value_net=separate"]])
+@pytest.mark.parametrize(
+    "model_flags",
+    [["--model=atari"], ["--model=resnet", "--use_lstm"], ["--model=atari", "--use_rtrl"], ["--value_net=separate"]],
+)
 def test_bfloat16_stem_inference_copy(model_flags):
     """set_stem_dtype(bfloat16): the stem(s) compute in bf16; the core, its state and the heads stay
     float32; the copy follows the float32 weights the learner publishes into it."""
@@ -102,9 +108,13 @@ def test_bfloat16_stem_inference_copy(model_flags):
         assert p.dtype == (torch.bfloat16 if name.startswith(stems) else torch.float32), name
 
     T, B = 3, 2
-    obs = (torch.randint(0, 256, (T, B, 4, 84, 84), dtype=torch.uint8) if image else torch.rand(T, B, 3))
-    inputs = {"obs": obs, "reward": torch.randn(T, B), "done": torch.tensor([[True, False]] * T),
-              "last_action": torch.randint(0, spec.num_actions, (T, B))}
+    obs = torch.randint(0, 256, (T, B, 4, 84, 84), dtype=torch.uint8) if image else torch.rand(T, B, 3)
+    inputs = {
+        "obs": obs,
+        "reward": torch.randn(T, B),
+        "done": torch.tensor([[True, False]] * T),
+        "last_action": torch.randint(0, spec.num_actions, (T, B)),
+    }
     state = tuple(torch.randn_like(s) for s in model.initial_state(B))
     with torch.no_grad():
         full, full_state = model(inputs, state)
@@ -129,6 +139,7 @@ def test_bfloat16_stem_inference_copy(model_flags):
         for p in model.parameters():
             p.add_(0.01)
     Publisher(model, inference, threading.Lock())(1)  # what Learner.publish_weights calls (version: its batch count)
-    torch.testing.assert_close(inference.stem.state_dict(), {k: v.bfloat16() for k, v in model.stem.state_dict().items()},
-                               rtol=0, atol=0)
+    torch.testing.assert_close(
+        inference.stem.state_dict(), {k: v.bfloat16() for k, v in model.stem.state_dict().items()}, rtol=0, atol=0
+    )
     assert torch.equal(inference.policy.weight, model.policy.weight)

@@ -31,13 +31,11 @@ def _random_mask(rng, T, B):
 
 def _assert_close(actual, expected):
     # numpy's check: torch.testing is slow to import on first use.
-    np.testing.assert_allclose(actual.detach().numpy(), expected.detach().numpy(),
-                               rtol=1e-7, atol=1e-7)
+    np.testing.assert_allclose(actual.detach().numpy(), expected.detach().numpy(), rtol=1e-7, atol=1e-7)
 
 
 def _close(actual, expected, tol=1e-10):
-    np.testing.assert_allclose(actual.detach().numpy(), np.asarray(expected, dtype=np.float64),
-                               rtol=tol, atol=tol)
+    np.testing.assert_allclose(actual.detach().numpy(), np.asarray(expected, dtype=np.float64), rtol=tol, atol=tol)
 
 
 # --------------------------------------------------------------------------- #
@@ -59,10 +57,8 @@ def test_masked_mean_and_reduce_match_reference(seed):
                 count += 1
     xt = _t(x)
     assert pg.masked_mean(xt).item() == pytest.approx(plain / (T * B), abs=1e-12)
-    assert pg.masked_mean(xt, torch.tensor(mask)).item() == pytest.approx(
-        total / max(count, 1), abs=1e-12)
-    assert pg.reduce(xt, torch.tensor(mask), "mean").item() == pytest.approx(
-        total / max(count, 1), abs=1e-12)
+    assert pg.masked_mean(xt, torch.tensor(mask)).item() == pytest.approx(total / max(count, 1), abs=1e-12)
+    assert pg.reduce(xt, torch.tensor(mask), "mean").item() == pytest.approx(total / max(count, 1), abs=1e-12)
     summed = pg.reduce(xt, torch.tensor(mask).double(), "sum")
     assert summed.item() == pytest.approx(total, abs=1e-12)
     assert pg.reduce(xt, None, "sum").item() == pytest.approx(plain, abs=1e-12)
@@ -250,13 +246,11 @@ def test_vmpo_matches_reference(seed, top_fraction, use_mask):
     logp, adv = -rng.exponential(1.0, (T, B)), rng.normal(0.0, 2.0, (T, B))
     eta, eps_eta = float(rng.uniform(0.2, 3.0)), 0.1
     mask = _random_mask(rng, T, B) if use_mask else np.ones((T, B), dtype=bool)
-    policy_ref, temp_ref, psi_ref, top_ref, grad_eta_ref = vmpo_reference(
-        logp, adv, eta, eps_eta, top_fraction, mask)
+    policy_ref, temp_ref, psi_ref, top_ref, grad_eta_ref = vmpo_reference(logp, adv, eta, eps_eta, top_fraction, mask)
 
     logp_t, adv_t = _t(logp, True), _t(adv, True)
     eta_t = _t(eta, True)
-    out = pg.vmpo(logp_t, adv_t, eta_t, eps_eta, top_fraction,
-                  mask=torch.tensor(mask) if use_mask else None)
+    out = pg.vmpo(logp_t, adv_t, eta_t, eps_eta, top_fraction, mask=torch.tensor(mask) if use_mask else None)
     assert isinstance(out, pg.VMPOTerms)
     _close(out.policy, policy_ref)
     _close(out.weights, psi_ref)
@@ -340,7 +334,8 @@ def test_lagrange_penalty_matches_reference(seed, kind, use_mask):
 
     value_t, mult_t = _t(value, True), _t(mult, True)
     policy, mult_loss = pg.lagrange_penalty(
-        value_t, mult_t, target, mask=torch.tensor(mask) if use_mask else None, kind=kind)
+        value_t, mult_t, target, mask=torch.tensor(mask) if use_mask else None, kind=kind
+    )
     _close(policy, policy_ref)
     assert mult_loss.dim() == 0
     assert mult_loss.item() == pytest.approx(mult_loss_ref, abs=1e-10)
@@ -407,13 +402,17 @@ def test_value_loss_matches_reference(seed, kind, delta, clip_epsilon):
                 if l_clipped > l_unclipped:
                     inside = abs(v - old[t, b]) < clip_epsilon
                     expected[t, b] = l_clipped
-                    d = (v_clip - g) if kind == "mse" or abs(v_clip - g) <= delta \
-                        else delta * np.sign(v_clip - g)
+                    d = (v_clip - g) if kind == "mse" or abs(v_clip - g) <= delta else delta * np.sign(v_clip - g)
                     grad[t, b] = d if inside else 0.0
     values_t, returns_t, old_t = _t(values, True), _t(returns, True), _t(old, True)
-    loss = pg.value_loss(values_t, returns_t, kind=kind, huber_delta=delta,
-                         clip_epsilon=clip_epsilon,
-                         old_values=old_t if clip_epsilon is not None else None)
+    loss = pg.value_loss(
+        values_t,
+        returns_t,
+        kind=kind,
+        huber_delta=delta,
+        clip_epsilon=clip_epsilon,
+        old_values=old_t if clip_epsilon is not None else None,
+    )
     _close(loss, expected)
     loss.sum().backward()
     _close(values_t.grad, grad)
@@ -425,11 +424,11 @@ def test_value_loss_huber_agrees_with_torch_and_gradcheck():
     v, g = 2 * torch.randn(5, 3, dtype=torch.float64), torch.randn(5, 3, dtype=torch.float64)
     _assert_close(
         pg.value_loss(v, g, kind="huber", huber_delta=0.7),
-        torch.nn.functional.huber_loss(v, g, reduction="none", delta=0.7))
+        torch.nn.functional.huber_loss(v, g, reduction="none", delta=0.7),
+    )
     x = v.clone().requires_grad_(True)
     assert torch.autograd.gradcheck(lambda y: pg.value_loss(y, g), (x,))
-    assert torch.autograd.gradcheck(
-        lambda y: pg.value_loss(y, g, kind="huber", huber_delta=0.5), (x,))
+    assert torch.autograd.gradcheck(lambda y: pg.value_loss(y, g, kind="huber", huber_delta=0.5), (x,))
     with pytest.raises(ValueError, match="clip_epsilon"):
         pg.value_loss(v, g, clip_epsilon=0.2)
     with pytest.raises(ValueError, match="kind"):

@@ -19,18 +19,37 @@ CORES = {"none": {}, "lstm": {"use_lstm": True}, "elstm": {"use_quasi_lstm": Tru
 
 def flags(**kw):
     """The shared parser's flags, with these values."""
-    base = dict(model="atari", use_lstm=False, use_quasi_lstm=False, use_rtrl=False, hidden_size=32,
-                mlp_sizes="64,64", value_net="shared", load_conv_net_from=None, not_load_fc=False,
-                freeze_conv=False, freeze_fc=False, reward_clipping="abs_one", discounting=0.99,
-                baseline_cost=0.5, entropy_cost=0.01, clip_rho_threshold=1.0, clip_pg_rho_threshold=1.0,
-                clip_c_threshold=1.0, vtrace_lambda=1.0)
+    base = dict(
+        model="atari",
+        use_lstm=False,
+        use_quasi_lstm=False,
+        use_rtrl=False,
+        hidden_size=32,
+        mlp_sizes="64,64",
+        value_net="shared",
+        load_conv_net_from=None,
+        not_load_fc=False,
+        freeze_conv=False,
+        freeze_fc=False,
+        reward_clipping="abs_one",
+        discounting=0.99,
+        baseline_cost=0.5,
+        entropy_cost=0.01,
+        clip_rho_threshold=1.0,
+        clip_pg_rho_threshold=1.0,
+        clip_c_threshold=1.0,
+        vtrace_lambda=1.0,
+    )
     base.update(kw)
     return argparse.Namespace(**{**vars(make_parser().parse_args([])), **base})
 
 
 def stem_params(model, part):
-    return {k: v.clone() for k, v in model.state_dict().items()
-            if k.startswith("stem.") and (k.startswith("stem.fc.") == (part == "fc"))}
+    return {
+        k: v.clone()
+        for k, v in model.state_dict().items()
+        if k.startswith("stem.") and (k.startswith("stem.fc.") == (part == "fc"))
+    }
 
 
 @pytest.fixture

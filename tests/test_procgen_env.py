@@ -65,9 +65,21 @@ def test_all_sixteen_games_and_unknown_names():
 def test_defaults_follow_the_r2ac_procgen_runs():
     f = flags_of()
     assert (f.env, f.model, f.distribution_mode, f.num_levels, f.start_level, f.multi_env) == (
-        "chaser", "resnet", "hard", 0, 0, 1)
+        "chaser",
+        "resnet",
+        "hard",
+        0,
+        0,
+        1,
+    )
     assert (f.unroll_length, f.batch_size, f.learning_rate, f.entropy_cost, f.epsilon, f.hidden_size) == (
-        50, 32, 0.0006, 0.01, 0.01, 256)
+        50,
+        32,
+        0.0006,
+        0.01,
+        0.01,
+        256,
+    )
     assert f.num_actors == 48 and f.total_steps == 200_000_000
     assert flags_of("--num_actions", "15").num_actions == 15  # the R2AC scripts pass it
 
@@ -140,8 +152,16 @@ def test_different_start_levels_give_different_levels_and_frames():
 
 
 def test_level_flags_reach_the_env_through_make_env():
-    f = flags_of("--env", "procgen:procgen-coinrun-v0", "--num_levels", "1", "--start_level", "1234",
-                 "--distribution_mode", "easy")
+    f = flags_of(
+        "--env",
+        "procgen:procgen-coinrun-v0",
+        "--num_levels",
+        "1",
+        "--start_level",
+        "1234",
+        "--distribution_mode",
+        "easy",
+    )
     env = make_env(f, env_seed(f.seed, 0, 0))
     assert env.game == "coinrun" and env.distribution_mode == "easy"
     assert env.reset()[1]["level_seed"] == 1234
@@ -154,8 +174,9 @@ def _error_line(capsys, *argv):
     return flag_error_line(capsys, procgen, *argv)
 
 
-@pytest.mark.parametrize("game,mode", [("chaser", "memory"), ("bigfish", "extreme"), ("chaser", "exploration"),
-                                       ("starpilot", "memory")])
+@pytest.mark.parametrize(
+    "game,mode", [("chaser", "memory"), ("bigfish", "extreme"), ("chaser", "exploration"), ("starpilot", "memory")]
+)
 def test_distribution_mode_the_game_lacks_is_one_line(capsys, game, mode):
     line = _error_line(capsys, "--env", f"procgen:procgen-{game}-v0", "--distribution_mode", mode)
     assert f"--distribution_mode {mode} does not exist for {game}" in line
@@ -166,8 +187,12 @@ def test_distribution_mode_the_game_lacks_is_one_line(capsys, game, mode):
 
 
 def test_modes_each_game_has_are_accepted():
-    for game, modes in [("maze", ["easy", "hard", "memory", "exploration"]), ("chaser", ["extreme"]),
-                        ("heist", ["memory", "exploration"]), ("leaper", ["extreme", "exploration"])]:
+    for game, modes in [
+        ("maze", ["easy", "hard", "memory", "exploration"]),
+        ("chaser", ["extreme"]),
+        ("heist", ["memory", "exploration"]),
+        ("leaper", ["extreme", "exploration"]),
+    ]:
         for mode in modes:
             assert flags_of("--env", game, "--distribution_mode", mode).distribution_mode == mode
 
@@ -177,11 +202,13 @@ def test_other_flag_errors_are_one_line(capsys):
     assert "--num_actions 6 disagrees" in _error_line(capsys, "--num_actions", "6")
     assert "--num_levels must be in [0, inf), got -1" in _error_line(capsys, "--num_levels", "-1")
     assert "exploration plays one fixed level" in _error_line(
-        capsys, "--env", "maze", "--distribution_mode", "exploration", "--num_levels", "10")
+        capsys, "--env", "maze", "--distribution_mode", "exploration", "--num_levels", "10"
+    )
     assert "exclude each other" in _error_line(capsys, "--env", "chaser", "--multi_env", "4")
     assert "--multi_env 17" in _error_line(capsys, "--multi_env", "17")
     assert "--multi_env 7: with --distribution_mode memory it must be in 1..6" in _error_line(
-        capsys, "--multi_env", "7", "--distribution_mode", "memory")
+        capsys, "--multi_env", "7", "--distribution_mode", "memory"
+    )
     assert "must be a multiple of --multi_env (5)" in _error_line(capsys, "--multi_env", "5", "--num_actors", "48")
 
 
@@ -249,15 +276,20 @@ def test_final_test_level_sets_of_the_r2ac_protocol():
         ("test_1200", "test", 1200, 200, 200, True),
         ("test_1400", "test", 1400, 200, 200, True),
     ]
-    assert sets[1].protocol_run() == {"name": "test_1000", "episodes": 200, "group": "test",
-                                      "overrides": {"start_level": 1000, "num_levels": 200}}
+    assert sets[1].protocol_run() == {
+        "name": "test_1000",
+        "episodes": 200,
+        "group": "test",
+        "overrides": {"start_level": 1000, "num_levels": 200},
+    }
     # unlimited training levels: nothing is held out; training levels that reach into a set: that set is not
     assert not any(s.held_out for s in final_test_level_sets(flags_of()))
     held = [s.held_out for s in final_test_level_sets(flags_of("--num_levels", "1100", "--start_level", "0"))]
     assert held == [False, False, True, True]
     assert [s.num_levels for s in final_test_level_sets(flags_of("--num_levels", "50"))][0] == 50
-    assert [s.name for s in final_test_level_sets(flags_of("--env", "maze", "--distribution_mode",
-                                                           "exploration"))] == ["train"]
+    assert [s.name for s in final_test_level_sets(flags_of("--env", "maze", "--distribution_mode", "exploration"))] == [
+        "train"
+    ]
 
 
 # -- through the runtime ------------------------------------------------------------
@@ -324,13 +356,18 @@ def test_multi_task_final_test_plays_every_game_on_every_set(n):
         env_fn = evaluation.make_test_env_fn(EnvPackage(procgen), f, planned["overrides"], record=False)
         seeds = evaluation.test_seeds(f, r)
         for seed in (seeds[0], seeds[-1]) if n == 16 else seeds:
-            assert _built_env_facts(env_fn, seed) == (planned["task"], level_set.start_level, level_set.num_levels,
-                                                      "hard")
+            assert _built_env_facts(env_fn, seed) == (
+                planned["task"],
+                level_set.start_level,
+                level_set.num_levels,
+                "hard",
+            )
     # --test_runs keeps whole sets (every game of the first set of each group)
     f1 = flags_of("--multi_env", str(n), "--num_levels", "500", "--test_runs", "1", "--test_episodes", "3")
     kept = evaluation.protocol(EnvPackage(procgen), f1)
     assert [(r["set"], r["task"], r["episodes"]) for r in kept] == [
-        (s, g, 3) for s in ("train", "test_1000") for g in games]
+        (s, g, 3) for s in ("train", "test_1000") for g in games
+    ]
 
 
 def test_multi_task_groups_report_each_game_and_weigh_games_equally():
@@ -369,8 +406,20 @@ def test_multi_task_validation_plays_every_game_on_the_valid_levels(n, episodes,
 
     from rl_core import evaluation
 
-    argv = ["--multi_env", str(n), "--valid_start_level", "5000", "--valid_num_levels", "7",
-            "--valid_distribution_mode", "easy", "--valid_num_episodes", str(episodes), "--test_num_envs", "2"]
+    argv = [
+        "--multi_env",
+        str(n),
+        "--valid_start_level",
+        "5000",
+        "--valid_num_levels",
+        "7",
+        "--valid_distribution_mode",
+        "easy",
+        "--valid_num_episodes",
+        str(episodes),
+        "--test_num_envs",
+        "2",
+    ]
     f = flags_of(*argv)
     games = multi_env_games(n)
     runs = evaluation.validation_runs(EnvPackage(procgen), f)
@@ -399,29 +448,50 @@ def test_multi_task_validation_plays_every_game_on_the_valid_levels(n, episodes,
         env.step = observed_step
         return env
 
-    pkg = EnvPackage(types.SimpleNamespace(add_flags=procgen.add_flags, make_env=make_env,
-                                           make_test_env=make_test_env, validation_protocol=procgen.validation_protocol))
+    pkg = EnvPackage(
+        types.SimpleNamespace(
+            add_flags=procgen.add_flags,
+            make_env=make_env,
+            make_test_env=make_test_env,
+            validation_protocol=procgen.validation_protocol,
+        )
+    )
     agent, model = _model_for(f)
     result = evaluation.validate(model, pkg, f, agent=agent)
     assert result["episodes"] == n * each and sorted(result["tasks"]) == sorted(games)
     assert levels == {g: each for g in games} and set(made) == set(games)
     assert result["mean_return"] == pytest.approx(np.mean(list(result["tasks"].values())))
     # single task: one run of --valid_num_episodes on the valid levels
-    single = evaluation.validation_runs(EnvPackage(procgen),
-                                        flags_of("--valid_start_level", "9", "--valid_num_episodes", "5"))
+    single = evaluation.validation_runs(
+        EnvPackage(procgen), flags_of("--valid_start_level", "9", "--valid_num_episodes", "5")
+    )
     assert single == [{"name": "valid", "episodes": 5, "overrides": {"start_level": 9}}]
 
 
 def test_multi_task_run_final_test_reports_every_game(tmp_path):
-    args = procgen_flags(tmp_path, "mt", multi_env=2, total_steps=800, num_levels=200, disable_final_test=False,
-                         test_episodes=2, test_runs=1, test_num_envs=2)
+    args = procgen_flags(
+        tmp_path,
+        "mt",
+        multi_env=2,
+        total_steps=800,
+        num_levels=200,
+        disable_final_test=False,
+        test_episodes=2,
+        test_runs=1,
+        test_num_envs=2,
+    )
     result = run(PROCGEN, *args, output=str(tmp_path / "out"), timeout=240)
     assert result.returncode == 0, result.stdout[-3000:]
     final = json.loads((tmp_path / "runs" / "mt" / "final_test.json").read_text())
     assert [(r["set"], r["task"], r["episodes"]) for r in final["runs"]] == [
-        (s, g, 2) for s in ("train", "test_1000") for g in ("bigfish", "fruitbot")]
-    assert [r["overrides"] for r in final["runs"]][1] == {"start_level": 0, "num_levels": 200, "env": "fruitbot",
-                                                          "multi_env": 1}
+        (s, g, 2) for s in ("train", "test_1000") for g in ("bigfish", "fruitbot")
+    ]
+    assert [r["overrides"] for r in final["runs"]][1] == {
+        "start_level": 0,
+        "num_levels": 200,
+        "env": "fruitbot",
+        "multi_env": 1,
+    }
     for group in ("train", "test"):
         g = final["groups"][group]
         assert sorted(g["tasks"]) == ["bigfish", "fruitbot"] and g["runs"] == 1

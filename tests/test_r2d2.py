@@ -20,18 +20,21 @@ SPEC = EnvSpec(Observation((4,), "<f4"), DiscreteActions(3))
 
 
 def flags(*args):
-    return make_parser().parse_args(["--agent=r2d2", "--mlp_sizes=16", "--dueling_hidden_size=8",
-                                     "--hidden_size=8", *args])
+    return make_parser().parse_args(
+        ["--agent=r2d2", "--mlp_sizes=16", "--dueling_hidden_size=8", "--hidden_size=8", *args]
+    )
 
 
 # ------------------------------------------------------------------ value rescaling
+
 
 def test_value_rescaling_and_its_exact_inverse():
     x = torch.cat([torch.linspace(-1e4, 1e4, 2001, dtype=torch.float64), torch.tensor([0.0, 1e-6, -1e-6])])
     for eps in (1e-3, 1e-2, 0.0):
         h = lib.value_rescale(x, eps)
-        slow = torch.tensor([math.copysign(math.sqrt(abs(v) + 1) - 1, v) + eps * v for v in x.tolist()],
-                            dtype=torch.float64)
+        slow = torch.tensor(
+            [math.copysign(math.sqrt(abs(v) + 1) - 1, v) + eps * v for v in x.tolist()], dtype=torch.float64
+        )
         torch.testing.assert_close(h, slow)
         torch.testing.assert_close(lib.inverse_value_rescale(h, eps), x, rtol=1e-9, atol=1e-7)
         torch.testing.assert_close(lib.value_rescale(lib.inverse_value_rescale(x, eps), eps), x, rtol=1e-9, atol=1e-7)
@@ -40,6 +43,7 @@ def test_value_rescaling_and_its_exact_inverse():
 
 
 # --------------------------------------------------------------------- n-step targets
+
 
 def slow_n_step(r, d, v, n):
     """y_t = sum_{i<m} (prod_{k<i} gamma_{t+k}) r_{t+i} + (prod_{k<m} gamma_{t+k}) v_{t+m-1}, m = min(n, T - t)."""
@@ -83,6 +87,7 @@ def test_n_step_targets_bootstrap_at_the_sequence_end():
 
 # --------------------------------------------------------------------- dueling head
 
+
 def test_dueling_head_is_value_plus_centred_advantage():
     from models.qnet import DuelingHead
 
@@ -96,19 +101,21 @@ def test_dueling_head_is_value_plus_centred_advantage():
         for b in range(2):
             mean_a = sum(advantage[t, b, a].item() for a in range(4)) / 4
             for a in range(4):
-                assert q[t, b, a].item() == pytest.approx(value[t, b, 0].item() + advantage[t, b, a].item() - mean_a,
-                                                          abs=1e-6)
+                assert q[t, b, a].item() == pytest.approx(
+                    value[t, b, 0].item() + advantage[t, b, a].item() - mean_a, abs=1e-6
+                )
     torch.testing.assert_close(q.mean(-1), value.squeeze(-1))  # V is identified as the mean over actions
 
 
 # ---------------------------------------------------------------------- exploration
+
 
 def test_ape_x_epsilons():
     N = 16
     eps = lib.ape_x_epsilons(N)
     for i in range(N):
         assert eps[i].item() == pytest.approx(0.4 ** (1 + 7 * i / (N - 1)), rel=1e-6)
-    assert eps[0].item() == pytest.approx(0.4) and eps[-1].item() == pytest.approx(0.4 ** 8, rel=1e-6)
+    assert eps[0].item() == pytest.approx(0.4) and eps[-1].item() == pytest.approx(0.4**8, rel=1e-6)
     assert lib.ape_x_epsilons(1).tolist() == pytest.approx([0.4])
 
 
@@ -121,8 +128,12 @@ def test_each_env_gets_its_own_epsilon_and_acting_applies_it():
     torch.testing.assert_close(inputs["epsilon"], all_eps[4:8].view(1, 4))
     model = agent.build_model()
     n = 20000
-    obs = {"obs": torch.zeros(1, n, 4), "reward": torch.zeros(1, n), "done": torch.ones(1, n, dtype=torch.bool),
-           "last_action": torch.zeros(1, n, dtype=torch.int64)}
+    obs = {
+        "obs": torch.zeros(1, n, 4),
+        "reward": torch.zeros(1, n),
+        "done": torch.ones(1, n, dtype=torch.bool),
+        "last_action": torch.zeros(1, n, dtype=torch.int64),
+    }
     greedy = model(obs)[0]["q_values"].argmax(-1)  # the same obs everywhere: one greedy action
     torch.manual_seed(0)
     for epsilon in (0.0, 0.3, 1.0):
@@ -137,12 +148,13 @@ def test_each_env_gets_its_own_epsilon_and_acting_applies_it():
 
 # ------------------------------------------------------------------ the whole loss
 
+
 def random_sequences(agent, L, B, seed=0):
     g = torch.Generator().manual_seed(seed)
     done = torch.rand(L + 1, B, generator=g) < 0.15
     truncated = done & (torch.rand(L + 1, B, generator=g) < 0.4)
     done[L - 1, 0] = truncated[L - 1, 0] = True  # a time-limit cut near the end of the sequence
-    done[L, 1], truncated[L, 1] = True, False     # an episode end on the last transition
+    done[L, 1], truncated[L, 1] = True, False  # an episode end on the last transition
     return {
         "obs": torch.randn(L + 1, B, 4, generator=g),
         "reward": 2 * torch.randn(L + 1, B, generator=g),
@@ -168,12 +180,17 @@ def slow_r2d2(agent, model, batch, state, f):
         # Q(s_t, .) of both networks, stepping from the stored state through the burn-in
         q_online, q_target = [], []
         for net, out in ((model, q_online), (model.target_network, q_target)):
-            s = tuple(x[b:b + 1] for x in state)
+            s = tuple(x[b : b + 1] for x in state)
             for t in range(L1):
-                step = {"obs": batch["obs"][t:t + 1, b:b + 1], "reward": batch["reward"][t:t + 1, b:b + 1],
-                        "done": batch["done"][t:t + 1, b:b + 1], "last_action": batch["action"][t:t + 1, b:b + 1]}
+                step = {
+                    "obs": batch["obs"][t : t + 1, b : b + 1],
+                    "reward": batch["reward"][t : t + 1, b : b + 1],
+                    "done": batch["done"][t : t + 1, b : b + 1],
+                    "last_action": batch["action"][t : t + 1, b : b + 1],
+                }
                 o, s = net(step, s)
                 out.append(o["q_values"][0, 0].double())
+
         def value(t):  # h^-1(Q_target(s_t, argmax_a Q(s_t, a)))
             return h_inv(q_target[t][int(q_online[t].argmax())].item())
 
@@ -197,7 +214,7 @@ def slow_r2d2(agent, model, batch, state, f):
                 y += disc * value(k + 1)
             delta = h(y) - q_online[t][int(batch["action"][t + 1, b])].item()
             td_b.append(delta)
-            total += 0.5 * delta ** 2
+            total += 0.5 * delta**2
         valid = [abs(d) for d in td_b if d is not None]
         priorities.append(0.9 * max(valid) + 0.1 * sum(valid) / len(valid) if valid else 0.0)
         losses.append(batch["replay/weight"][b].item() * total)
@@ -208,8 +225,14 @@ def slow_r2d2(agent, model, batch, state, f):
 @pytest.mark.parametrize("core,burn_in,n", [(None, 0, 5), ("lstm", 4, 3), ("elstm", 3, 5), ("lstm", 0, 1)])
 def test_r2d2_loss_and_priorities_against_a_slow_reference(core, burn_in, n):
     T, B = 7, 3
-    args = [f"--burn_in={burn_in}", f"--unroll_length={T}", f"--n_steps={n}", "--discounting=0.9",
-            "--reward_clipping=none", "--value_function_rescaling_epsilon=0.01"]
+    args = [
+        f"--burn_in={burn_in}",
+        f"--unroll_length={T}",
+        f"--n_steps={n}",
+        "--discounting=0.9",
+        "--reward_clipping=none",
+        "--value_function_rescaling_epsilon=0.01",
+    ]
     if core == "lstm":
         args.append("--use_lstm")
     elif core == "elstm":
@@ -231,12 +254,15 @@ def test_r2d2_loss_and_priorities_against_a_slow_reference(core, burn_in, n):
     from rl_core.replay import sequence_priorities
 
     np.testing.assert_allclose(sequence_priorities(abs_td, 0.9, mask), slow_priorities, rtol=1e-4, atol=1e-5)
-    assert batch["truncated"][burn_in + 1:].any() and batch["done"][burn_in + 1:].any()  # the cases are exercised
+    assert batch["truncated"][burn_in + 1 :].any() and batch["done"][burn_in + 1 :].any()  # the cases are exercised
     # gradients reach the online network only
     loss.backward()
     assert all(p.grad is None for p in model.target_network.parameters())
-    assert any(p.grad is not None and p.grad.abs().sum() > 0 for n_, p in model.named_parameters()
-               if not n_.startswith("target_network."))
+    assert any(
+        p.grad is not None and p.grad.abs().sum() > 0
+        for n_, p in model.named_parameters()
+        if not n_.startswith("target_network.")
+    )
 
 
 def test_burn_in_changes_the_state_the_loss_starts_from():
@@ -270,8 +296,9 @@ def test_priorities_are_written_back_and_the_target_network_copied_every_period(
     agent = make_agent(f, SPEC)
     model = agent.build_model()
     optimizer, _ = agent.make_optimizer(model)
-    assert not any(p is q for group in optimizer.param_groups for p in group["params"]
-                   for q in model.target_network.parameters())
+    assert not any(
+        p is q for group in optimizer.param_groups for p in group["params"] for q in model.target_network.parameters()
+    )
     written = []
 
     class Source:
@@ -287,8 +314,9 @@ def test_priorities_are_written_back_and_the_target_network_copied_every_period(
             loss.backward()
             optimizer.step()
         online = model.online_state()
-        same = all(torch.equal(model.target_network.state_dict()[k], online[k]) for k in online
-                   if not k.endswith("updates"))
+        same = all(
+            torch.equal(model.target_network.state_dict()[k], online[k]) for k in online if not k.endswith("updates")
+        )
         assert same == (step % 3 == 0), step
         if step < 3:
             assert all(torch.equal(model.target_network.state_dict()[k], v) for k, v in target_before.items())

@@ -23,9 +23,11 @@ def train(tmp_path, xpid, *args):
     final = json.loads((tmp_path / xpid / "final_test.json").read_text())
     test = final["groups"]["test"]
     last = rows[-1]
-    print(f"\nR2D2 {xpid}: step {last['step']}, training last-100 mean {last['return_last_100']}, final test "
-          f"mean {test['mean']:.2f} over {test['runs'] if 'runs' in test else ''} run(s); replay "
-          f"{last.get('replay_size')} sequences, {last.get('replay_mb')} MB; wall {wall:.0f} s")
+    print(
+        f"\nR2D2 {xpid}: step {last['step']}, training last-100 mean {last['return_last_100']}, final test "
+        f"mean {test['mean']:.2f} over {test['runs'] if 'runs' in test else ''} run(s); replay "
+        f"{last.get('replay_size')} sequences, {last.get('replay_mb')} MB; wall {wall:.0f} s"
+    )
     return rows, test["mean"]
 
 
@@ -37,13 +39,22 @@ def test_r2d2_with_an_lstm_and_the_package_defaults_solves_the_memory_task(tmp_p
     memoryless agent can pass it is the task's own control (tests/test_memory_task.py: the feedforward
     agent stays at chance; R2D2 feedforward here gave -0.14).  CartPole runs of these defaults are
     in docs/experiments/r2d2.md."""
-    rows, lstm = train(tmp_path, "lstm", f"--env={MEMORY}", "--no_last_action", "--total_steps=200000",
-                       "--use_lstm")
+    rows, lstm = train(tmp_path, "lstm", f"--env={MEMORY}", "--no_last_action", "--total_steps=200000", "--use_lstm")
     # the log carries the replay's and the learner's state
-    assert {"replay_size", "replay_sample_insert_ratio", "replay_mean_priority", "mean_abs_td", "mean_q",
-            "epsilon_min", "epsilon_max"} <= set(rows[-1])
-    ratios = [float(r["replay_sample_insert_ratio"]) for r in rows[len(rows) // 2:]
-              if r["replay_sample_insert_ratio"] != "nan"]
+    assert {
+        "replay_size",
+        "replay_sample_insert_ratio",
+        "replay_mean_priority",
+        "mean_abs_td",
+        "mean_q",
+        "epsilon_min",
+        "epsilon_max",
+    } <= set(rows[-1])
+    ratios = [
+        float(r["replay_sample_insert_ratio"])
+        for r in rows[len(rows) // 2 :]
+        if r["replay_sample_insert_ratio"] != "nan"
+    ]
     assert ratios and 0.8 * 8.0 <= sum(ratios) / len(ratios) <= 1.2 * 8.0  # --replay_ratio 8 held
     assert lstm >= 0.9
 
@@ -54,10 +65,23 @@ def test_checkpoint_replay_is_restored_on_resume_and_without_it_the_replay_refil
     from tests.proc_utils import run
 
     def train_to(steps, *extra):
-        result = run("torchbeast_gym.polybeast", "--env=CartPole-v1", "--agent=r2d2", "--use_lstm", "--seed=1",
-                     f"--total_steps={steps}", "--replay_buffer_min_size=40", "--log_interval=1",
-                     "--disable_final_test", f"--pipes_basename=unix:{tmp_path}/pipe", f"--savedir={tmp_path}",
-                     "--xpid=resume", *extra, output=str(tmp_path / "out"), timeout=300)
+        result = run(
+            "torchbeast_gym.polybeast",
+            "--env=CartPole-v1",
+            "--agent=r2d2",
+            "--use_lstm",
+            "--seed=1",
+            f"--total_steps={steps}",
+            "--replay_buffer_min_size=40",
+            "--log_interval=1",
+            "--disable_final_test",
+            f"--pipes_basename=unix:{tmp_path}/pipe",
+            f"--savedir={tmp_path}",
+            "--xpid=resume",
+            *extra,
+            output=str(tmp_path / "out"),
+            timeout=300,
+        )
         assert result.returncode == 0, result.stdout[-3000:]
         return result.stdout
 

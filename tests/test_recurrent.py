@@ -49,8 +49,7 @@ def rel_err(a, b):
 
 def random_state(core, batch_size, gen):
     """A non-trivial state (RTRL traces included) of the core's shapes."""
-    return tuple(0.5 * torch.randn(s.shape, generator=gen, dtype=DT)
-                 for s in core.initial_state(batch_size, dtype=DT))
+    return tuple(0.5 * torch.randn(s.shape, generator=gen, dtype=DT) for s in core.initial_state(batch_size, dtype=DT))
 
 
 def build(kind, kw, input_size=5, hidden_size=4, seed=0):
@@ -63,8 +62,11 @@ def build(kind, kw, input_size=5, hidden_size=4, seed=0):
 
 def test_make_core_kinds_state_shapes_and_errors():
     I, H, B = 6, 3, 2
-    expected = {"lstm": [(B, H), (B, H)], "elstm": [(B, H)],
-                "rtrl_elstm": [(B, H), (B, H, I), (B, H, I), (B, H), (B, H), (B, H), (B, H)]}
+    expected = {
+        "lstm": [(B, H), (B, H)],
+        "elstm": [(B, H)],
+        "rtrl_elstm": [(B, H), (B, H, I), (B, H, I), (B, H), (B, H), (B, H), (B, H)],
+    }
     for kind, shapes in expected.items():
         core = make_core(kind, input_size=I, hidden_size=H)
         assert (core.input_size, core.hidden_size) == (I, H)
@@ -89,7 +91,7 @@ def forget_gate_bias(core):
     if hasattr(core, "b_f"):
         return core.b_f
     H = core.hidden_size  # nn.LSTM gate order: i, f, g, o
-    return core.lstm.bias_ih_l0[H:2 * H]
+    return core.lstm.bias_ih_l0[H : 2 * H]
 
 
 @pytest.mark.parametrize("kind", ["lstm", "elstm", "rtrl_elstm"])
@@ -142,9 +144,9 @@ def test_rtrl_gradients_equal_full_bptt(impl, splits):
     def run_unrolls(c):
         state, s = c.initial_state(B), 0
         for n in splits:
-            out, state = c(x[s:s + n], done[s:s + n], state)
+            out, state = c(x[s : s + n], done[s : s + n], state)
             assert all(t.grad_fn is None and not t.requires_grad for t in state)
-            (out * weights[s:s + n]).sum().backward()  # .grad accumulates across unrolls
+            (out * weights[s : s + n]).sum().backward()  # .grad accumulates across unrolls
             s += n
 
     run_unrolls(core)
@@ -182,9 +184,9 @@ def test_rtrl_input_gradient_is_exact_within_the_unroll():
     for name, core in (("rtrl", rtrl), ("tbptt", tbptt)):
         state, parts = core.initial_state(B), []
         for s in range(0, T, n):
-            xs = x[s:s + n].clone().requires_grad_()
-            out, state = core(xs, done[s:s + n], state)
-            (out * weights[s:s + n]).sum().backward()
+            xs = x[s : s + n].clone().requires_grad_()
+            out, state = core(xs, done[s : s + n], state)
+            (out * weights[s : s + n]).sum().backward()
             parts.append(xs.grad)
         grads[name] = torch.cat(parts)
     assert rel_err(grads["rtrl"], grads["tbptt"]) < 1e-12
@@ -209,9 +211,9 @@ def test_unroll_equals_single_steps(kind, kw):
 
     out, state = core(x, done, state0)  # learner: grad mode, one call
     steps, s = [], state0
-    with torch.no_grad():               # actors: one step at a time
+    with torch.no_grad():  # actors: one step at a time
         for t in range(T):
-            o, s = core(x[t:t + 1], done[t:t + 1], s)
+            o, s = core(x[t : t + 1], done[t : t + 1], s)
             steps.append(o)
     torch.testing.assert_close(out, torch.cat(steps), rtol=1e-10, atol=1e-12)
     assert len(state) == len(s)
@@ -235,17 +237,17 @@ def test_state_and_traces_reset_where_done(kind, kw):
     state0 = random_state(core, B, gen)
     x = torch.randn(T, B, I, generator=gen, dtype=DT)
     done = torch.zeros(T, B, dtype=torch.bool)
-    done[k, 0] = True   # env 0 starts a new episode at step k
-    done[0, 2] = True   # env 2 at the first step
+    done[k, 0] = True  # env 0 starts a new episode at step k
+    done[0, 2] = True  # env 2 at the first step
     out, state = core(x, done, state0)
 
     def fresh(xs):
         return core(xs, torch.zeros(xs.shape[:2], dtype=torch.bool), core.initial_state(1, dtype=DT))
 
     for b, start in ((0, k), (2, 0)):
-        f_out, f_state = fresh(x[start:, b:b + 1])
+        f_out, f_state = fresh(x[start:, b : b + 1])
         torch.testing.assert_close(out[start:, b], f_out[:, 0], rtol=1e-10, atol=1e-12)
-        for a, f in zip(state, f_state):   # c (and h) and every RTRL trace restarted from zero
+        for a, f in zip(state, f_state):  # c (and h) and every RTRL trace restarted from zero
             torch.testing.assert_close(a[b], f[0], rtol=1e-10, atol=1e-12)
     # env 1 never resets: it still carries its old state (so the checks above are not vacuous)
     f_out, f_state = fresh(x[:, 1:2])

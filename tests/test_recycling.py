@@ -41,8 +41,12 @@ def model_with_dead_filters(dead=(0, 3, 7, 20)):
 
 def inputs(frames):
     T, B = 4, frames.shape[0] // 4
-    return {"obs": frames[: T * B].view(T, B, *frames.shape[1:]), "done": torch.zeros(T, B, dtype=torch.bool),
-            "reward": torch.zeros(T, B), "last_action": torch.zeros(T, B, dtype=torch.int64)}
+    return {
+        "obs": frames[: T * B].view(T, B, *frames.shape[1:]),
+        "done": torch.zeros(T, B, dtype=torch.bool),
+        "reward": torch.zeros(T, B),
+        "last_action": torch.zeros(T, B, dtype=torch.int64),
+    }
 
 
 def test_scores_follow_redos_definition():
@@ -50,8 +54,9 @@ def test_scores_follow_redos_definition():
     torch.manual_seed(0)
     h = torch.relu(torch.randn(6, 5, 3, 4))
     h[:, 2] = 0
-    per_unit = [sum(abs(float(h[n, i, y, x])) for n in range(6) for y in range(3) for x in range(4)) / 72
-                for i in range(5)]
+    per_unit = [
+        sum(abs(float(h[n, i, y, x])) for n in range(6) for y in range(3) for x in range(4)) / 72 for i in range(5)
+    ]
     mean = sum(per_unit) / 5
     expected = torch.tensor([p / mean for p in per_unit])
     torch.testing.assert_close(dormant_scores(h), expected)
@@ -106,8 +111,8 @@ def test_conv_read_through_flatten_zeroes_its_block_of_fc_columns(pong_frames):
     assert pairs[2].columns_per_unit == hw == 49
     before = stem(pong_frames[:80])
     assert recycle_dormant([pairs[2]], tau=0.0)["0"] >= 1
-    assert torch.all(stem.fc.weight[:, 5 * hw:6 * hw] == 0)
-    assert stem.fc.weight[:, :5 * hw].abs().sum() > 0 and stem.fc.weight[:, 6 * hw:].abs().sum() > 0
+    assert torch.all(stem.fc.weight[:, 5 * hw : 6 * hw] == 0)
+    assert stem.fc.weight[:, : 5 * hw].abs().sum() > 0 and stem.fc.weight[:, 6 * hw :].abs().sum() > 0
     torch.testing.assert_close(stem(pong_frames[:80]), before, rtol=0, atol=1e-6)
 
 
@@ -117,8 +122,11 @@ def test_optimizer_state_of_recycled_weights(pong_frames, optimizer_name):
     rates); momenta zeroed, in the outgoing columns too."""
     model = model_with_dead_filters()
     params = list(model.parameters())
-    optimizer = (torch.optim.RMSprop(params, lr=1e-3, momentum=0.9) if optimizer_name == "rmsprop"
-                 else torch.optim.Adam(params, lr=1e-3))
+    optimizer = (
+        torch.optim.RMSprop(params, lr=1e-3, momentum=0.9)
+        if optimizer_name == "rmsprop"
+        else torch.optim.Adam(params, lr=1e-3)
+    )
     out, _ = model(inputs(pong_frames[:40]))
     (out["policy_logits"].pow(2).sum() + out["baseline"].pow(2).sum()).backward()
     optimizer.step()

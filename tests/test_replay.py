@@ -63,11 +63,13 @@ def test_sum_tree_exact_boundaries_with_dyadic_values():
 
     bounds = np.concatenate([[0.0], np.cumsum(leaves)[:-1]])  # prefix(i), each a boundary
     positive = leaves > 0
-    targets = np.concatenate([
-        bounds[positive],  # exactly at prefix(i): leaf i
-        bounds[positive] + leaves[positive] - 1.0 / 64,  # just inside leaf i
-        [np.nextafter(total, 0.0), total, total + 5.0, -1.0],  # clamped into [0, total)
-    ])
+    targets = np.concatenate(
+        [
+            bounds[positive],  # exactly at prefix(i): leaf i
+            bounds[positive] + leaves[positive] - 1.0 / 64,  # just inside leaf i
+            [np.nextafter(total, 0.0), total, total + 5.0, -1.0],  # clamped into [0, total)
+        ]
+    )
     found = tree.find(targets)
     expected = _reference_find(leaves, np.clip(targets, 0.0, np.nextafter(total, 0.0)))
     np.testing.assert_array_equal(found, expected)
@@ -98,11 +100,13 @@ def test_sum_tree_round_off_never_lands_on_zero_or_padding():
             leaves[rng.integers(capacity)] = rng.uniform(0.1, 1.0)  # at least one positive
             tree.update(np.arange(capacity), leaves)
             total = tree.total()
-            targets = np.concatenate([
-                rng.uniform(0, total, 200),
-                np.nextafter(total, 0.0) - np.arange(5) * np.spacing(total),
-                [total, 0.0],
-            ])
+            targets = np.concatenate(
+                [
+                    rng.uniform(0, total, 200),
+                    np.nextafter(total, 0.0) - np.arange(5) * np.spacing(total),
+                    [total, 0.0],
+                ]
+            )
             found = tree.find(targets)
             assert found.dtype == np.int64 and found.shape == targets.shape
             assert np.all(found < capacity)

@@ -22,9 +22,17 @@ STRIDE = 2
 
 
 def make_flags(**kw):
-    base = dict(batch_size=B, unroll_length=T, replay_ratio=2.0, replay_buffer_size=64, replay_buffer_min_size=12,
-                priority_exponent=0.9, importance_sampling_exponent=0.6, checkpoint_replay=False,
-                replay_frame_stack=False)
+    base = dict(
+        batch_size=B,
+        unroll_length=T,
+        replay_ratio=2.0,
+        replay_buffer_size=64,
+        replay_buffer_min_size=12,
+        priority_exponent=0.9,
+        importance_sampling_exponent=0.6,
+        checkpoint_replay=False,
+        replay_frame_stack=False,
+    )
     base.update(kw)
     return types.SimpleNamespace(**base)
 
@@ -32,8 +40,12 @@ def make_flags(**kw):
 def chunk(i):
     """K sequences [L1, K]; every value names the chunk and the env, the state too."""
     ids = torch.tensor([100 * i + k for k in range(K)], dtype=torch.float32)
-    unroll = {"obs": ids.view(1, K, 1).expand(L1, K, 3).clone(), "reward": ids.expand(L1, K).clone(),
-              "done": torch.zeros(L1, K, dtype=torch.bool), "action": torch.zeros(L1, K, dtype=torch.int64)}
+    unroll = {
+        "obs": ids.view(1, K, 1).expand(L1, K, 3).clone(),
+        "reward": ids.expand(L1, K).clone(),
+        "done": torch.zeros(L1, K, dtype=torch.bool),
+        "action": torch.zeros(L1, K, dtype=torch.int64),
+    }
     return unroll, (ids.view(K, 1).expand(K, 5).clone(),)
 
 
@@ -110,7 +122,10 @@ def test_acting_waits_for_a_learner_that_is_behind():
         source.next_batch(stop)
     wait_for(lambda: len(source.replay) > before, 60, "the feeder to go on")
     assert source.steps_at_start is not None
-    assert flags.replay_ratio * (source.inserted_steps - source.steps_at_start) <= source.trained_steps + 2 * B * T + K * STRIDE
+    assert (
+        flags.replay_ratio * (source.inserted_steps - source.steps_at_start)
+        <= source.trained_steps + 2 * B * T + K * STRIDE
+    )
     stop.set()
 
 
@@ -209,8 +224,12 @@ def test_replay_with_frame_stacks_returns_the_observations_inserted():
     flags = make_flags(replay_frame_stack=True, replay_buffer_min_size=2, batch_size=2, replay_ratio=100.0)
     source = ReplaySource(queue.Queue(), flags, stride=STRIDE, seed=0)
     obs = atari_sequences(2, L1, seed=1)  # K = 2 envs
-    unroll = {"obs": torch.from_numpy(obs).transpose(0, 1).contiguous(), "reward": torch.zeros(L1, 2),
-              "done": torch.zeros(L1, 2, dtype=torch.bool), "action": torch.zeros(L1, 2, dtype=torch.int64)}
+    unroll = {
+        "obs": torch.from_numpy(obs).transpose(0, 1).contiguous(),
+        "reward": torch.zeros(L1, 2),
+        "done": torch.zeros(L1, 2, dtype=torch.bool),
+        "action": torch.zeros(L1, 2, dtype=torch.int64),
+    }
     source.insert(unroll, ())
     assert source.replay.nbytes / flags.replay_buffer_size < 0.5 * obs[0].nbytes  # per sequence: (L+3) / 4(L+1) frames
     batch, _ = source.next_batch(threading.Event())

@@ -7,8 +7,16 @@ from torchbeast_atari import env as env_pkg
 
 
 def _flags(**overrides):
-    flags = dict(env="PongNoFrameskip-v4", seed=1, disable_episodic_life=False, sticky_actions=0.0,
-                 full_action_space=False, max_episode_frames=108_000, noop_max=30, video_view="screen")
+    flags = dict(
+        env="PongNoFrameskip-v4",
+        seed=1,
+        disable_episodic_life=False,
+        sticky_actions=0.0,
+        full_action_space=False,
+        max_episode_frames=108_000,
+        noop_max=30,
+        video_view="screen",
+    )
     flags.update(overrides)
     return SimpleNamespace(**flags)
 

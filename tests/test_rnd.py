@@ -22,15 +22,29 @@ from tests.test_agents import DISCRETE, B, T, _save_load, random_batch
 
 
 def flags(*args):
-    return make_parser().parse_args(["--mlp_sizes=16", f"--unroll_length={T}", f"--batch_size={B}", "--num_actors=8",
-                                     "--rnd", "--rnd_mlp_sizes=8,8,8", "--rnd_feature_size=16", *args])
+    return make_parser().parse_args(
+        [
+            "--mlp_sizes=16",
+            f"--unroll_length={T}",
+            f"--batch_size={B}",
+            "--num_actors=8",
+            "--rnd",
+            "--rnd_mlp_sizes=8,8,8",
+            "--rnd_feature_size=16",
+            *args,
+        ]
+    )
 
 
 def rnd_batch(agent, seed=0, env_ids=None):
     batch = random_batch(DISCRETE, agent.inner, None, seed=seed)
     g = torch.Generator().manual_seed(seed + 100)
     batch["int_baseline"] = torch.randn(T + 1, B, generator=g)
-    batch["env_id"] = torch.as_tensor(env_ids if env_ids is not None else list(range(B)), dtype=torch.float32).expand(T + 1, B).clone()
+    batch["env_id"] = (
+        torch.as_tensor(env_ids if env_ids is not None else list(range(B)), dtype=torch.float32)
+        .expand(T + 1, B)
+        .clone()
+    )
     batch["random_action"] = torch.zeros(T + 1, B)
     return batch
 
@@ -174,58 +188,106 @@ def test_the_agent_filters_each_env_across_its_unrolls_in_order():
 def test_ppo_two_head_advantages_match_the_slow_reference():
     """A = ext_coef A_E + int_coef A_I, A_E episodic with gamma_E, A_I non-episodic with gamma_I:
     an episode end inside the unroll cuts A_E but not A_I."""
-    f = flags("--agent=ppo", "--discounting=0.999", "--intrinsic_discounting=0.9", "--ext_coef=2",
-              "--int_coef=0.5", "--gae_lambda=0.8", "--reward_clipping=none")
+    f = flags(
+        "--agent=ppo",
+        "--discounting=0.999",
+        "--intrinsic_discounting=0.9",
+        "--ext_coef=2",
+        "--int_coef=0.5",
+        "--gae_lambda=0.8",
+        "--reward_clipping=none",
+    )
     agent = make_agent(f, DISCRETE).inner
     g = torch.Generator().manual_seed(3)
-    step = {"reward": torch.randn(T, B, generator=g, dtype=torch.float64),
-            "int_reward": torch.rand(T, B, generator=g, dtype=torch.float64),
-            "done": torch.rand(T, B, generator=g) < 0.3, "truncated": torch.zeros(T, B, dtype=torch.bool),
-            "log_prob": torch.zeros(T, B, dtype=torch.float64)}
+    step = {
+        "reward": torch.randn(T, B, generator=g, dtype=torch.float64),
+        "int_reward": torch.rand(T, B, generator=g, dtype=torch.float64),
+        "done": torch.rand(T, B, generator=g) < 0.3,
+        "truncated": torch.zeros(T, B, dtype=torch.bool),
+        "log_prob": torch.zeros(T, B, dtype=torch.float64),
+    }
     step["done"][2, 0] = True
-    values = {"baseline": torch.randn(T, B, generator=g, dtype=torch.float64),
-              "int_baseline": torch.randn(T, B, generator=g, dtype=torch.float64)}
+    values = {
+        "baseline": torch.randn(T, B, generator=g, dtype=torch.float64),
+        "int_baseline": torch.randn(T, B, generator=g, dtype=torch.float64),
+    }
     bootstrap = {k: torch.randn(B, generator=g, dtype=torch.float64) for k in values}
     adv, returns, mask = agent.advantages(values, bootstrap, step["log_prob"], step)
     for b in range(B):
         done = step["done"][:, b].tolist()
-        a_e = slow_gae(values["baseline"][:, b].tolist(), bootstrap["baseline"][b].item(),
-                       step["reward"][:, b].tolist(), [0.0 if d else 0.999 for d in done], 0.8)
-        a_i = slow_gae(values["int_baseline"][:, b].tolist(), bootstrap["int_baseline"][b].item(),
-                       step["int_reward"][:, b].tolist(), [0.9] * T, 0.8)
+        a_e = slow_gae(
+            values["baseline"][:, b].tolist(),
+            bootstrap["baseline"][b].item(),
+            step["reward"][:, b].tolist(),
+            [0.0 if d else 0.999 for d in done],
+            0.8,
+        )
+        a_i = slow_gae(
+            values["int_baseline"][:, b].tolist(),
+            bootstrap["int_baseline"][b].item(),
+            step["int_reward"][:, b].tolist(),
+            [0.9] * T,
+            0.8,
+        )
         assert adv[:, b].tolist() == pytest.approx([2 * e + 0.5 * i for e, i in zip(a_e, a_i)], rel=1e-10)
         assert returns["baseline"][:, b].tolist() == pytest.approx(
-            [a + v for a, v in zip(a_e, values["baseline"][:, b].tolist())], rel=1e-10)
+            [a + v for a, v in zip(a_e, values["baseline"][:, b].tolist())], rel=1e-10
+        )
         assert returns["int_baseline"][:, b].tolist() == pytest.approx(
-            [a + v for a, v in zip(a_i, values["int_baseline"][:, b].tolist())], rel=1e-10)
+            [a + v for a, v in zip(a_i, values["int_baseline"][:, b].tolist())], rel=1e-10
+        )
     assert mask.eq(1).all()
 
 
 def test_the_intrinsic_return_goes_on_across_episode_ends():
     """With lambda = 1 the intrinsic target is the discounted sum of every later intrinsic reward and
     the bootstrap value, through the episode end at t = 1; the extrinsic one stops there."""
-    f = flags("--agent=ppo", "--intrinsic_discounting=0.5", "--discounting=0.5", "--gae_lambda=1",
-              "--reward_clipping=none")
+    f = flags(
+        "--agent=ppo", "--intrinsic_discounting=0.5", "--discounting=0.5", "--gae_lambda=1", "--reward_clipping=none"
+    )
     agent = make_agent(f, DISCRETE).inner
     T_, B_ = 4, 1
     ones = torch.ones(T_, B_, dtype=torch.float64)
-    step = {"reward": ones.clone(), "int_reward": ones.clone(), "done": torch.tensor([[False], [True], [False], [False]]),
-            "truncated": torch.zeros(T_, B_, dtype=torch.bool), "log_prob": torch.zeros(T_, B_, dtype=torch.float64)}
-    values = {"baseline": torch.zeros(T_, B_, dtype=torch.float64), "int_baseline": torch.zeros(T_, B_, dtype=torch.float64)}
-    bootstrap = {"baseline": torch.full((B_,), 8.0, dtype=torch.float64), "int_baseline": torch.full((B_,), 8.0, dtype=torch.float64)}
+    step = {
+        "reward": ones.clone(),
+        "int_reward": ones.clone(),
+        "done": torch.tensor([[False], [True], [False], [False]]),
+        "truncated": torch.zeros(T_, B_, dtype=torch.bool),
+        "log_prob": torch.zeros(T_, B_, dtype=torch.float64),
+    }
+    values = {
+        "baseline": torch.zeros(T_, B_, dtype=torch.float64),
+        "int_baseline": torch.zeros(T_, B_, dtype=torch.float64),
+    }
+    bootstrap = {
+        "baseline": torch.full((B_,), 8.0, dtype=torch.float64),
+        "int_baseline": torch.full((B_,), 8.0, dtype=torch.float64),
+    }
     _, returns, _ = agent.advantages(values, bootstrap, step["log_prob"], step)
-    assert returns["int_baseline"][:, 0].tolist() == pytest.approx([1 + .5 + .25 + .125 + .0625 * 8, 1 + .5 + .25 + .125 * 8,
-                                                                    1 + .5 + .25 * 8, 1 + .5 * 8])
-    assert returns["baseline"][:, 0].tolist() == pytest.approx([1.5, 1.0, 1 + .5 + .25 * 8, 1 + .5 * 8])
+    assert returns["int_baseline"][:, 0].tolist() == pytest.approx(
+        [1 + 0.5 + 0.25 + 0.125 + 0.0625 * 8, 1 + 0.5 + 0.25 + 0.125 * 8, 1 + 0.5 + 0.25 * 8, 1 + 0.5 * 8]
+    )
+    assert returns["baseline"][:, 0].tolist() == pytest.approx([1.5, 1.0, 1 + 0.5 + 0.25 * 8, 1 + 0.5 * 8])
 
 
 @pytest.mark.parametrize("seed", range(3))
 def test_impala_two_head_vtrace_loss_matches_the_slow_reference_with_rho_above_one(seed):
     """Both heads' V-trace targets from one set of importance weights, clipped from above
     (min(rho_bar, rho)); the batch has rho > 1, where the published max(rho, 1) would differ."""
-    f = flags("--agent=impala", "--discounting=0.97", "--intrinsic_discounting=0.9", "--ext_coef=2", "--int_coef=1",
-              "--entropy_cost=0.01", "--baseline_cost=0.5", "--reward_clipping=none", "--vtrace_lambda=0.9",
-              "--clip_rho_threshold=1.0", "--clip_c_threshold=1.0", "--clip_pg_rho_threshold=1.0")
+    f = flags(
+        "--agent=impala",
+        "--discounting=0.97",
+        "--intrinsic_discounting=0.9",
+        "--ext_coef=2",
+        "--int_coef=1",
+        "--entropy_cost=0.01",
+        "--baseline_cost=0.5",
+        "--reward_clipping=none",
+        "--vtrace_lambda=0.9",
+        "--clip_rho_threshold=1.0",
+        "--clip_c_threshold=1.0",
+        "--clip_pg_rho_threshold=1.0",
+    )
     agent = make_agent(f, DISCRETE)
     model = agent.build_model().double()
     batch = {k: (v.double() if v.is_floating_point() else v) for k, v in rnd_batch(agent, seed).items()}
@@ -238,7 +300,7 @@ def test_impala_two_head_vtrace_loss_matches_the_slow_reference_with_rho_above_o
     logits = outputs["policy_logits"][:-1].detach()
     pi = F.log_softmax(logits, -1).gather(-1, batch["action"][1:, :, None]).squeeze(-1).exp()
     mu = F.log_softmax(batch["policy_logits"][1:], -1).gather(-1, batch["action"][1:, :, None]).squeeze(-1).exp()
-    rhos = (pi / mu)
+    rhos = pi / mu
     assert (rhos > 1).any() and (rhos < 1).any()
 
     def reference(clip):
@@ -248,8 +310,9 @@ def test_impala_two_head_vtrace_loss_matches_the_slow_reference_with_rho_above_o
             r = rhos[:, b].tolist()
             heads = []
             for key, reward_key, gammas, coef in (
-                    ("baseline", "reward", [0.0 if d else 0.97 for d in done], 2.0),
-                    ("int_baseline", "int_reward", [0.9] * T, 1.0)):
+                ("baseline", "reward", [0.0 if d else 0.97 for d in done], 2.0),
+                ("int_baseline", "int_reward", [0.9] * T, 1.0),
+            ):
                 v = outputs[key][:-1, b].tolist()
                 vs, adv = clip(v, outputs[key][-1, b].item(), batch[reward_key][1:, b].tolist(), gammas, r)
                 heads.append((coef, vs, adv, v))
@@ -276,7 +339,11 @@ def test_multi_head_impala_loss_with_one_head_is_impala_loss():
     g = torch.Generator().manual_seed(5)
     logits_mu, logits_pi = torch.randn(T, B, 3, generator=g), torch.randn(T, B, 3, generator=g)
     actions = torch.randint(0, 3, (T, B), generator=g)
-    rewards, values, bootstrap = torch.randn(T, B, generator=g), torch.randn(T, B, generator=g), torch.randn(B, generator=g)
+    rewards, values, bootstrap = (
+        torch.randn(T, B, generator=g),
+        torch.randn(T, B, generator=g),
+        torch.randn(B, generator=g),
+    )
     dones = torch.rand(T, B, generator=g) < 0.2
     one, _ = impala_lib.impala_loss(logits_mu, logits_pi, actions, rewards, dones, values, bootstrap, discounting=0.9)
     head = impala_lib.ValueHead(rewards, (~dones).float() * 0.9, values, bootstrap)
@@ -325,8 +392,13 @@ def test_random_initialisation_acts_uniformly_and_trains_nothing():
     f = flags("--agent=ppo", "--rnd_init_steps=20")
     agent = make_agent(f, DISCRETE)
     model = agent.build_model()
-    inputs = {"obs": torch.randn(1, 8, 4), "reward": torch.zeros(1, 8), "done": torch.ones(1, 8, dtype=torch.bool),
-              "last_action": torch.zeros(1, 8, dtype=torch.long), **agent.actor_inputs(np.arange(8), 8)}
+    inputs = {
+        "obs": torch.randn(1, 8, 4),
+        "reward": torch.zeros(1, 8),
+        "done": torch.ones(1, 8, dtype=torch.bool),
+        "last_action": torch.zeros(1, 8, dtype=torch.long),
+        **agent.actor_inputs(np.arange(8), 8),
+    }
     seen = []
     for _ in range(3):  # 8 envs: 20 random steps take three inference steps
         action, extras, _ = agent.act(model, inputs, ())
@@ -371,8 +443,9 @@ def test_resume_twice_equals_an_uninterrupted_run(agent_name):
     and the optimizer all survive checkpoints: stopping and resuming twice changes nothing."""
     from rl_core.runtime.learner import Learner, Weights
 
-    f = flags(f"--agent={agent_name}", "--num_epochs=2", "--num_minibatches=2", "--total_steps=100000",
-              "--optimizer=adam")
+    f = flags(
+        f"--agent={agent_name}", "--num_epochs=2", "--num_minibatches=2", "--total_steps=100000", "--optimizer=adam"
+    )
     agent0 = make_agent(f, DISCRETE)
     batches = [rnd_batch(agent0, seed=s, env_ids=[(s + b) % 8 for b in range(B)]) for s in range(6)]
 
@@ -390,8 +463,13 @@ def test_resume_twice_equals_an_uninterrupted_run(agent_name):
             learner.learn(batches[i], ())
 
     def restore(learner):
-        state = _save_load({"model": learner.model.state_dict(), "optimizer": learner.optimizer.state_dict(),
-                            "scheduler": learner.scheduler.state_dict()})
+        state = _save_load(
+            {
+                "model": learner.model.state_dict(),
+                "optimizer": learner.optimizer.state_dict(),
+                "scheduler": learner.scheduler.state_dict(),
+            }
+        )
         learner = fresh()
         learner.model.load_state_dict(state["model"])
         learner.optimizer.load_state_dict(state["optimizer"])
@@ -407,8 +485,16 @@ def test_resume_twice_equals_an_uninterrupted_run(agent_name):
     resumed = restore(resumed)
     train(resumed, range(4, 6))
     a, b, initial = straight.model.state_dict(), resumed.model.state_dict(), fresh().model.state_dict()
-    for key in ("rnd.obs_rms.mean", "rnd.obs_rms.count", "rnd.return_rms.var", "rnd.return_rms.count",
-                "rnd.filter_state", "rnd.episode_return", "rnd.predictor.out.weight", "extra_values.int_baseline.weight"):
+    for key in (
+        "rnd.obs_rms.mean",
+        "rnd.obs_rms.count",
+        "rnd.return_rms.var",
+        "rnd.return_rms.count",
+        "rnd.filter_state",
+        "rnd.episode_return",
+        "rnd.predictor.out.weight",
+        "extra_values.int_baseline.weight",
+    ):
         assert not torch.equal(a[key], initial[key]), key  # they moved ...
     assert torch.equal(a["rnd.target.out.weight"], initial["rnd.target.out.weight"])
     for key in a:  # ... and the resumed run holds exactly the same values
@@ -423,8 +509,9 @@ def test_rnd_flags_are_checked_in_one_line(capsys):
     from tests.proc_utils import flag_error_line
 
     assert "--rnd is an add-on of impala" in flag_error_line(capsys, gym_pkg, "--agent=r2d2", "--rnd")
-    assert "nothing would be learned" in flag_error_line(capsys, gym_pkg, "--agent=ppo", "--rnd", "--ext_coef=0",
-                                                          "--int_coef=0")
+    assert "nothing would be learned" in flag_error_line(
+        capsys, gym_pkg, "--agent=ppo", "--rnd", "--ext_coef=0", "--int_coef=0"
+    )
     assert "--rnd_update_proportion" in flag_error_line(capsys, gym_pkg, "--rnd", "--rnd_update_proportion=0")
 
 
@@ -433,12 +520,31 @@ def test_atari_rnd_defaults_are_the_papers():
     from rl_core.runtime.entry import parse_flags
 
     f = parse_flags(atari, ["--env=MontezumaRevenge", "--agent=ppo", "--rnd"])
-    assert (f.sticky_actions, f.disable_episodic_life, f.max_episode_frames, f.reward_clipping) == (0.25, True, 18000, "abs_one")
-    assert (f.discounting, f.intrinsic_discounting, f.gae_lambda, f.num_epochs, f.num_minibatches) == (0.999, 0.99, 0.95, 4, 4)
-    assert (f.learning_rate, f.entropy_cost, f.ppo_clip, f.unroll_length, f.ext_coef, f.int_coef) == (1e-4, 0.001, 0.1, 128, 2.0, 1.0)
+    assert (f.sticky_actions, f.disable_episodic_life, f.max_episode_frames, f.reward_clipping) == (
+        0.25,
+        True,
+        18000,
+        "abs_one",
+    )
+    assert (f.discounting, f.intrinsic_discounting, f.gae_lambda, f.num_epochs, f.num_minibatches) == (
+        0.999,
+        0.99,
+        0.95,
+        4,
+        4,
+    )
+    assert (f.learning_rate, f.entropy_cost, f.ppo_clip, f.unroll_length, f.ext_coef, f.int_coef) == (
+        1e-4,
+        0.001,
+        0.1,
+        128,
+        2.0,
+        1.0,
+    )
     assert (f.rnd_channels, f.rnd_update_proportion, f.rnd_init_steps) == (1, 0.25, 50 * 128 * 8)
-    explicit = parse_flags(atari, ["--env=MontezumaRevenge", "--agent=ppo", "--rnd", "--discounting=0.99",
-                                   "--sticky_actions=0"])
+    explicit = parse_flags(
+        atari, ["--env=MontezumaRevenge", "--agent=ppo", "--rnd", "--discounting=0.99", "--sticky_actions=0"]
+    )
     assert (explicit.discounting, explicit.sticky_actions) == (0.99, 0.0)  # flags given win
     plain = parse_flags(atari, ["--env=MontezumaRevenge", "--agent=ppo"])
     assert (plain.discounting, plain.sticky_actions) == (0.99, 0.0)  # no RND, no RND defaults
@@ -452,8 +558,13 @@ def test_set_valued_statistics_keep_the_union_of_the_run(tmp_path):
 
     assert seen_sets.members(seen_sets.to_mask([0, 3, 23, 30])) == [0, 3, 23]
     sets = seen_sets.SeenSets(str(tmp_path))
-    row = sets.update([{"return": 0.0, "stat/rooms_mask": seen_sets.to_mask([1])},
-                       {"return": 100.0, "stat/rooms_mask": seen_sets.to_mask([1, 0, 4])}], step=10)
+    row = sets.update(
+        [
+            {"return": 0.0, "stat/rooms_mask": seen_sets.to_mask([1])},
+            {"return": 100.0, "stat/rooms_mask": seen_sets.to_mask([1, 0, 4])},
+        ],
+        step=10,
+    )
     assert row == {"rooms_seen": 3.0}
     import json
 
@@ -486,8 +597,17 @@ def test_gym_ppo_takes_the_tuned_settings_and_with_rnd_those_the_corridor_measur
     import torchbeast_gym.env as gym_pkg
     from rl_core.runtime.entry import parse_flags
 
-    keys = ("unroll_length", "batch_size", "num_epochs", "num_minibatches", "gae_lambda", "entropy_cost",
-            "learning_rate", "discounting", "total_steps")
+    keys = (
+        "unroll_length",
+        "batch_size",
+        "num_epochs",
+        "num_minibatches",
+        "gae_lambda",
+        "entropy_cost",
+        "learning_rate",
+        "discounting",
+        "total_steps",
+    )
     tuned = parse_flags(gym_pkg, ["--agent=ppo"])
     assert tuple(getattr(tuned, k) for k in keys) == (32, 8, 20, 1, 0.8, 0.0, 1e-3, 0.98, 200_000)
     rnd = parse_flags(gym_pkg, ["--agent=ppo", "--rnd"])
@@ -501,16 +621,17 @@ def test_gym_ppo_takes_the_tuned_settings_and_with_rnd_those_the_corridor_measur
     assert tuple(getattr(awr, k) for k in keys) == (128, 4, 4, 4, 0.95, 0.01, 2.5e-4, 0.99, 500_000)
 
 
-@pytest.mark.parametrize("package, spec, rnd_in", [
-    ("torchbeast_atari", EnvSpec(Observation((4, 84, 84), "|u1"), DiscreteActions(18)),
-     (1, 84, 84)),
-    ("torchbeast_procgen", EnvSpec(Observation((3, 64, 64), "|u1"), DiscreteActions(15)),
-     (3, 64, 64)),
-    ("torchbeast_football", EnvSpec(Observation((16, 72, 96), "|u1"), DiscreteActions(19)),
-     (4, 72, 96)),
-    ("torchbeast_gym", DISCRETE, (4,)),
-    ("torchbeast_mujoco", EnvSpec(Observation((3,), "<f4"), BoxActions((2,), (-1.0, -2.0), (1.0, 2.0))), (3,)),
-], ids=lambda x: x if isinstance(x, str) else "")
+@pytest.mark.parametrize(
+    "package, spec, rnd_in",
+    [
+        ("torchbeast_atari", EnvSpec(Observation((4, 84, 84), "|u1"), DiscreteActions(18)), (1, 84, 84)),
+        ("torchbeast_procgen", EnvSpec(Observation((3, 64, 64), "|u1"), DiscreteActions(15)), (3, 64, 64)),
+        ("torchbeast_football", EnvSpec(Observation((16, 72, 96), "|u1"), DiscreteActions(19)), (4, 72, 96)),
+        ("torchbeast_gym", DISCRETE, (4,)),
+        ("torchbeast_mujoco", EnvSpec(Observation((3,), "<f4"), BoxActions((2,), (-1.0, -2.0), (1.0, 2.0))), (3,)),
+    ],
+    ids=lambda x: x if isinstance(x, str) else "",
+)
 @pytest.mark.parametrize("agent_name", ["impala", "ppo"])
 def test_every_package_takes_rnd_with_its_defaults(package, spec, rnd_in, agent_name):
     """Each package's --rnd defaults build a model whose RND sees the newest frame (Atari: 1 of 4
@@ -523,27 +644,50 @@ def test_every_package_takes_rnd_with_its_defaults(package, spec, rnd_in, agent_
     if package == "torchbeast_mujoco" and agent_name == "impala":
         pytest.skip("IMPALA takes discrete actions")
     pkg = importlib.import_module(f"{package}.env")
-    f = parse_flags(pkg, [f"--agent={agent_name}", "--rnd", "--unroll_length=3", "--batch_size=2", "--num_minibatches=2",
-                          "--num_actors=2", "--num_servers=1", "--rnd_init_steps=2"])
+    f = parse_flags(
+        pkg,
+        [
+            f"--agent={agent_name}",
+            "--rnd",
+            "--unroll_length=3",
+            "--batch_size=2",
+            "--num_minibatches=2",
+            "--num_actors=2",
+            "--num_servers=1",
+            "--rnd_init_steps=2",
+        ],
+    )
     assert f.discounting == 0.999
     agent = make_agent(f, spec)
     model = agent.build_model()
     assert model.rnd.in_shape == rnd_in
     optimizer, _ = agent.make_optimizer(model)
     T1, B2 = 4, 2
-    obs = (torch.randint(0, 255, (T1, B2, *spec.obs.shape), dtype=torch.uint8) if spec.obs.dtype == "|u1"
-           else torch.randn(T1, B2, *spec.obs.shape))
+    obs = (
+        torch.randint(0, 255, (T1, B2, *spec.obs.shape), dtype=torch.uint8)
+        if spec.obs.dtype == "|u1"
+        else torch.randn(T1, B2, *spec.obs.shape)
+    )
     box = not spec.discrete
-    inputs = {"obs": obs[:1], "reward": torch.zeros(1, B2), "done": torch.ones(1, B2, dtype=torch.bool),
-              "last_action": torch.zeros((1, B2, 2) if box else (1, B2), dtype=torch.float32 if box else torch.int64),
-              **agent.actor_inputs(np.arange(B2), B2)}
+    inputs = {
+        "obs": obs[:1],
+        "reward": torch.zeros(1, B2),
+        "done": torch.ones(1, B2, dtype=torch.bool),
+        "last_action": torch.zeros((1, B2, 2) if box else (1, B2), dtype=torch.float32 if box else torch.int64),
+        **agent.actor_inputs(np.arange(B2), B2),
+    }
     with torch.no_grad():
         action, extras, _ = agent.act(model, inputs, model.initial_state(B2))
     assert extras["random_action"].eq(1).all()
     if box:
         assert (action[0].abs() <= torch.tensor([1.0, 2.0])).all()
-    batch = {"obs": obs, "reward": torch.randn(T1, B2), "done": torch.zeros(T1, B2, dtype=torch.bool),
-             "truncated": torch.zeros(T1, B2, dtype=torch.bool), "action": action.expand(T1, *action.shape[1:]).clone()}
+    batch = {
+        "obs": obs,
+        "reward": torch.randn(T1, B2),
+        "done": torch.zeros(T1, B2, dtype=torch.bool),
+        "truncated": torch.zeros(T1, B2, dtype=torch.bool),
+        "action": action.expand(T1, *action.shape[1:]).clone(),
+    }
     batch.update({k: v.expand(T1, *v.shape[1:]).clone() for k, v in extras.items()})
     batch["random_action"][:] = 0
     steps = 0
@@ -587,4 +731,6 @@ def test_the_corridors_values_point_home_for_a_policy_that_does_not_explore():
     env.reset()
     for _ in range(env.length - 1):
         _, reward, done, _, info = env.step(1)
-    assert done and reward == pytest.approx(1 + STEP_REWARD) and info["episode_stats"]["furthest_cell"] == env.length - 1
+    assert (
+        done and reward == pytest.approx(1 + STEP_REWARD) and info["episode_stats"]["furthest_cell"] == env.length - 1
+    )

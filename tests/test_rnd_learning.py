@@ -23,8 +23,15 @@ ENV = "tests.corridor_env:Corridor-v0"
 # Measured (closing note of issue 15): PPO + RND first reached a last-100 mean of 0.9 at 34k-56k
 # steps (seeds 1-3, and this test four times); 150k steps leave 2.7 times the slowest.
 STEPS = 150_000
-COMMON = [f"--env={ENV}", "--agent=ppo", f"--total_steps={STEPS}", "--seed=1", "--log_interval=2",
-          "--disable_checkpoint", "--test_episodes=100"]
+COMMON = [
+    f"--env={ENV}",
+    "--agent=ppo",
+    f"--total_steps={STEPS}",
+    "--seed=1",
+    "--log_interval=2",
+    "--disable_checkpoint",
+    "--test_episodes=100",
+]
 
 
 def _returns(tmp_path, xpid):
@@ -40,8 +47,10 @@ def _reaches_the_end(tmp_path, xpid, label, *args):
     assert result.returncode == 0, result.stdout[-3000:]
     rows, returns, test = _returns(tmp_path, xpid)
     first = next((s for s, v in returns if v >= 0.9), None)
-    print(f"\n{label} on the corridor: last-100 mean {returns[-1][1]:.2f} at step {rows[-1]['step']}, >= 0.9 "
-          f"first at {first}; final test {test:.2f}; wall {wall:.0f} s")
+    print(
+        f"\n{label} on the corridor: last-100 mean {returns[-1][1]:.2f} at step {rows[-1]['step']}, >= 0.9 "
+        f"first at {first}; final test {test:.2f}; wall {wall:.0f} s"
+    )
     assert returns[-1][1] >= 0.9, returns[-5:]
     assert test >= 0.9
     return rows
@@ -52,8 +61,17 @@ def _reaches_the_end(tmp_path, xpid, label, *args):
 def test_ppo_with_rnd_reaches_the_end_of_the_corridor(tmp_path):
     rows = _reaches_the_end(tmp_path, "rnd", "PPO + RND", *COMMON, "--rnd")
     # the intrinsic stream was learned and logged
-    assert all(k in rows[-1] for k in ("int_reward_mean", "int_reward_std", "int_episode_return",
-                                       "int_explained_variance", "ext_explained_variance", "rnd_loss"))
+    assert all(
+        k in rows[-1]
+        for k in (
+            "int_reward_mean",
+            "int_reward_std",
+            "int_episode_return",
+            "int_explained_variance",
+            "ext_explained_variance",
+            "rnd_loss",
+        )
+    )
     assert any(r["int_episode_return"] not in ("", "nan") for r in rows)
 
 
@@ -66,8 +84,10 @@ def test_ppo_without_rnd_never_finds_the_reward(tmp_path):
     result, wall = run_to_the_end(tmp_path, "ppo", *COMMON, "--discounting=0.999", *same_ppo)
     assert result.returncode == 0, result.stdout[-3000:]
     rows, returns, test = _returns(tmp_path, "ppo")
-    print(f"\nPPO alone on the corridor: best last-100 mean {max(v for _, v in returns):.3f} in {rows[-1]['step']} "
-          f"steps; furthest cell {rows[-1]['stat/furthest_cell']}; final test {test:.3f}; wall {wall:.0f} s")
+    print(
+        f"\nPPO alone on the corridor: best last-100 mean {max(v for _, v in returns):.3f} in {rows[-1]['step']} "
+        f"steps; furthest cell {rows[-1]['stat/furthest_cell']}; final test {test:.3f}; wall {wall:.0f} s"
+    )
     assert int(rows[-1]["step"]) >= STEPS
     # the survival reward alone is 0.024 a game; 0.05 leaves room for two chance successes in 100
     assert max(v for _, v in returns) <= 0.05
@@ -85,17 +105,34 @@ def test_montezuma_with_rnd_logs_rooms_resumes_and_evaluates(tmp_path):
 
     from tests.proc_utils import run
 
-    common = ["--env=MontezumaRevenge", "--agent=ppo", "--rnd", "--unroll_length=32", "--rnd_init_steps=256",
-              "--max_episode_frames=400", "--disable_final_test", "--log_interval=1",
-              f"--pipes_basename=unix:{tmp_path}/pipe", f"--savedir={tmp_path}", "--xpid=mz"]
+    common = [
+        "--env=MontezumaRevenge",
+        "--agent=ppo",
+        "--rnd",
+        "--unroll_length=32",
+        "--rnd_init_steps=256",
+        "--max_episode_frames=400",
+        "--disable_final_test",
+        "--log_interval=1",
+        f"--pipes_basename=unix:{tmp_path}/pipe",
+        f"--savedir={tmp_path}",
+        "--xpid=mz",
+    ]
     first = run("torchbeast_atari.polybeast", *common, "--total_steps=2048", output=str(tmp_path / "first"))
     assert first.returncode == 0, first.stdout[-3000:]
     assert "uniformly random actions for the first 256 steps" in first.stdout
     rooms = json.loads((tmp_path / "mz" / "rooms_seen.json").read_text())
     assert 1 in rooms["members"] and rooms["count"] == len(rooms["members"])  # the first room, at least
     rows = csv_rows(str(tmp_path / "mz" / "logs.csv"))
-    assert {"rooms_seen", "stat/rooms_visited", "int_reward_mean", "int_reward_std", "int_episode_return",
-            "ext_explained_variance", "int_explained_variance"} <= set(rows[-1])
+    assert {
+        "rooms_seen",
+        "stat/rooms_visited",
+        "int_reward_mean",
+        "int_reward_std",
+        "int_episode_return",
+        "ext_explained_variance",
+        "int_explained_variance",
+    } <= set(rows[-1])
     assert "stat/rooms_mask" not in rows[-1]  # a set, not a mean
     saved = torch.load(tmp_path / "mz" / "model.tar", weights_only=True)["model_state_dict"]
     assert bool(saved["rnd_ready"]) and float(saved["rnd.obs_rms.count"]) >= 2048
@@ -106,9 +143,15 @@ def test_montezuma_with_rnd_logs_rooms_resumes_and_evaluates(tmp_path):
     resumed = torch.load(tmp_path / "mz" / "model.tar", weights_only=True)["model_state_dict"]
     assert float(resumed["rnd.obs_rms.count"]) >= float(saved["rnd.obs_rms.count"]) + 1024
 
-    test = run("torchbeast_atari.polybeast", "--env=MontezumaRevenge", "--mode=test",
-               f"--checkpoint={tmp_path / 'mz' / 'model.tar'}", "--test_runs=1", "--test_episodes=2",
-               output=str(tmp_path / "test"))
+    test = run(
+        "torchbeast_atari.polybeast",
+        "--env=MontezumaRevenge",
+        "--mode=test",
+        f"--checkpoint={tmp_path / 'mz' / 'model.tar'}",
+        "--test_runs=1",
+        "--test_episodes=2",
+        output=str(tmp_path / "test"),
+    )
     assert test.returncode == 0, test.stdout[-3000:]
     lines = [line for line in test.stdout.splitlines() if "run0 episode" in line]
     assert len(lines) == 2 and all("rooms [1" in line for line in lines), lines

@@ -49,15 +49,17 @@ def test_unknown_flag_and_unknown_env_are_one_clear_line(tmp_path):
     # one line, no usage dump, and where the flags are listed
     assert result.stdout.strip().splitlines() == [
         "python -m torchbeast_gym.polybeast: error: unrecognized arguments: --no_such_flag=1 "
-        "(all flags: python -m torchbeast_gym.polybeast --help)"]
+        "(all flags: python -m torchbeast_gym.polybeast --help)"
+    ]
     malformed = run(GYM, *common(tmp_path), "--batch_size=eight", output=str(tmp_path / "out3"), timeout=60)
     assert malformed.returncode == 2
     assert len(malformed.stdout.strip().splitlines()) == 1
     assert "argument --batch_size: invalid int value: 'eight'" in malformed.stdout and "--help" in malformed.stdout
 
     # at once, not at --connect_timeout (600 s here): run() fails past 120 s (about 2 s on an idle machine)
-    result = run(GYM, *common(tmp_path, env="NoSuchEnv-v0", connect_timeout=600), output=str(tmp_path / "out2"),
-                 timeout=120)
+    result = run(
+        GYM, *common(tmp_path, env="NoSuchEnv-v0", connect_timeout=600), output=str(tmp_path / "out2"), timeout=120
+    )
     assert result.returncode == 2
     assert "unknown gymnasium environment 'NoSuchEnv-v0'" in result.stdout
     assert "Traceback" not in result.stdout
@@ -72,8 +74,9 @@ def test_help_shows_every_flags_default_for_the_chosen_agent():
     from tests.proc_utils import REPO
 
     def help_text(*args):
-        out = subprocess.run([sys.executable, "-m", GYM, *args, "--help"], cwd=REPO, capture_output=True,
-                             text=True, timeout=60)
+        out = subprocess.run(
+            [sys.executable, "-m", GYM, *args, "--help"], cwd=REPO, capture_output=True, text=True, timeout=60
+        )
         assert out.returncode == 0, out.stderr
         return " ".join(out.stdout.split())  # argparse wraps lines
 
@@ -120,17 +123,18 @@ def test_train_writes_logs_and_checkpoint_then_resumes(tmp_path):
     assert "removed .model.tar.x1y2.partial" in result.stdout
     assert not (rundir / ".model.tar.x1y2.partial").exists()
     # the run's last-100 return goes on from the checkpoint's window (not from no episode at all)
-    assert (f"resumed from {rundir}/model.tar at step {first_step} (last-100 return "
-            f"{sum(window) / len(window):.2f} over {len(window)} episodes)") in result.stdout
+    assert (
+        f"resumed from {rundir}/model.tar at step {first_step} (last-100 return "
+        f"{sum(window) / len(window):.2f} over {len(window)} episodes)"
+    ) in result.stdout
     ckpt2 = torch.load(rundir / "model.tar", weights_only=True)
     rows2 = csv_rows(str(rundir / "logs.csv"))
     first_resumed = next(r for r in rows2 if int(r["step"]) > first_step)
     ended = int(first_resumed["episodes"])  # (those episodes' sum: their mean times their count)
     if ended < 100:  # the window's last 100 - ended and the new ones (100 or more: the new ones alone)
-        kept = window[max(len(window) + ended - 100, 0):]
+        kept = window[max(len(window) + ended - 100, 0) :]
         new_sum = float(first_resumed["mean_episode_return"]) * ended if ended else 0.0
-        assert float(first_resumed["return_last_100"]) == pytest.approx(
-            (sum(kept) + new_sum) / (len(kept) + ended))
+        assert float(first_resumed["return_last_100"]) == pytest.approx((sum(kept) + new_sum) / (len(kept) + ended))
     assert ckpt2["step"] >= 40_000
     # the resumed inference copy's version is the checkpoint's batch count (not 0: a lag of ~125 batches)
     resumed = [r for r in csv_rows(str(rundir / "logs.csv")) if int(r["step"]) > first_step]
@@ -149,8 +153,9 @@ def test_train_writes_logs_and_checkpoint_then_resumes(tmp_path):
     # Resuming at --total_steps trains nothing and saves what it loaded: the weights, the optimizer's state
     # tensors and the schedule are the checkpoint's, bit for bit (a run that loaded no weights would save
     # the freshly initialized model).
-    result = run(GYM, *common(tmp_path, total_steps=40_000, test_episodes=1), output=str(tmp_path / "out3"),
-                 timeout=120)
+    result = run(
+        GYM, *common(tmp_path, total_steps=40_000, test_episodes=1), output=str(tmp_path / "out3"), timeout=120
+    )
     assert result.returncode == 0, result.stdout[-3000:]
     assert "checkpoint is already at step" in result.stdout
     ckpt3 = torch.load(rundir / "model.tar", weights_only=True)
@@ -197,8 +202,10 @@ def test_a_bad_checkpoint_is_one_line_before_any_server_and_kept(tmp_path, kind)
     result = run(GYM, *common(tmp_path, total_steps=5_000), output=str(tmp_path / "out"), timeout=60)
     assert result.returncode == 2
     last = result.stdout.strip().splitlines()[-1]
-    assert f"checkpoint {rundir}/model.tar cannot be read: {what}; move it away to start afresh, or pass another " \
-           f"--xpid" in last, last
+    assert (
+        f"checkpoint {rundir}/model.tar cannot be read: {what}; move it away to start afresh, or pass another "
+        f"--xpid" in last
+    ), last
     assert "env server 0:" not in result.stdout  # refused before any server started
     assert "weights_only" not in result.stdout and "Traceback" not in result.stdout
     assert (rundir / "model.tar").read_bytes() == before
@@ -290,8 +297,13 @@ def test_env_exception_stops_the_run_with_its_traceback(tmp_path):
 
 def test_split_servers_share_a_process_step_in_turn_and_train(tmp_path):
     """--server_splits 2: 4 servers in 2 processes (2 each, sharing a step lock), the learner connected to all 4."""
-    result = run(GYM, *common(tmp_path, num_servers=4, server_splits=2, total_steps=4000), "--disable_final_test",
-                 output=str(tmp_path / "out"), timeout=120)
+    result = run(
+        GYM,
+        *common(tmp_path, num_servers=4, server_splits=2, total_steps=4000),
+        "--disable_final_test",
+        output=str(tmp_path / "out"),
+        timeout=120,
+    )
     assert result.returncode == 0, result.stdout[-3000:]
     served = re.findall(r"\[INFO:(\d+) env_server [^]]*\] env server (\d+): 2 envs at ", result.stdout)
     assert sorted(int(i) for _, i in served) == [0, 1, 2, 3], served
@@ -304,8 +316,12 @@ def test_split_servers_share_a_process_step_in_turn_and_train(tmp_path):
 
 
 def test_an_env_exception_in_a_split_server_stops_the_run_with_its_traceback(tmp_path):
-    result = run(GYM, *common(tmp_path, env="tests.crashing_env:Crashing-v0", total_steps=10**9, num_servers=4,
-                              server_splits=2), output=str(tmp_path / "out"), timeout=60)
+    result = run(
+        GYM,
+        *common(tmp_path, env="tests.crashing_env:Crashing-v0", total_steps=10**9, num_servers=4, server_splits=2),
+        output=str(tmp_path / "out"),
+        timeout=60,
+    )
     assert result.returncode == 1, result.stdout[-3000:]
     assert "boom: the env broke at its step 300" in result.stdout and "crashing_env.py" in result.stdout
     assert not sockets_left(tmp_path)
@@ -338,8 +354,9 @@ def test_a_server_that_keeps_dying_ends_the_run_with_one_line(tmp_path):
     started = time.monotonic()
     result = run(
         GYM,
-        *common(tmp_path, env="tests.crashing_env:Dying-v0", total_steps=10**9, num_servers=1, num_actors=2,
-                batch_size=2),
+        *common(
+            tmp_path, env="tests.crashing_env:Dying-v0", total_steps=10**9, num_servers=1, num_actors=2, batch_size=2
+        ),
         output=str(tmp_path / "out"),
         timeout=150,
     )
@@ -431,8 +448,10 @@ def test_a_missing_env_module_is_named(tmp_path):
     from rl_core.runtime.entry import parse_flags
     import torchbeast_gym.env as gym_pkg
 
-    for env, module in [("some_missing_module:Foo-v0", "some_missing_module"),
-                        ("tests.no_such_file:Foo-v0", "tests.no_such_file")]:
+    for env, module in [
+        ("some_missing_module:Foo-v0", "some_missing_module"),
+        ("tests.no_such_file:Foo-v0", "tests.no_such_file"),
+    ]:
         flags = parse_flags(gym_pkg, [f"--env={env}"])
         with pytest.raises(UserError, match=f"module '{module}' not found: install it or fix the module path"):
             gym_pkg.make_env(flags, 0)
@@ -455,8 +474,15 @@ def test_every_numeric_flag_has_a_range_checked_when_parsed(package, capsys):
     ranges = dict(COMMON_RANGES, **agents.flag_ranges(), **getattr(pkg, "FLAG_RANGES", {}))
     dests = numeric_dests(make_parser(pkg))
     assert set(dests) <= set(ranges), f"numeric flags without a range: {sorted(set(dests) - set(ranges))}"
-    bad_values = {"[0, inf)": "-1", "(0, inf)": "0", "[1, inf)": "0", "[0, 1]": "1.5", "[0, 1)": "1", "(0, 1]": "0",
-                  "finite": "inf"}
+    bad_values = {
+        "[0, inf)": "-1",
+        "(0, inf)": "0",
+        "[1, inf)": "0",
+        "[0, 1]": "1.5",
+        "[0, 1)": "1",
+        "(0, 1]": "0",
+        "finite": "inf",
+    }
     for dest, kind in dests.items():
         for bad in [bad_values[ranges[dest]]] + (["nan"] if kind is float else []):
             if kind is int and bad in ("1.5", "inf"):
@@ -475,7 +501,8 @@ def test_a_negative_learning_rate_is_refused_at_once(tmp_path):
     assert result.returncode == 2
     assert result.stdout.strip().splitlines() == [
         "python -m torchbeast_gym.polybeast: error: --learning_rate must be in [0, inf), got -1.0 (all flags: "
-        "python -m torchbeast_gym.polybeast --help)"]
+        "python -m torchbeast_gym.polybeast --help)"
+    ]
     assert time.monotonic() - start_time < 30  # (about 1.3 s on an idle machine)
     assert not (tmp_path / "runs").exists() and not sockets_left(tmp_path)
 
@@ -486,9 +513,21 @@ def test_a_secret_on_the_command_line_reaches_no_file_log_dashboard_or_child(tmp
     secret = "s3cr3t-d0-not-l0g-me"
     port = free_port()
     out = str(tmp_path / "out")
-    proc = start(GYM, *common(tmp_path, pipes_basename=f"127.0.0.1:{port}", num_servers=1, total_steps=6_000,
-                              project_name="tests", test_episodes=1),
-                 "--use_wandb", "--server_secret", secret, output=out)
+    proc = start(
+        GYM,
+        *common(
+            tmp_path,
+            pipes_basename=f"127.0.0.1:{port}",
+            num_servers=1,
+            total_steps=6_000,
+            project_name="tests",
+            test_episodes=1,
+        ),
+        "--use_wandb",
+        "--server_secret",
+        secret,
+        output=out,
+    )
     try:
         servers = wait_for(lambda: children(proc.pid), 90, "the env server")
         for pid in servers:
@@ -499,8 +538,9 @@ def test_a_secret_on_the_command_line_reaches_no_file_log_dashboard_or_child(tmp
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 0, read(out)[-3000:]
-    leaks = [str(path) for path in (tmp_path / "runs").rglob("*") if path.is_file()
-             and secret.encode() in path.read_bytes()]
+    leaks = [
+        str(path) for path in (tmp_path / "runs").rglob("*") if path.is_file() and secret.encode() in path.read_bytes()
+    ]
     assert not leaks and secret not in read(out)
     meta = json.loads((tmp_path / "runs" / "run" / "meta.json").read_text())
     assert meta["argv"][-2:] == ["--server_secret", "<redacted>"]
@@ -511,12 +551,22 @@ def test_a_refused_run_leaves_the_other_runs_socket_alone(tmp_path):
     """A second launcher on a basename whose server 0 another run serves is refused with one line,
     and removes no socket file it did not create: the first run's server still answers."""
     basename = f"unix:{tmp_path}/x"
-    first = start("torchbeast_gym.polybeast_env", "--env=CartPole-v1", "--num_actors=2", "--num_servers=1",
-                  f"--pipes_basename={basename}", output=str(tmp_path / "first_out"))
+    first = start(
+        "torchbeast_gym.polybeast_env",
+        "--env=CartPole-v1",
+        "--num_actors=2",
+        "--num_servers=1",
+        f"--pipes_basename={basename}",
+        output=str(tmp_path / "first_out"),
+    )
     try:
         wait_for(lambda: os.path.exists(tmp_path / "x.0"), 60, "the first run's server")
-        result = run(GYM, *common(tmp_path, pipes_basename=basename, num_servers=1, num_actors=2, batch_size=2),
-                     output=str(tmp_path / "second_out"), timeout=120)
+        result = run(
+            GYM,
+            *common(tmp_path, pipes_basename=basename, num_servers=1, num_actors=2, batch_size=2),
+            output=str(tmp_path / "second_out"),
+            timeout=120,
+        )
         assert result.returncode == 2
         assert f"unix:{tmp_path}/x.0 is in use by another server" in result.stdout
         assert os.path.exists(tmp_path / "x.0")
@@ -535,8 +585,11 @@ def test_a_refused_run_leaves_the_other_runs_socket_alone(tmp_path):
 
 def test_two_runs_with_the_default_basename_do_not_meet(tmp_path):
     """Without --pipes_basename each launcher's servers listen at unix:/tmp/polybeast-<its pid>.i."""
-    args = [a for a in common(tmp_path, total_steps=3_000, num_actors=2, num_servers=1, batch_size=2,
-                              test_episodes=1) if not a.startswith("--pipes_basename")]
+    args = [
+        a
+        for a in common(tmp_path, total_steps=3_000, num_actors=2, num_servers=1, batch_size=2, test_episodes=1)
+        if not a.startswith("--pipes_basename")
+    ]
     a = start(GYM, *args, "--xpid=a", output=str(tmp_path / "a_out"))
     b = start(GYM, *args, "--xpid=b", output=str(tmp_path / "b_out"))
     try:
@@ -563,23 +616,38 @@ def _ends_at_once_with(result, started, text):
 
 def test_a_basename_in_a_missing_directory_is_one_line_before_any_server(tmp_path):
     started = time.monotonic()
-    result = run(GYM, *common(tmp_path, pipes_basename=f"unix:{tmp_path}/missing/x"), output=str(tmp_path / "out"),
-                 timeout=60)
+    result = run(
+        GYM, *common(tmp_path, pipes_basename=f"unix:{tmp_path}/missing/x"), output=str(tmp_path / "out"), timeout=60
+    )
     _ends_at_once_with(result, started, f"the directory {tmp_path}/missing does not exist: create it")
     # a server started on its own says the same from its listen()
     started = time.monotonic()
-    result = run("torchbeast_gym.polybeast_env", "--env=CartPole-v1", "--server_index=0",
-                 f"--pipes_basename=unix:{tmp_path}/missing/x", output=str(tmp_path / "out2"), timeout=60)
-    _ends_at_once_with(result, started, f"cannot listen on unix:{tmp_path}/missing/x.0: No such file or directory: "
-                                        f"create {tmp_path}/missing")
+    result = run(
+        "torchbeast_gym.polybeast_env",
+        "--env=CartPole-v1",
+        "--server_index=0",
+        f"--pipes_basename=unix:{tmp_path}/missing/x",
+        output=str(tmp_path / "out2"),
+        timeout=60,
+    )
+    _ends_at_once_with(
+        result,
+        started,
+        f"cannot listen on unix:{tmp_path}/missing/x.0: No such file or directory: create {tmp_path}/missing",
+    )
 
 
 def test_an_env_that_cannot_be_created_ends_the_launcher_with_the_servers_reason(tmp_path):
     started = time.monotonic()
-    result = run(GYM, *common(tmp_path, env="tests.crashing_env:BrokenInit-v0"), output=str(tmp_path / "out"),
-                 timeout=90)
-    _ends_at_once_with(result, started, "could not start: tests.crashing_env:BrokenInit-v0: the "
-                                        "environment could not be created (OSError: asset file cartpole.xml not found)")
+    result = run(
+        GYM, *common(tmp_path, env="tests.crashing_env:BrokenInit-v0"), output=str(tmp_path / "out"), timeout=90
+    )
+    _ends_at_once_with(
+        result,
+        started,
+        "could not start: tests.crashing_env:BrokenInit-v0: the "
+        "environment could not be created (OSError: asset file cartpole.xml not found)",
+    )
     assert not sockets_left(tmp_path)
 
 
@@ -590,19 +658,35 @@ def test_procgen_without_qt_is_one_line_naming_the_package(tmp_path, monkeypatch
     (fake / "libQt5Gui.so.5").write_bytes(b"")
     monkeypatch.setenv("LD_LIBRARY_PATH", str(fake))
     started = time.monotonic()
-    result = run("torchbeast_procgen.polybeast", *common(tmp_path, env="chaser", num_actors=2, num_servers=1,
-                                                         batch_size=2), output=str(tmp_path / "out"), timeout=90)
-    _ends_at_once_with(result, started, "env server 0 could not start: envpool's Procgen cannot load Qt 5's GUI "
-                                        "library: install it (Debian/Ubuntu: sudo apt-get install libqt5gui5)")
+    result = run(
+        "torchbeast_procgen.polybeast",
+        *common(tmp_path, env="chaser", num_actors=2, num_servers=1, batch_size=2),
+        output=str(tmp_path / "out"),
+        timeout=90,
+    )
+    _ends_at_once_with(
+        result,
+        started,
+        "env server 0 could not start: envpool's Procgen cannot load Qt 5's GUI "
+        "library: install it (Debian/Ubuntu: sudo apt-get install libqt5gui5)",
+    )
 
 
 @pytest.mark.parametrize("env,field", [("NaNObs-v0", "obs"), ("NaNReward-v0", "reward")])
 def test_a_nan_from_an_env_is_one_line_naming_server_slot_and_field(tmp_path, env, field):
-    result = run(GYM, *common(tmp_path, env=f"tests.crashing_env:{env}", num_actors=4, num_servers=2,
-                              batch_size=4, total_steps=10**9), output=str(tmp_path / "out"), timeout=90)
+    result = run(
+        GYM,
+        *common(
+            tmp_path, env=f"tests.crashing_env:{env}", num_actors=4, num_servers=2, batch_size=4, total_steps=10**9
+        ),
+        output=str(tmp_path / "out"),
+        timeout=90,
+    )
     assert result.returncode == 1, result.stdout[-3000:]
     last = result.stdout.strip().splitlines()[-1]
-    assert re.search(rf"env server [01] \(unix:{tmp_path}/pipe\.[01]\), env slot [01]: its {field} holds nan", last), last
+    assert re.search(rf"env server [01] \(unix:{tmp_path}/pipe\.[01]\), env slot [01]: its {field} holds nan", last), (
+        last
+    )
     assert "probability tensor" not in result.stdout and "Traceback" not in result.stdout
     assert not sockets_left(tmp_path)
 
@@ -611,13 +695,25 @@ def test_a_hung_env_is_named_and_ends_the_run(tmp_path):
     """An env whose step() never returns: a warning at half --env_timeout, the server's log names the
     slot, and at --env_timeout the run ends with one line naming the server (not `0 SPS` forever)."""
     started = time.monotonic()
-    result = run(GYM, *common(tmp_path, env="tests.crashing_env:Hanging-v0", num_actors=2, num_servers=1,
-                              batch_size=2, total_steps=10**9, env_timeout=8), output=str(tmp_path / "out"),
-                 timeout=120)
+    result = run(
+        GYM,
+        *common(
+            tmp_path,
+            env="tests.crashing_env:Hanging-v0",
+            num_actors=2,
+            num_servers=1,
+            batch_size=2,
+            total_steps=10**9,
+            env_timeout=8,
+        ),
+        output=str(tmp_path / "out"),
+        timeout=120,
+    )
     assert result.returncode == 1, result.stdout[-3000:]
     last = result.stdout.strip().splitlines()[-1]
-    assert re.search(rf"env server 0 \(unix:{tmp_path}/pipe\.0\) has not answered for \d+ s \(--env_timeout 8\)",
-                     last), last
+    assert re.search(
+        rf"env server 0 \(unix:{tmp_path}/pipe\.0\) has not answered for \d+ s \(--env_timeout 8\)", last
+    ), last
     assert "has not answered for 4 s; the run ends at 8 s" in result.stdout
     assert re.search(r"env server 0: env slot [01]'s step\(\) has not returned for \d+ s", result.stdout)
     assert time.monotonic() - started < 90 and "Traceback" not in result.stdout

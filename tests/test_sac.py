@@ -24,7 +24,9 @@ DISCRETE = EnvSpec(Observation((4,), "<f4"), DiscreteActions(3))
 
 
 def flags(*args):
-    return make_parser().parse_args(["--agent=sac", "--mlp_sizes=16,16", "--batch_size=8", "--reward_clipping=none", *args])
+    return make_parser().parse_args(
+        ["--agent=sac", "--mlp_sizes=16,16", "--batch_size=8", "--reward_clipping=none", *args]
+    )
 
 
 def agent_and_model(spec, *args, seed=0):
@@ -34,6 +36,7 @@ def agent_and_model(spec, *args, seed=0):
 
 
 # ------------------------------------------------------------------ pure losses
+
 
 @pytest.mark.parametrize("seed", [0, 1])
 def test_soft_q_targets_match_loop(seed):
@@ -88,8 +91,9 @@ def test_critic_actor_and_temperature_losses_match_loops_with_mask():
     ref = sum(0.5 * (q1[b] - y[b]).item() ** 2 + 0.5 * (q2[b] - y[b]).item() ** 2 for b in kept) / len(kept)
     assert critic.item() == pytest.approx(ref)
     actor = lib.actor_loss(logp, q1, q2, alpha)
-    assert actor.item() == pytest.approx(sum(alpha * logp[b].item() - min(q1[b].item(), q2[b].item())
-                                             for b in range(B)) / B)
+    assert actor.item() == pytest.approx(
+        sum(alpha * logp[b].item() - min(q1[b].item(), q2[b].item()) for b in range(B)) / B
+    )
     log_alpha = torch.tensor(math.log(alpha), dtype=torch.float64, requires_grad=True)
     h_bar = -2.0
     temp = lib.temperature_loss(log_alpha, logp, h_bar)
@@ -130,12 +134,14 @@ def test_tanh_gaussian_log_prob_matches_torch_distributions():
     low, high = torch.tensor([-2.0, -1.0], dtype=torch.float64), torch.tensor([2.0, 3.0], dtype=torch.float64)
     reference = D.TransformedDistribution(
         D.Independent(D.Normal(mean, std), 1),
-        [D.TanhTransform(), D.AffineTransform((high + low) / 2, (high - low) / 2)])
+        [D.TanhTransform(), D.AffineTransform((high + low) / 2, (high - low) / 2)],
+    )
     torch.testing.assert_close(log_prob, reference.log_prob(action), rtol=1e-6, atol=1e-6)
     assert ((action > low) & (action < high)).all()
 
 
 # ------------------------------------------------------------------ the agent's wiring
+
 
 def batch_of(spec, B=8, seed=0, done=None, truncated=None):
     g = torch.Generator().manual_seed(seed)
@@ -145,8 +151,13 @@ def batch_of(spec, B=8, seed=0, done=None, truncated=None):
     else:
         action = torch.rand(2, B, spec.action.shape[0], generator=g) * 2 - 1
     zeros = torch.zeros(2, B, dtype=torch.bool)
-    batch = {"obs": obs, "action": action, "reward": torch.randn(2, B, generator=g),
-             "done": zeros.clone(), "truncated": zeros.clone()}
+    batch = {
+        "obs": obs,
+        "action": action,
+        "reward": torch.randn(2, B, generator=g),
+        "done": zeros.clone(),
+        "truncated": zeros.clone(),
+    }
     if done is not None:
         batch["done"][1, done] = True
     if truncated is not None:
@@ -178,26 +189,34 @@ def reference_loss(agent, model, batch, seed):
         if discrete:
             with torch.no_grad():
                 lp_next = torch.log_softmax(next_params["policy_logits"][b], -1)
-                nq1, nq2 = model.target_critics(next_obs[b:b + 1])
-                v_next = sum(lp_next[a].exp().item() * (min(nq1[0, a].item(), nq2[0, a].item()) - alpha * lp_next[a].item())
-                             for a in range(lp_next.numel()))
-            q1_all, q2_all = model.critics(obs[b:b + 1])
+                nq1, nq2 = model.target_critics(next_obs[b : b + 1])
+                v_next = sum(
+                    lp_next[a].exp().item() * (min(nq1[0, a].item(), nq2[0, a].item()) - alpha * lp_next[a].item())
+                    for a in range(lp_next.numel())
+                )
+            q1_all, q2_all = model.critics(obs[b : b + 1])
             a_t = batch["action"][1, b].item()
             q1, q2 = q1_all[0, a_t], q2_all[0, a_t]
             lp = torch.log_softmax(params["policy_logits"][b], -1)
-            actor = actor + sum(lp[a].exp() * (alpha * lp[a] - min(q1_all[0, a].item(), q2_all[0, a].item()))
-                                for a in range(lp.numel())) / B
+            actor = (
+                actor
+                + sum(
+                    lp[a].exp() * (alpha * lp[a] - min(q1_all[0, a].item(), q2_all[0, a].item()))
+                    for a in range(lp.numel())
+                )
+                / B
+            )
             h = -(lp.exp() * lp).sum().item()
             temp += -alpha * (-h + agent.target_entropy) / B
         else:
             with torch.no_grad():
-                nq1, nq2 = model.target_critics(next_obs[b:b + 1], next_a[b:b + 1])
+                nq1, nq2 = model.target_critics(next_obs[b : b + 1], next_a[b : b + 1])
                 v_next = min(nq1.item(), nq2.item()) - alpha * next_logp[b].item()
-            q1, q2 = model.critics(obs[b:b + 1], batch["action"][1, b:b + 1])
+            q1, q2 = model.critics(obs[b : b + 1], batch["action"][1, b : b + 1])
             q1, q2 = q1[0], q2[0]
             # Q(s, a~) with a gradient to a~ (reparameterisation) but none to the critics' parameters
             detached = {k: v.detach() for k, v in model.critics.named_parameters()}
-            pq1, pq2 = torch.func.functional_call(model.critics, detached, (obs[b:b + 1], new_a[b:b + 1]))
+            pq1, pq2 = torch.func.functional_call(model.critics, detached, (obs[b : b + 1], new_a[b : b + 1]))
             actor = actor + (alpha * logp[b] - torch.minimum(pq1, pq2)[0]) / B
             temp += -alpha * (logp[b].item() + agent.target_entropy) / B
         if batch["truncated"][1, b]:
@@ -236,8 +255,7 @@ def test_each_loss_reaches_only_its_own_parameters(spec):
     grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
     assert not any(n.startswith("target_critics.") for n in grads)
     critic, actor, temp = reference_loss(agent, model, batch, seed=0)
-    for part, prefixes in ((critic, ("critics.",)), (actor, ("actor_torso.", "policy.")),
-                           (torch.as_tensor(temp), ())):
+    for part, prefixes in ((critic, ("critics.",)), (actor, ("actor_torso.", "policy.")), (torch.as_tensor(temp), ())):
         model.zero_grad(set_to_none=True)
         if part.requires_grad:
             part.backward()
@@ -281,9 +299,14 @@ def test_polyak_step_after_each_update_moves_targets_by_tau():
 
 # ------------------------------------------------------------------ acting
 
+
 def inputs_for(spec, B):
-    return {"obs": torch.randn(1, B, *spec.obs.shape), "reward": torch.zeros(1, B),
-            "done": torch.zeros(1, B, dtype=torch.bool), "last_action": torch.zeros(1, B, 2)}
+    return {
+        "obs": torch.randn(1, B, *spec.obs.shape),
+        "reward": torch.zeros(1, B),
+        "done": torch.zeros(1, B, dtype=torch.bool),
+        "last_action": torch.zeros(1, B, 2),
+    }
 
 
 def test_box_acting_samples_in_bounds_and_greedy_is_the_squashed_mean():
@@ -348,6 +371,7 @@ def test_discrete_acting():
 
 # ------------------------------------------------------------------ inference copy, resume
 
+
 def test_inference_copy_leaves_the_critics_out_and_publish_copies_by_name():
     import threading
 
@@ -406,6 +430,7 @@ def test_checkpoint_round_trip_resumes_exactly(spec, tmp_path):
 
 # ------------------------------------------------------------------ the replay's windows
 
+
 def test_windows_draw_every_transition_uniformly():
     from rl_core.replay import PrioritizedReplay
 
@@ -429,16 +454,31 @@ def test_windows_of_frame_stacks_decode_to_the_stored_stacks():
 
     from rl_core.replay_source import ReplaySource
 
-    f = flags("--replay_frame_stack", "--unroll_length=6", "--replay_buffer_size=64", "--batch_size=16",
-              "--replay_ratio=100")
-    source = ReplaySource(queue.Queue(), f, stride=6, seed=0, capacity=8, min_size=1, trained_per_batch=16,
-                          priority_exponent=0.0, importance_sampling_exponent=0.0, window=2)
+    f = flags(
+        "--replay_frame_stack", "--unroll_length=6", "--replay_buffer_size=64", "--batch_size=16", "--replay_ratio=100"
+    )
+    source = ReplaySource(
+        queue.Queue(),
+        f,
+        stride=6,
+        seed=0,
+        capacity=8,
+        min_size=1,
+        trained_per_batch=16,
+        priority_exponent=0.0,
+        importance_sampling_exponent=0.0,
+        window=2,
+    )
     C, K, L1 = 4, 3, 7
     frames = torch.randint(0, 255, (L1 + C - 1, K, 2, 2), dtype=torch.uint8)
-    obs = torch.stack([frames[t:t + C].transpose(0, 1) for t in range(L1)])  # [L1, K, C, 2, 2] shifting stacks
+    obs = torch.stack([frames[t : t + C].transpose(0, 1) for t in range(L1)])  # [L1, K, C, 2, 2] shifting stacks
     obs[3, 1] = obs[3, 1, -1:].expand(C, 2, 2)  # an episode starts at step 3 of env 1: the stack is its reset frame
-    unroll = {"obs": obs, "action": torch.arange(L1)[:, None].expand(L1, K) * 10 + torch.arange(K),
-              "reward": torch.zeros(L1, K), "done": torch.zeros(L1, K, dtype=torch.bool)}
+    unroll = {
+        "obs": obs,
+        "action": torch.arange(L1)[:, None].expand(L1, K) * 10 + torch.arange(K),
+        "reward": torch.zeros(L1, K),
+        "done": torch.zeros(L1, K, dtype=torch.bool),
+    }
     source.insert(unroll, ())  # learning starts: the replay ratio counts steps inserted from here
     source.insert(unroll, ())
     stop = __import__("threading").Event()

@@ -11,15 +11,18 @@ from tests.test_learning import PYTEST_TIMEOUT_S, RUN_DEADLINE_S, run_to_the_end
 
 
 def train(tmp_path, xpid, *args, deadline_s: int = RUN_DEADLINE_S):
-    result, wall = run_to_the_end(tmp_path, xpid, "--agent=sac", "--seed=1", "--log_interval=2", *args,
-                                  deadline_s=deadline_s)
+    result, wall = run_to_the_end(
+        tmp_path, xpid, "--agent=sac", "--seed=1", "--log_interval=2", *args, deadline_s=deadline_s
+    )
     assert result.returncode == 0, result.stdout[-3000:]
     rows = csv_rows(str(tmp_path / xpid / "logs.csv"))
     final = json.loads((tmp_path / xpid / "final_test.json").read_text())
     last = rows[-1]
-    print(f"\nSAC {xpid}: step {last['step']}, training last-100 mean {last['return_last_100']}, final test "
-          f"mean {final['groups']['test']['mean']:.2f}; alpha {last.get('alpha')}, entropy {last.get('entropy')}, "
-          f"replay {last.get('replay_size')} transitions; wall {wall:.0f} s")
+    print(
+        f"\nSAC {xpid}: step {last['step']}, training last-100 mean {last['return_last_100']}, final test "
+        f"mean {final['groups']['test']['mean']:.2f}; alpha {last.get('alpha')}, entropy {last.get('entropy')}, "
+        f"replay {last.get('replay_size')} transitions; wall {wall:.0f} s"
+    )
     return rows
 
 
@@ -43,10 +46,15 @@ def last_episodes_mean(rows, n):
 def test_sac_with_the_package_defaults_learns_pendulum_within_30k_steps(tmp_path):
     rows = train(tmp_path, "pendulum", "--env=Pendulum-v1", "--total_steps=30000")
     assert int(rows[-1]["step"]) >= 30_000
-    assert {"critic_loss", "actor_loss", "alpha", "entropy", "replay_size", "replay_sample_insert_ratio"} <= set(rows[-1])
+    assert {"critic_loss", "actor_loss", "alpha", "entropy", "replay_size", "replay_sample_insert_ratio"} <= set(
+        rows[-1]
+    )
     # each inserted transition is sampled --replay_ratio 256 times on average (one update of 256 per step)
-    ratios = [float(r["replay_sample_insert_ratio"]) for r in rows[len(rows) // 2:]
-              if r["replay_sample_insert_ratio"] != "nan"]
+    ratios = [
+        float(r["replay_sample_insert_ratio"])
+        for r in rows[len(rows) // 2 :]
+        if r["replay_sample_insert_ratio"] != "nan"
+    ]
     assert ratios and 0.8 * 256 <= sum(ratios) / len(ratios) <= 1.2 * 256
     # Issue 14's criterion: the last 20 training episodes average >= -250 (a random policy: about
     # -1,200; the first 1,000 uniformly random steps' episodes here score -1,100 to -1,400).
@@ -81,11 +89,24 @@ def test_a_resumed_run_keeps_its_replay_and_does_not_act_randomly_again(tmp_path
     from tests.proc_utils import run
 
     def train_to(steps, *extra):
-        result = run("torchbeast_gym.polybeast", "--env=Pendulum-v1", "--agent=sac", "--seed=1",
-                     f"--total_steps={steps}", "--replay_buffer_min_size=400", "--random_init_steps=400",
-                     "--log_interval=1", "--disable_final_test", "--disable_validation",
-                     f"--pipes_basename=unix:{tmp_path}/pipe", f"--savedir={tmp_path}", "--xpid=resume", *extra,
-                     output=str(tmp_path / "out"), timeout=300)
+        result = run(
+            "torchbeast_gym.polybeast",
+            "--env=Pendulum-v1",
+            "--agent=sac",
+            "--seed=1",
+            f"--total_steps={steps}",
+            "--replay_buffer_min_size=400",
+            "--random_init_steps=400",
+            "--log_interval=1",
+            "--disable_final_test",
+            "--disable_validation",
+            f"--pipes_basename=unix:{tmp_path}/pipe",
+            f"--savedir={tmp_path}",
+            "--xpid=resume",
+            *extra,
+            output=str(tmp_path / "out"),
+            timeout=300,
+        )
         assert result.returncode == 0, result.stdout[-3000:]
         return result.stdout
 

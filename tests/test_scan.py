@@ -63,8 +63,10 @@ def test_a_tiny_memory_budget_chunks_the_columns_and_changes_nothing(T, B, budge
     inner = scan_lib._reverse_scan
     monkeypatch.setattr(scan_lib, "_reverse_scan", lambda *a: calls.append(a[0].shape[1]) or inner(*a))
     for reverse in (True, False):
-        _close(scan_lib.discounted_scan(x, f, init, reverse=reverse, max_elements=budget),
-               ref.scan(x, f, init, reverse=reverse))
+        _close(
+            scan_lib.discounted_scan(x, f, init, reverse=reverse, max_elements=budget),
+            ref.scan(x, f, init, reverse=reverse),
+        )
     assert len(calls) > 2 and sum(calls) == 2 * B  # several chunks, every column once per direction
     sums, products = scan_lib.discounted_window_sums(x, f, 5, max_elements=budget // 10)
     want_s, want_p = _window_reference(x, f, 5)
@@ -125,10 +127,12 @@ def test_the_scan_stays_on_the_device():
 
 def _case(T, B, seed=0):
     g = torch.Generator().manual_seed(seed * 7919 + T)
-    return dict(values=torch.randn(T, B, generator=g, dtype=torch.float64),
-                rewards=torch.randn(T, B, generator=g, dtype=torch.float64),
-                discounts=_factors(g, T, B, "ends"),
-                bootstrap_value=torch.randn(B, generator=g, dtype=torch.float64)), g
+    return dict(
+        values=torch.randn(T, B, generator=g, dtype=torch.float64),
+        rewards=torch.randn(T, B, generator=g, dtype=torch.float64),
+        discounts=_factors(g, T, B, "ends"),
+        bootstrap_value=torch.randn(B, generator=g, dtype=torch.float64),
+    ), g
 
 
 @pytest.mark.parametrize("T,B", SHAPES)
@@ -150,9 +154,17 @@ def test_vtrace_matches_its_loop(T, B, clips):
     case, g = _case(T, B, seed=1)
     log_rhos = torch.randn(T, B, generator=g, dtype=torch.float64) * 0.5
     rho, pg_rho, c = clips
-    args = dict(log_rhos=log_rhos, discounts=case["discounts"], rewards=case["rewards"], values=case["values"],
-                bootstrap_value=case["bootstrap_value"], clip_rho_threshold=rho, clip_pg_rho_threshold=pg_rho,
-                clip_c_threshold=c, lambda_=0.9)
+    args = dict(
+        log_rhos=log_rhos,
+        discounts=case["discounts"],
+        rewards=case["rewards"],
+        values=case["values"],
+        bootstrap_value=case["bootstrap_value"],
+        clip_rho_threshold=rho,
+        clip_pg_rho_threshold=pg_rho,
+        clip_c_threshold=c,
+        lambda_=0.9,
+    )
     out = vtrace_lib.from_importance_weights(**args)
     want_vs, want_adv = ref.vtrace(**args)
     _close(out.vs, want_vs)
@@ -169,8 +181,10 @@ def test_reward_forward_filter_and_n_step_targets_match_their_loops(T, B):
     _close(filtered, want_filtered)
     _close(last, want_last)
     for n in (1, 5, T + 2):
-        _close(r2d2_lib.n_step_targets(case["rewards"], case["discounts"], case["values"], n),
-               ref.n_step_targets(case["rewards"], case["discounts"], case["values"], n))
+        _close(
+            r2d2_lib.n_step_targets(case["rewards"], case["discounts"], case["values"], n),
+            ref.n_step_targets(case["rewards"], case["discounts"], case["values"], n),
+        )
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -217,13 +231,24 @@ def _calls(T, B=32):
         "gae": (adv_lib.gae, dict(case, lambda_=0.95)),
         "nstep n=5": (adv_lib.nstep, dict(case, n=5)),
         "nstep n=0": (adv_lib.nstep, dict(case, n=0)),
-        "vtrace": (vtrace_lib.from_importance_weights,
-                   dict(log_rhos=log_rhos, discounts=case["discounts"], rewards=case["rewards"],
-                        values=case["values"], bootstrap_value=case["bootstrap_value"])),
-        "reward_forward_filter": (rnd_lib.reward_forward_filter,
-                                  dict(rewards=case["rewards"], initial=initial, gamma=0.99)),
-        "n_step_targets n=5": (r2d2_lib.n_step_targets, dict(rewards=case["rewards"], discounts=case["discounts"],
-                                                             bootstrap=case["values"], n=5)),
+        "vtrace": (
+            vtrace_lib.from_importance_weights,
+            dict(
+                log_rhos=log_rhos,
+                discounts=case["discounts"],
+                rewards=case["rewards"],
+                values=case["values"],
+                bootstrap_value=case["bootstrap_value"],
+            ),
+        ),
+        "reward_forward_filter": (
+            rnd_lib.reward_forward_filter,
+            dict(rewards=case["rewards"], initial=initial, gamma=0.99),
+        ),
+        "n_step_targets n=5": (
+            r2d2_lib.n_step_targets,
+            dict(rewards=case["rewards"], discounts=case["discounts"], bootstrap=case["values"], n=5),
+        ),
     }
 
 

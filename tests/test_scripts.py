@@ -15,10 +15,19 @@ SCRIPTS = sorted(glob.glob(os.path.join(REPO, "scripts", "*.sh")))
 
 def test_there_is_a_script_per_experiment():
     names = {os.path.basename(p) for p in SCRIPTS}
-    assert names == {"atari_qbert_rtrl.sh", "atari_pong_impala.sh", "dmlab_rtrl_scratch.sh",
-                     "dmlab_rtrl_frozen_stem.sh", "procgen_chaser_hard_rtrl.sh", "mujoco_halfcheetah_ppo.sh", "atari_pong_ppo.sh",
-                     "atari_r2d2.sh", "mujoco_halfcheetah_sac.sh", "football_11v11_easy_vtrace.sh",
-                     "atari_montezuma_rnd.sh"}
+    assert names == {
+        "atari_qbert_rtrl.sh",
+        "atari_pong_impala.sh",
+        "dmlab_rtrl_scratch.sh",
+        "dmlab_rtrl_frozen_stem.sh",
+        "procgen_chaser_hard_rtrl.sh",
+        "mujoco_halfcheetah_ppo.sh",
+        "atari_pong_ppo.sh",
+        "atari_r2d2.sh",
+        "mujoco_halfcheetah_sac.sh",
+        "football_11v11_easy_vtrace.sh",
+        "atari_montezuma_rnd.sh",
+    }
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=os.path.basename)
@@ -27,13 +36,21 @@ def test_script_parses_and_its_flags_parse(script, tmp_path):
     text = open(script).read()
     assert not re.search(r"^\s*SEED=\s*$", text, re.M), "SEED must default to a number"
     # the scripts call `python`: the interpreter running the tests (a virtual environment's) comes first
-    env = dict(os.environ, SAVE_DIR=str(tmp_path),
-               PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
+    env = dict(
+        os.environ,
+        SAVE_DIR=str(tmp_path),
+        PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""),
+    )
     env.pop("SEED", None)
-    result = subprocess.run(["bash", script, "--dry_run"], cwd=REPO, env=env, capture_output=True, text=True,
-                            timeout=120)
+    result = subprocess.run(
+        ["bash", script, "--dry_run"], cwd=REPO, env=env, capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 0, result.stdout + result.stderr
-    config = dict(line.strip()[2:].split("  # ")[0].split("=", 1) for line in result.stdout.splitlines()[1:] if line.startswith("  --"))
+    config = dict(
+        line.strip()[2:].split("  # ")[0].split("=", 1)
+        for line in result.stdout.splitlines()[1:]
+        if line.startswith("  --")
+    )
     assert config["seed"].isdigit()
     assert config["savedir"] == str(tmp_path)
     assert all(value != "" for value in config.values()), "no empty flag values"

@@ -77,8 +77,10 @@ def test_sixteen_cores_with_a_gpu_give_impala_on_atari_at_most_eight_batches_of_
     defaults = defaults_of("torchbeast_atari", [])
     got = sizing.size_run(16, True, "impala", envs_per_server("torchbeast_atari"), defaults, {})
     assert (got.num_servers, got.num_actors, got.batch_size) == (14, 56, 8)  # a server a core, 4 envs each
-    assert "16 usable cores, learner on cuda, --agent impala: 14 env servers x 4 envs = 56 (a core each, 2 left to " \
-           "the learner), at most 8 batches of 8 (an unroll waits at most ~8 learner steps)" in got.reason
+    assert (
+        "16 usable cores, learner on cuda, --agent impala: 14 env servers x 4 envs = 56 (a core each, 2 left to "
+        "the learner), at most 8 batches of 8 (an unroll waits at most ~8 learner steps)" in got.reason
+    )
     assert got.reason.endswith("set --num_servers/--num_actors/--batch_size to override")
     # a bigger batch raises the envs: 448 envs in batches of 56 is the hand-found 57k frames/s layout of an H100
     big = sizing.size_run(16, True, "impala", envs_per_server("torchbeast_atari"), defaults, {"batch_size": 56})
@@ -93,8 +95,14 @@ def test_sixteen_cores_with_a_gpu_give_impala_on_atari_at_most_eight_batches_of_
 
 
 def test_every_sized_impala_run_keeps_its_batch_and_at_most_eight_batches_of_envs():
-    for name, games in [("torchbeast_atari", 1), ("torchbeast_procgen", 1), ("torchbeast_procgen", 16),
-                        ("torchbeast_football", 1), ("torchbeast_mujoco", 1), ("torchbeast_dmlab", 1)]:
+    for name, games in [
+        ("torchbeast_atari", 1),
+        ("torchbeast_procgen", 1),
+        ("torchbeast_procgen", 16),
+        ("torchbeast_football", 1),
+        ("torchbeast_mujoco", 1),
+        ("torchbeast_dmlab", 1),
+    ]:
         d = defaults_of(name, ["--agent=impala"])
         for cores, gpu in itertools.product(range(3, 70), (False, True)):
             got = sizing.size_run(cores, gpu, "impala", envs_per_server(name), d, {}, games)
@@ -114,11 +122,11 @@ def test_other_agents_on_a_big_machine():
     ppo = sizing.size_run(16, True, "ppo", envs_per_server("torchbeast_atari"), atari["ppo"], {})
     assert (ppo.num_servers, ppo.num_actors, ppo.batch_size) == (8, 8, 8)
     assert "stale policy" in ppo.reason
-    bigger = sizing.size_run(16, True, "ppo", envs_per_server("torchbeast_atari"), atari["ppo"],
-                             {"batch_size": 64})
+    bigger = sizing.size_run(16, True, "ppo", envs_per_server("torchbeast_atari"), atari["ppo"], {"batch_size": 64})
     assert (bigger.num_servers, bigger.num_actors, bigger.batch_size) == (8, 64, 64)  # the envs follow the batch
-    mujoco_ppo = sizing.size_run(16, True, "ppo", envs_per_server("torchbeast_mujoco"),
-                                 defaults_of("torchbeast_mujoco", []), {})
+    mujoco_ppo = sizing.size_run(
+        16, True, "ppo", envs_per_server("torchbeast_mujoco"), defaults_of("torchbeast_mujoco", []), {}
+    )
     assert (mujoco_ppo.num_servers, mujoco_ppo.num_actors, mujoco_ppo.batch_size) == (8, 128, 128)
     # SAC and the small gym envs keep their defaults on any machine
     for cores, gpu in itertools.product((16, 64), (False, True)):
@@ -133,8 +141,9 @@ def test_other_agents_on_a_big_machine():
 
 def test_explicit_flags_win():
     d = defaults_of("torchbeast_atari", [])
-    every = sizing.size_run(16, True, "impala", envs_per_server("torchbeast_atari"), d,
-                            {"num_servers": 3, "num_actors": 9, "batch_size": 4})
+    every = sizing.size_run(
+        16, True, "impala", envs_per_server("torchbeast_atari"), d, {"num_servers": 3, "num_actors": 9, "batch_size": 4}
+    )
     assert (every.num_servers, every.num_actors, every.batch_size, every.auto, every.reason) == (3, 9, 4, (), "")
     servers = sizing.size_run(16, True, "impala", envs_per_server("torchbeast_atari"), d, {"num_servers": 4})
     assert (servers.num_servers, servers.num_actors, servers.batch_size) == (4, 64, 8)  # 16 a server: 8 batches of 8
@@ -155,12 +164,15 @@ def test_the_launcher_sees_flags_given_abbreviated_or_with_equals(monkeypatch):
     assert chosen.auto == ("num_servers",)
     values, chosen = launcher_values("torchbeast_atari", ["--disable_cuda"])
     # 8 servers (a core each) of 8 envs (8 batches of 8), unsplit (the package's SERVER_SPLITS is 1)
-    assert (values["num_servers"], values["server_splits"], values["num_actors"], values["batch_size"]) == \
-        (8, 1, 64, 8)
+    assert (values["num_servers"], values["server_splits"], values["num_actors"], values["batch_size"]) == (8, 1, 64, 8)
     assert chosen.auto == ("num_servers", "num_actors", "batch_size")
     values, chosen = launcher_values("torchbeast_atari", ["--disable_cuda", "--server_splits=2"])
-    assert (values["num_servers"], values["server_splits"], values["num_actors"], chosen.auto) == \
-        (8, 2, 64, ("num_servers", "num_actors", "batch_size"))
+    assert (values["num_servers"], values["server_splits"], values["num_actors"], chosen.auto) == (
+        8,
+        2,
+        64,
+        ("num_servers", "num_actors", "batch_size"),
+    )
 
 
 def test_a_package_splitting_its_server_processes_in_two():
@@ -173,8 +185,10 @@ def test_a_package_splitting_its_server_processes_in_two():
     assert (gpu.num_servers, gpu.server_splits, gpu.num_actors, gpu.batch_size) == (28, 2, 56, 8)
     assert gpu.auto == ("num_servers", "num_actors", "batch_size", "server_splits")
     assert gpu.values()["server_splits"] == 2
-    assert "14 env servers x 4 envs = 56 (a core each, 2 left to the learner), at most 8 batches of 8 (an unroll " \
-           "waits at most ~8 learner steps), each process 2 servers of 2 envs stepped in turn" in gpu.reason
+    assert (
+        "14 env servers x 4 envs = 56 (a core each, 2 left to the learner), at most 8 batches of 8 (an unroll "
+        "waits at most ~8 learner steps), each process 2 servers of 2 envs stepped in turn" in gpu.reason
+    )
     r2d2 = sizing.size_run(16, True, "r2d2", k, defaults_of("torchbeast_atari", ["--agent=r2d2"]), {}, 1, 2)
     assert (r2d2.num_servers, r2d2.server_splits, r2d2.num_actors) == (28, 2, 448)
     ppo = sizing.size_run(16, True, "ppo", k, defaults_of("torchbeast_atari", ["--agent=ppo"]), {}, 1, 2)
@@ -189,9 +203,16 @@ def test_a_package_splitting_its_server_processes_in_two():
 def test_constraints_hold_on_every_machine():
     """num_actors a multiple of num_servers and of the games; never below the defaults; IMPALA's batch within
     what --total_steps fills."""
-    for name, games in [("torchbeast_atari", 1), ("torchbeast_procgen", 1), ("torchbeast_procgen", 3),
-                        ("torchbeast_procgen", 5), ("torchbeast_procgen", 16), ("torchbeast_football", 1),
-                        ("torchbeast_dmlab", 1), ("torchbeast_mujoco", 1)]:
+    for name, games in [
+        ("torchbeast_atari", 1),
+        ("torchbeast_procgen", 1),
+        ("torchbeast_procgen", 3),
+        ("torchbeast_procgen", 5),
+        ("torchbeast_procgen", 16),
+        ("torchbeast_football", 1),
+        ("torchbeast_dmlab", 1),
+        ("torchbeast_mujoco", 1),
+    ]:
         for agent in ("impala", "ppo", "vtrace", "r2d2"):
             d = defaults_of(name, [f"--agent={agent}"])
             for cores, gpu in itertools.product(range(3, 70), (False, True)):
@@ -215,9 +236,11 @@ def test_procgen_multi_task_runs_give_every_game_as_many_envs(monkeypatch):
     values, chosen = launcher_values("torchbeast_procgen", ["--multi_env", "5"])
     assert values["num_actors"] % 5 == 0 and values["num_actors"] % values["num_servers"] == 0
     parser = entry.make_parser(package("torchbeast_procgen"))
-    flags = entry.parse_flags(package("torchbeast_procgen"), [
-        "--multi_env", "5", f"--num_actors={values['num_actors']}", f"--num_servers={values['num_servers']}"],
-        parser=parser)  # procgen's own check_flags accepts it
+    flags = entry.parse_flags(
+        package("torchbeast_procgen"),
+        ["--multi_env", "5", f"--num_actors={values['num_actors']}", f"--num_servers={values['num_servers']}"],
+        parser=parser,
+    )  # procgen's own check_flags accepts it
     assert flags.env.count(",") == 4
 
 
@@ -238,9 +261,21 @@ def test_a_resumed_run_keeps_what_it_was_sized_with(tmp_path, monkeypatch):
     rundir = tmp_path / "run"
     rundir.mkdir()
     (rundir / "model.tar").write_bytes(b"")
-    (rundir / "meta.json").write_text(json.dumps({"sizing": {
-        "num_servers": 14, "num_actors": 448, "batch_size": 56, "cores": 16, "gpu": True,
-        "auto": ["num_servers", "num_actors", "batch_size"], "reason": "..."}}))
+    (rundir / "meta.json").write_text(
+        json.dumps(
+            {
+                "sizing": {
+                    "num_servers": 14,
+                    "num_actors": 448,
+                    "batch_size": 56,
+                    "cores": 16,
+                    "gpu": True,
+                    "auto": ["num_servers", "num_actors", "batch_size"],
+                    "reason": "...",
+                }
+            }
+        )
+    )
     argv = [f"--savedir={tmp_path}", "--xpid=run"]
     values, chosen = launcher_values("torchbeast_atari", argv)
     assert (values["num_servers"], values["num_actors"], values["batch_size"]) == (14, 448, 56)
@@ -258,15 +293,24 @@ def test_the_launcher_logs_its_sizing_records_it_and_its_servers_follow(tmp_path
     from tests.proc_utils import run, sockets_left
 
     monkeypatch.setenv(sizing.CORES_ENV, "6")
-    args = ["--disable_cuda", "--unroll_length=5", "--total_steps=320", "--disable_final_test", "--log_interval=1",
-            f"--savedir={tmp_path / 'runs'}", "--xpid=sized", f"--pipes_basename=unix:{tmp_path}/pipe"]
+    args = [
+        "--disable_cuda",
+        "--unroll_length=5",
+        "--total_steps=320",
+        "--disable_final_test",
+        "--log_interval=1",
+        f"--savedir={tmp_path / 'runs'}",
+        "--xpid=sized",
+        f"--pipes_basename=unix:{tmp_path}/pipe",
+    ]
     result = run("torchbeast_atari.polybeast", *args, output=str(tmp_path / "out"), timeout=180)
     assert result.returncode == 0, result.stdout[-3000:]
     line = next(x for x in result.stdout.splitlines() if "] sizing: " in x)
     assert line.endswith(
         "sizing: --agent impala, 57 envs on 3 env servers (19 each), learner batches of 8 x 5 = 40 steps (~8 "
         "batches), --total_steps 320; chosen for 6 usable cores, learner on cpu, --agent impala: 3 env servers x 19 "
-        "envs = 57 (a core each, 3 left to the learner); set --num_servers/--num_actors/--batch_size to override"), line
+        "envs = 57 (a core each, 3 left to the learner); set --num_servers/--num_actors/--batch_size to override"
+    ), line
     meta = json.loads((tmp_path / "runs" / "sized" / "meta.json").read_text())
     assert meta["sizing"]["num_servers"] == 3 and meta["sizing"]["num_actors"] == 57
     assert meta["sizing"]["server_splits"] == 1
@@ -285,8 +329,23 @@ def test_env_ceiling_prints_steps_and_frames_per_process_count():
 
     from tests.proc_utils import REPO
 
-    out = subprocess.run([sys.executable, "benchmarks/env_ceiling.py", "--package", "torchbeast_gym", "--seconds",
-                          "0.3", "--procs", "1", "2"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "benchmarks/env_ceiling.py",
+            "--package",
+            "torchbeast_gym",
+            "--seconds",
+            "0.3",
+            "--procs",
+            "1",
+            "2",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     lines = out.stdout.splitlines()
     assert lines[0].startswith("env ceiling: torchbeast_gym CartPole-v1 on ") and lines[0].endswith("1 step = 1 frame")
@@ -304,13 +363,35 @@ def test_server_overlap_prints_a_row_per_layout_of_processes_and_splits():
     from tests.proc_utils import REPO
 
     cores = sorted(os.sched_getaffinity(0))
-    out = subprocess.run([sys.executable, "benchmarks/server_overlap.py", "--envs", "2", "--layouts", "1", "1x2",
-                          "--seconds", "1", "--latency_ms", "1", "--server_cores", str(cores[-1]),
-                          "--inference_cores", str(cores[0])], cwd=REPO, capture_output=True, text=True,
-                         timeout=120)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "benchmarks/server_overlap.py",
+            "--envs",
+            "2",
+            "--layouts",
+            "1",
+            "1x2",
+            "--seconds",
+            "1",
+            "--latency_ms",
+            "1",
+            "--server_cores",
+            str(cores[-1]),
+            "--inference_cores",
+            str(cores[0]),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
-    rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in out.stdout.splitlines()
-            if line.startswith("| 1 x")]
+    rows = [
+        [cell.strip() for cell in line.strip("|").split("|")]
+        for line in out.stdout.splitlines()
+        if line.startswith("| 1 x")
+    ]
     assert [row[:2] for row in rows] == [["1 x 1", "2"], ["1 x 2", "1"]]
     for row in rows:
         assert float(row[3].replace(",", "")) > 0 and row[5].endswith("%")

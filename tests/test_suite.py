@@ -22,9 +22,26 @@ EXTRA = ["--log_interval", "0.2", "--test_episodes", "5", "--validate_step_every
 
 
 def suite_run(savedir, output, *seeds: str):
-    return run(SUITE, "run", "--package", "torchbeast_gym", "--envs", "CartPole-v1", "--agents", "impala",
-               "--seeds", *seeds, "--total_steps", str(STEPS), "--savedir", str(savedir), "--", *EXTRA,
-               output=str(output), timeout=180)
+    return run(
+        SUITE,
+        "run",
+        "--package",
+        "torchbeast_gym",
+        "--envs",
+        "CartPole-v1",
+        "--agents",
+        "impala",
+        "--seeds",
+        *seeds,
+        "--total_steps",
+        str(STEPS),
+        "--savedir",
+        str(savedir),
+        "--",
+        *EXTRA,
+        output=str(output),
+        timeout=180,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -46,9 +63,23 @@ def test_run_passes_only_the_runs_identity_and_skips_finished_runs(suite, tmp_pa
     for seed in (1, 2):
         argv = json.loads((rundir(savedir, seed) / "meta.json").read_text())["argv"][1:]
         pipes.append(argv[argv.index("--pipes_basename") + 1])
-        assert argv == ["--env", "CartPole-v1", "--agent", "impala", "--seed", str(seed), "--xpid",
-                        f"CartPole-v1_impala_seed{seed}", "--savedir", str(savedir), "--pipes_basename", pipes[-1],
-                        "--total_steps", str(STEPS), *EXTRA]
+        assert argv == [
+            "--env",
+            "CartPole-v1",
+            "--agent",
+            "impala",
+            "--seed",
+            str(seed),
+            "--xpid",
+            f"CartPole-v1_impala_seed{seed}",
+            "--savedir",
+            str(savedir),
+            "--pipes_basename",
+            pipes[-1],
+            "--total_steps",
+            str(STEPS),
+            *EXTRA,
+        ]
         assert f"CartPole-v1 impala seed {seed}: started, 8,000 steps" in out
         assert f"CartPole-v1 impala seed {seed}: finished, exit status 0" in out
     assert all(re.fullmatch(r"unix:/tmp/suite-\d+-\d", p) for p in pipes) and pipes[0] != pipes[1]
@@ -84,15 +115,24 @@ def expected_row(savedir, score: float, step_at: int) -> dict:
         first = next((i for i, v in enumerate(returns) if v >= score), None)
         before = [v for s, v in zip(steps, returns) if s <= step_at and not math.isnan(v)]
         final = json.loads((rundir(savedir, seed) / "final_test.json").read_text())["groups"]["test"]["mean"]
-        runs.append({"step": steps[-1], "sps": steps[-1] / times[-1], "end": returns[-1], "final": final,
-                     "first": f"{steps[first]:,}" if first is not None else "not reached",
-                     "minutes": f"{times[first] / 60:.2f}" if first is not None else "not reached",
-                     "at": before[-1] if before else None})
+        runs.append(
+            {
+                "step": steps[-1],
+                "sps": steps[-1] / times[-1],
+                "end": returns[-1],
+                "final": final,
+                "first": f"{steps[first]:,}" if first is not None else "not reached",
+                "minutes": f"{times[first] / 60:.2f}" if first is not None else "not reached",
+                "at": before[-1] if before else None,
+            }
+        )
     ends, finals = [r["end"] for r in runs], [r["final"] for r in runs]
     at = [r["at"] for r in runs if r["at"] is not None]
     steps = [f"{r['step']:,}" for r in runs]
     return {
-        "env": "CartPole-v1", "agent": "impala", "seeds": "1 / 2",
+        "env": "CartPole-v1",
+        "agent": "impala",
+        "seeds": "1 / 2",
         "agent steps": steps[0] if steps[0] == steps[1] else " / ".join(steps),
         "last-100 return": f"{np.mean(ends):.1f} ± {np.std(ends):.1f}",
         "last-100 per seed": " / ".join(f"{v:.1f}" for v in ends),
@@ -101,8 +141,9 @@ def expected_row(savedir, score: float, step_at: int) -> dict:
         f"minutes to ≥ {score:g}": " / ".join(r["minutes"] for r in runs),
         "agent steps/s": f"{np.mean([r['sps'] for r in runs]):,.0f}",
         "frames/s": f"{np.mean([r['sps'] for r in runs]):,.0f}",  # CartPole: one frame per agent step
-        f"last-100 at {step_at:,}": (f"{np.mean(at):.1f} ± {np.std(at):.1f}" if len(at) == 2
-                                     else f"{at[0]:.1f} (1 of 2 seeds)"),
+        f"last-100 at {step_at:,}": (
+            f"{np.mean(at):.1f} ± {np.std(at):.1f}" if len(at) == 2 else f"{at[0]:.1f} (1 of 2 seeds)"
+        ),
     }
 
 
@@ -114,14 +155,27 @@ def markdown_rows(text: str) -> list[dict]:
 
 def test_table_rows_match_the_run_directories(suite, tmp_path):
     savedir, _ = suite
-    tops = [np.nanmax([float(r["return_last_100"]) for r in csv_rows(str(rundir(savedir, s) / "logs.csv"))])
-            for s in (1, 2)]
+    tops = [
+        np.nanmax([float(r["return_last_100"]) for r in csv_rows(str(rundir(savedir, s) / "logs.csv"))]) for s in (1, 2)
+    ]
     assert tops[0] != tops[1]
     score = round(sum(tops) / 2, 3)  # between the seeds' best: one seed reaches it, the other does not
     step_at = int(csv_rows(str(rundir(savedir, 1) / "logs.csv"))[1]["step"])  # seed 1's second row
     png = tmp_path / "curves.png"
-    result = run(SUITE, "table", str(rundir(savedir, 1)), str(rundir(savedir, 2)), "--score", str(score),
-                 "--png", str(png), "--steps_at", str(step_at), output=str(tmp_path / "out"), timeout=120)
+    result = run(
+        SUITE,
+        "table",
+        str(rundir(savedir, 1)),
+        str(rundir(savedir, 2)),
+        "--score",
+        str(score),
+        "--png",
+        str(png),
+        "--steps_at",
+        str(step_at),
+        output=str(tmp_path / "out"),
+        timeout=120,
+    )
     assert result.returncode == 0, result.stdout
     rows = markdown_rows(result.stdout)
     assert rows == [expected_row(savedir, score, step_at)]
@@ -140,8 +194,21 @@ def test_bad_directories_and_flags_are_one_line(tmp_path):
         assert result.stdout.strip().splitlines() == [last_line(result.stdout)]
         assert f"error: {path} {cause}" in result.stdout and "pass run directories (SAVEDIR/XPID)" in result.stdout
     # a flag the launcher refuses stops the suite before any run starts
-    result = run(SUITE, "run", "--package", "torchbeast_gym", "--games", "CartPole-v1", "--savedir",
-                 str(tmp_path / "runs"), "--", "--no_such_flag", "1", output=str(tmp_path / "out2"), timeout=60)
+    result = run(
+        SUITE,
+        "run",
+        "--package",
+        "torchbeast_gym",
+        "--games",
+        "CartPole-v1",
+        "--savedir",
+        str(tmp_path / "runs"),
+        "--",
+        "--no_such_flag",
+        "1",
+        output=str(tmp_path / "out2"),
+        timeout=60,
+    )
     assert result.returncode == 2 and len(result.stdout.strip().splitlines()) == 1
     assert "unrecognized arguments: --no_such_flag 1" in result.stdout and not (tmp_path / "runs").exists()
 
@@ -207,8 +274,14 @@ def test_collect_writes_what_the_run_directory_records(suite, tmp_path):
     meta = json.loads((rundir(savedir, 1) / "meta.json").read_text())
     final = json.loads((rundir(savedir, 1) / "final_test.json").read_text())
     assert {k: summary[k] for k in ("package", "env", "agent", "seed", "label", "xpid", "machine")} == {
-        "package": "torchbeast_gym", "env": "CartPole-v1", "agent": "impala", "seed": 1, "label": None,
-        "xpid": "CartPole-v1_impala_seed1", "machine": "2-core VM"}
+        "package": "torchbeast_gym",
+        "env": "CartPole-v1",
+        "agent": "impala",
+        "seed": 1,
+        "label": None,
+        "xpid": "CartPole-v1_impala_seed1",
+        "machine": "2-core VM",
+    }
     assert summary["command"] == "python -m torchbeast_gym.polybeast " + shlex.join(meta["argv"][1:])
     assert meta["argv"][0].endswith("torchbeast_gym/polybeast.py") and "--seed 1 " in summary["command"]
     assert summary["git_commit"] == meta["git_commit"] and summary["reason"] == "finished"
@@ -219,12 +292,18 @@ def test_collect_writes_what_the_run_directory_records(suite, tmp_path):
     assert summary["wall_seconds"] == round(float(rows[-1]["time"]), 1)  # one start
     assert summary["steps_per_s"] == round(STEPS / float(rows[-1]["time"]), 1)
     test_runs = [r for r in final["runs"] if r["group"] == "test"]
-    assert summary["final_test"] == {"mean": final["groups"]["test"]["mean"], "std": final["groups"]["test"]["std"],
-                                     "runs": [r["mean_return"] for r in test_runs], "episodes": 5, "greedy": True,
-                                     "step": STEPS}
+    assert summary["final_test"] == {
+        "mean": final["groups"]["test"]["mean"],
+        "std": final["groups"]["test"]["std"],
+        "runs": [r["mean_return"] for r in test_runs],
+        "episodes": 5,
+        "greedy": True,
+        "step": STEPS,
+    }
     # the greedy validations at the validated model's step, as out.log says them
-    logged = re.findall(r"validation at step (\d+): mean return (\S+) over 10 episodes",
-                        (rundir(savedir, 1) / "out.log").read_text())
+    logged = re.findall(
+        r"validation at step (\d+): mean return (\S+) over 10 episodes", (rundir(savedir, 1) / "out.log").read_text()
+    )
     assert summary["validation"]["source"] == "out.log" and logged  # one due while another runs is skipped
     assert summary["validation"]["step"] == [int(s) for s, _ in logged]
     assert summary["validation"]["mean_return"] == [round(float(v), 3) for _, v in logged]
@@ -252,8 +331,11 @@ def test_collect_falls_back_to_logs_csv_validations_and_refuses_two_runs_on_one_
     summary = json.loads((tmp_path / "data/torchbeast_gym/CartPole-v1/impala_seed2_no out.log.json").read_text())
     rows = [r for r in csv_rows(str(copy / "logs.csv")) if r["valid_mean_return"] != "nan"]
     assert 123.5 in summary["validation"]["mean_return"] and summary["label"] == "no out.log"
-    assert summary["validation"] == {"source": "logs.csv", "step": [int(r["step"]) for r in rows],
-                                     "mean_return": [round(float(r["valid_mean_return"]), 3) for r in rows]}
+    assert summary["validation"] == {
+        "source": "logs.csv",
+        "step": [int(r["step"]) for r in rows],
+        "mean_return": [round(float(r["valid_mean_return"]), 3) for r in rows],
+    }
     assert summary["recorded_machine"]["devices"] == []
     status, out = collect([rundir(savedir, 2), copy], tmp_path / "twice")
     assert status == 2 and out.count("\n") == 1 and not (tmp_path / "twice").exists()
@@ -279,12 +361,20 @@ def test_a_summary_keeps_at_most_curve_points_rows_and_each_scores_first_row():
 def pong_summary(agent: str, seed: int, returns: list[float], exact: list[float]) -> dict:
     """A hand-written summary of an Atari run: a row every 1M agent steps."""
     steps = [1_000_000 * (i + 1) for i in range(len(returns))]
-    return {"package": "torchbeast_atari", "env": "PongNoFrameskip-v4", "agent": agent, "seed": seed, "label": None,
-            "command": f"python -m torchbeast_atari.polybeast --env PongNoFrameskip-v4 --agent {agent} --seed {seed}",
-            "machine": "H200, 16 cores", "agent_steps": steps[-1], "frames_per_step": 4, "validation": None,
-            "final_test": {"mean": 19.0 + seed, "std": 0.0, "runs": [19.0 + seed]},
-            "curve": {"exact_scores": exact, "step": steps, "time": [s / 1000 for s in steps],
-                      "return_last_100": returns}}
+    return {
+        "package": "torchbeast_atari",
+        "env": "PongNoFrameskip-v4",
+        "agent": agent,
+        "seed": seed,
+        "label": None,
+        "command": f"python -m torchbeast_atari.polybeast --env PongNoFrameskip-v4 --agent {agent} --seed {seed}",
+        "machine": "H200, 16 cores",
+        "agent_steps": steps[-1],
+        "frames_per_step": 4,
+        "validation": None,
+        "final_test": {"mean": 19.0 + seed, "std": 0.0, "runs": [19.0 + seed]},
+        "curve": {"exact_scores": exact, "step": steps, "time": [s / 1000 for s in steps], "return_last_100": returns},
+    }
 
 
 def region_rows(page: str) -> list[dict]:
@@ -303,10 +393,21 @@ def test_render_writes_the_region_and_curves_from_summaries_alone(suite, tmp_pat
     (pong / "ppo_seed1.json").write_text(json.dumps(pong_summary("ppo", 1, [-20.0, 5.0, 18.5, 19.0, 20.0], [18.0])))
     (pong / "ppo_seed2.json").write_text(json.dumps(pong_summary("ppo", 2, [-21.0, 1.0, 12.0, 18.0, 19.0], [18.0])))
     page = tmp_path / "docs" / "results.md"
-    page.write_text("# Results\n\nProse before.\n\n<!-- suite:begin -->\nold table\n<!-- suite:end -->\n\n"
-                    "Prose after.\n")
-    result = run(SUITE, "render", "--data", str(data), "--out", str(page), "--img", str(tmp_path / "docs" / "img"),
-                 output=str(tmp_path / "out"), timeout=120)
+    page.write_text(
+        "# Results\n\nProse before.\n\n<!-- suite:begin -->\nold table\n<!-- suite:end -->\n\nProse after.\n"
+    )
+    result = run(
+        SUITE,
+        "render",
+        "--data",
+        str(data),
+        "--out",
+        str(page),
+        "--img",
+        str(tmp_path / "docs" / "img"),
+        output=str(tmp_path / "out"),
+        timeout=120,
+    )
     assert result.returncode == 0, result.stdout
     text = page.read_text()
     assert text.startswith("# Results\n\nProse before.\n\n<!-- suite:begin -->\n") and "old table" not in text
@@ -317,21 +418,37 @@ def test_render_writes_the_region_and_curves_from_summaries_alone(suite, tmp_pat
     finals = [c["final_test"]["mean"] for c in cart]
     up = os.path.relpath(REPO, page.parent)
     assert rows == [
-        {"env": "PongNoFrameskip-v4", "agent": f"[ppo]({up}/docs/experiments/ppo.md)", "seeds": "1 / 2",
-         "agent steps": "5,000,000", "last-100 at the end": "19.5 ± 0.5", "final test": "20.5 ± 0.5",
-         "steps to anchor score": "18: 3,000,000 / 4,000,000", "wall time": "83 min / 83 min",
-         "agent steps/s": "1,000", "machine": "H200, 16 cores"},
-        {"env": "CartPole-v1", "agent": f"[impala]({up}/docs/experiments/impala.md)", "seeds": "1 / 2",
-         "agent steps": "8,000", "last-100 at the end": f"{np.mean(ends):.1f} ± {np.std(ends):.1f}",
-         "final test": f"{np.mean(finals):.1f} ± {np.std(finals):.1f}", "steps to anchor score": "-",
-         "wall time": " / ".join(f"{c['wall_seconds'] / 60:.1f} min" for c in cart),
-         "agent steps/s": f"{np.mean([8000 / c['curve']['time'][-1] for c in cart]):,.0f}", "machine": "2-core VM"},
+        {
+            "env": "PongNoFrameskip-v4",
+            "agent": f"[ppo]({up}/docs/experiments/ppo.md)",
+            "seeds": "1 / 2",
+            "agent steps": "5,000,000",
+            "last-100 at the end": "19.5 ± 0.5",
+            "final test": "20.5 ± 0.5",
+            "steps to anchor score": "18: 3,000,000 / 4,000,000",
+            "wall time": "83 min / 83 min",
+            "agent steps/s": "1,000",
+            "machine": "H200, 16 cores",
+        },
+        {
+            "env": "CartPole-v1",
+            "agent": f"[impala]({up}/docs/experiments/impala.md)",
+            "seeds": "1 / 2",
+            "agent steps": "8,000",
+            "last-100 at the end": f"{np.mean(ends):.1f} ± {np.std(ends):.1f}",
+            "final test": f"{np.mean(finals):.1f} ± {np.std(finals):.1f}",
+            "steps to anchor score": "-",
+            "wall time": " / ".join(f"{c['wall_seconds'] / 60:.1f} min" for c in cart),
+            "agent steps/s": f"{np.mean([8000 / c['curve']['time'][-1] for c in cart]):,.0f}",
+            "machine": "2-core VM",
+        },
     ]
     # the commands under each table, each seed's that differs in more than its identity (--seed, --xpid, ...)
     blocks = re.findall(r"```sh\n(.*?)\n```", text, re.S)
     assert blocks[0].splitlines() == [
         "# PongNoFrameskip-v4 ppo, seed 1 (seed 2 the same with its own --seed, --xpid)",
-        "python -m torchbeast_atari.polybeast --env PongNoFrameskip-v4 --agent ppo --seed 1"]
+        "python -m torchbeast_atari.polybeast --env PongNoFrameskip-v4 --agent ppo --seed 1",
+    ]
     assert blocks[1].startswith("# CartPole-v1 impala, seed 1 (seed 2 the same with its own --seed, --xpid)\n")
     assert blocks[1].split("\n", 1)[1].replace(" \\\n    ", " ") == cart[0]["command"]
     assert all(len(line) <= 120 for line in blocks[1].splitlines())
@@ -344,8 +461,18 @@ def test_render_writes_the_region_and_curves_from_summaries_alone(suite, tmp_pat
 
     # a page without the markers is left as it is: the region goes to stdout
     (tmp_path / "plain.md").write_text("no markers\n")
-    result = run(SUITE, "render", "--data", str(data), "--out", str(tmp_path / "plain.md"), "--img",
-                 str(tmp_path / "img2"), output=str(tmp_path / "out2"), timeout=120)
+    result = run(
+        SUITE,
+        "render",
+        "--data",
+        str(data),
+        "--out",
+        str(tmp_path / "plain.md"),
+        "--img",
+        str(tmp_path / "img2"),
+        output=str(tmp_path / "out2"),
+        timeout=120,
+    )
     assert result.returncode == 0 and (tmp_path / "plain.md").read_text() == "no markers\n"
     assert "| 1 / 2 | 5,000,000 | 19.5 ± 0.5 |" in result.stdout
     assert "has no <!-- suite:begin --> ... <!-- suite:end --> region" in result.stdout
@@ -355,15 +482,22 @@ def test_the_plot_draws_the_anchors_points_and_a_score_not_kept_exactly_is_an_up
     from benchmarks import suite
 
     anchors = suite.load_anchors()
-    summaries = [(str(tmp_path / f"{agent}.json"), pong_summary(agent, 1, [-20.0, 5.0, 18.5], exact))
-                 for agent, exact in (("ppo", [18.0]), ("r2d2", []))]
+    summaries = [
+        (str(tmp_path / f"{agent}.json"), pong_summary(agent, 1, [-20.0, 5.0, 18.5], exact))
+        for agent, exact in (("ppo", [18.0]), ("r2d2", []))
+    ]
     runs = [suite.run_of_summary(path, s) for path, s in summaries]
     info = dict(summaries)
     fig = suite.plot_env("PongNoFrameskip-v4", [[run] for run in runs], info, anchors)
     ax = fig.axes[0]
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
-    assert labels == ["ppo (1 seed): last-100 18.5", "r2d2 (1 seed): last-100 18.5", "CleanRL dqn_atari.py (r2d2)",
-                      "CleanRL ppo_atari.py (ppo, impala)", "score 18"]
+    assert labels == [
+        "ppo (1 seed): last-100 18.5",
+        "r2d2 (1 seed): last-100 18.5",
+        "CleanRL dqn_atari.py (r2d2)",
+        "CleanRL ppo_atari.py (ppo, impala)",
+        "score 18",
+    ]
     lines = {line.get_label(): line for line in ax.get_lines()}
     ppo = lines["CleanRL ppo_atari.py (ppo, impala)"]
     assert list(ppo.get_xdata()) == [1e6, 2e6, 3e6, 4e6, 5e6, 1e7] and ppo.get_marker() == "s"
@@ -380,9 +514,15 @@ def transcribed_summary(seed: int, points: list[tuple[int, float]], wall_seconds
     """A summary transcribed from a log: its recorded points alone, a time only where recorded."""
     summary = pong_summary("impala", seed, [v for _, v in points], [18.0])
     summary["curve"].update(rows=None, step=[s for s, _ in points], time=[None] * len(points))
-    summary.update(agent_steps=points[-1][0], total_steps=5_000_000, machine="dev", final_test=final,
-                   wall_seconds=wall_seconds, steps_per_s=None if wall_seconds is None else 5e6 / wall_seconds,
-                   source="transcribed from docs/experiments/impala.md (a section); run directory not kept")
+    summary.update(
+        agent_steps=points[-1][0],
+        total_steps=5_000_000,
+        machine="dev",
+        final_test=final,
+        wall_seconds=wall_seconds,
+        steps_per_s=None if wall_seconds is None else 5e6 / wall_seconds,
+        source="transcribed from docs/experiments/impala.md (a section); run directory not kept",
+    )
     return summary
 
 
@@ -392,19 +532,29 @@ def test_a_transcribed_summary_is_marked_and_drawn_from_its_recorded_points(tmp_
     anchors = suite.load_anchors()
     one = [(1_000_000, -19.96), (2_000_000, -14.64), (3_746_240, 18.0), (5_000_000, 20.15)]
     two = [(1_000_000, -19.87), (3_595_520, 18.0), (4_000_000, 18.93), (5_000_000, 19.57)]
-    summaries = [(str(tmp_path / "impala_seed1.json"), transcribed_summary(1, one, None, None)),
-                 (str(tmp_path / "impala_seed2.json"),
-                  transcribed_summary(2, two, 4176.0, {"mean": 19.39, "std": 0.18, "runs": [19.39]}))]
+    summaries = [
+        (str(tmp_path / "impala_seed1.json"), transcribed_summary(1, one, None, None)),
+        (
+            str(tmp_path / "impala_seed2.json"),
+            transcribed_summary(2, two, 4176.0, {"mean": 19.39, "std": 0.18, "runs": [19.39]}),
+        ),
+    ]
     runs = [suite.run_of_summary(path, s) for path, s in summaries]
     info = dict(summaries)
     assert [r.transcribed for r in runs] == [True, True] and math.isnan(runs[0].wall_seconds)
     row = dict(zip(suite.RENDER_HEADER, suite.render_row(runs, info, anchors, str(tmp_path))))
     assert row.pop("agent") == f"[impala]({os.path.relpath(REPO, tmp_path)}/docs/experiments/impala.md)"
     assert row == {
-        "env": "PongNoFrameskip-v4", "seeds": "1† / 2†", "agent steps": "5,000,000",
-        "last-100 at the end": "19.9 ± 0.3", "final test": "19.4 (1 of 2 seeds)",
-        "steps to anchor score": "18: 3,746,240 / 3,595,520", "wall time": "- / 70 min",
-        "agent steps/s": "- / 1,197", "machine": "dev"}
+        "env": "PongNoFrameskip-v4",
+        "seeds": "1† / 2†",
+        "agent steps": "5,000,000",
+        "last-100 at the end": "19.9 ± 0.3",
+        "final test": "19.4 (1 of 2 seeds)",
+        "steps to anchor score": "18: 3,746,240 / 3,595,520",
+        "wall time": "- / 70 min",
+        "agent steps/s": "- / 1,197",
+        "machine": "dev",
+    }
     fig = suite.plot_env("PongNoFrameskip-v4", [runs], info, anchors)
     lines = {line.get_label(): line for line in fig.axes[0].get_lines()}
     for seed, points, marker, style, end in ((1, one, "o", "-", "20.1"), (2, two, "s", "--", "19.6")):
@@ -427,8 +577,9 @@ def test_the_committed_summaries_load_and_say_where_a_transcribed_one_comes_from
         run = suite.run_of_summary(path, summary)
         assert np.all(np.diff(run.steps) > 0) and run.last_step == summary["agent_steps"], path
         if suite.transcribed(summary):
-            assert re.fullmatch(r"transcribed from docs/experiments/\w+\.md \(.+\); run directory not kept",
-                                summary["source"]), path
+            assert re.fullmatch(
+                r"transcribed from docs/experiments/\w+\.md \(.+\); run directory not kept", summary["source"]
+            ), path
             assert set(summary["curve"]["exact_scores"]) <= set(run.returns), path
 
 
@@ -464,10 +615,21 @@ def test_an_agent_read_by_its_greedy_validations_gets_their_first_step_at_the_sc
     summaries = [(str(tmp_path / f"r2d2_seed{s['seed']}.json"), s) for s in (one, two)]
     runs = [suite.run_of_summary(path, s) for path, s in summaries]
     row = dict(zip(suite.RENDER_HEADER, suite.render_row(runs, dict(summaries), suite.load_anchors(), str(tmp_path))))
-    assert row["steps to anchor score"] == ("18: not reached / not reached; greedy validation: 500,000 (last 20 at "
-                                            "750k) / not reached (last -17.25 at 500k)")
-    row = dict(zip(suite.RENDER_HEADER, suite.render_row(runs, dict(summaries, **{summaries[1][0]: pong_summary(
-        "r2d2", 2, [-21.0, -19.0], [18.0])}), suite.load_anchors(), str(tmp_path))))
+    assert row["steps to anchor score"] == (
+        "18: not reached / not reached; greedy validation: 500,000 (last 20 at "
+        "750k) / not reached (last -17.25 at 500k)"
+    )
+    row = dict(
+        zip(
+            suite.RENDER_HEADER,
+            suite.render_row(
+                runs,
+                dict(summaries, **{summaries[1][0]: pong_summary("r2d2", 2, [-21.0, -19.0], [18.0])}),
+                suite.load_anchors(),
+                str(tmp_path),
+            ),
+        )
+    )
     assert row["steps to anchor score"] == "18: not reached / not reached"  # a seed without validations: none shown
 
 

@@ -336,7 +336,7 @@ def test_the_client_refuses_a_server_that_cannot_prove_the_secret(answer):
         with sock:
             sock.sendall(tp.AUTH_TAG + bytes(32))  # a well-formed challenge
             reply = tp._recv_exact_raw(sock, len(tp.AUTH_TAG) + 64)
-            client_mac, client_nonce = reply[len(tp.AUTH_TAG):][:32], reply[len(tp.AUTH_TAG):][32:]
+            client_mac, client_nonce = reply[len(tp.AUTH_TAG) :][:32], reply[len(tp.AUTH_TAG) :][32:]
             if answer == "wrong_secret":
                 sock.sendall(hmac.new(b"guess", b"server" + client_nonce, hashlib.sha256).digest())
             elif answer == "reflected":
@@ -379,8 +379,7 @@ def test_stale_socket_file_is_replaced_and_live_one_refused(tmp_path):
 
 
 def _server_in_thread(address, **kwargs):
-    server = EnvServer(address, [lambda: gym.make("CartPole-v1")] * 2, [env_seed(0, 0, i) for i in range(2)],
-                       **kwargs)
+    server = EnvServer(address, [lambda: gym.make("CartPole-v1")] * 2, [env_seed(0, 0, i) for i in range(2)], **kwargs)
     stop = threading.Event()
     thread = threading.Thread(target=server.serve_forever, args=(stop,), daemon=True)
     thread.start()
@@ -457,8 +456,11 @@ def test_a_tcp_peer_that_never_authenticates_gives_way_and_a_held_server_is_one_
     assert time.monotonic() - started < 60  # served, not at --connect_timeout 120
     # Now this learner holds the server (and is not silent for 1000 s): another learner is told in one line.
     started = time.monotonic()
-    with pytest.raises(UserError, match=rf"env server at 127.0.0.1:{port} did not answer within "
-                                        r"--connect_timeout 3 s .*another learner or peer may hold it"):
+    with pytest.raises(
+        UserError,
+        match=rf"env server at 127.0.0.1:{port} did not answer within "
+        r"--connect_timeout 3 s .*another learner or peer may hold it",
+    ):
         connect_server(address, _learner_flags(3), b"k")
     assert 3 <= time.monotonic() - started < 30  # at --connect_timeout, retrying until then; not hung
     conn.close()
@@ -478,8 +480,11 @@ def test_a_learner_facing_a_held_unix_server_says_so_at_connect_timeout(tmp_path
     holding = tp.Connection(holder, poll_s=0.2, frame_timeout_s=5)
     assert holding.recv()[0] == tp.HELLO
     started = time.monotonic()
-    with pytest.raises(UserError, match=rf"env server at unix:{tmp_path}/srv.0 did not answer within "
-                                        r"--connect_timeout 2 s \(it accepted the connection but sent nothing"):
+    with pytest.raises(
+        UserError,
+        match=rf"env server at unix:{tmp_path}/srv.0 did not answer within "
+        r"--connect_timeout 2 s \(it accepted the connection but sent nothing",
+    ):
         connect_server(address, _learner_flags(2), None)
     assert 2 <= time.monotonic() - started < 30  # at --connect_timeout, retrying until then; not hung
     holder.close()

@@ -19,7 +19,9 @@ RESNET_CONV = {
 
 
 @pytest.mark.parametrize("obs_shape", OBS_SHAPES)
-@pytest.mark.parametrize("stem_cls,out_size,conv_sizes", [(AtariNetStem, 512, ATARI_CONV), (ResNetStem, 256, RESNET_CONV)])
+@pytest.mark.parametrize(
+    "stem_cls,out_size,conv_sizes", [(AtariNetStem, 512, ATARI_CONV), (ResNetStem, 256, RESNET_CONV)]
+)
 def test_output_shape_and_fc_size(stem_cls, out_size, conv_sizes, obs_shape):
     torch.manual_seed(0)
     stem = stem_cls(obs_shape)

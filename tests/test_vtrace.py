@@ -18,8 +18,7 @@ def _minimum(threshold: Optional[float], x: float) -> float:
     return x if threshold is None else min(threshold, x)
 
 
-def reference_vtrace(log_rhos, discounts, rewards, values, bootstrap_value,
-                     rho_bar, pg_rho_bar, c_bar, lambda_):
+def reference_vtrace(log_rhos, discounts, rewards, values, bootstrap_value, rho_bar, pg_rho_bar, c_bar, lambda_):
     """IMPALA eq. (1) as explicit sums and products, one batch entry at a time.
 
     v_s = V(x_s) + sum_{t=s}^{T-1} (prod_{i=s}^{t-1} gamma_i c_i) delta_t V
@@ -86,8 +85,7 @@ def test_from_importance_weights_matches_paper_reference(seed):
 
     out = vtrace.from_importance_weights(**inputs, **thresholds, lambda_=lambda_)
     ref_vs, ref_adv = reference_vtrace(
-        *(inputs[k].numpy() for k in ("log_rhos", "discounts", "rewards", "values",
-                                      "bootstrap_value")),
+        *(inputs[k].numpy() for k in ("log_rhos", "discounts", "rewards", "values", "bootstrap_value")),
         rho_bar=thresholds["clip_rho_threshold"],
         pg_rho_bar=thresholds["clip_pg_rho_threshold"],
         c_bar=thresholds["clip_c_threshold"],
@@ -134,8 +132,7 @@ def test_from_logits_matches_from_importance_weights(seed):
     behavior_lp = (one_hot * _log_softmax_by_hand(behavior)).sum(-1)
     log_rhos = torch.tensor(target_lp - behavior_lp)
 
-    kwargs = dict(clip_rho_threshold=1.3, clip_pg_rho_threshold=None,
-                  clip_c_threshold=0.9, lambda_=0.95)
+    kwargs = dict(clip_rho_threshold=1.3, clip_pg_rho_threshold=None, clip_c_threshold=0.9, lambda_=0.95)
     out = vtrace.from_logits(
         behavior_policy_logits=torch.tensor(behavior),
         target_policy_logits=torch.tensor(target),
@@ -200,5 +197,6 @@ def test_from_logits_shape_mismatch_raises(bad):
     target = torch.zeros(T, B, A + (bad == "target"))
     actions = torch.zeros(T, B + (bad == "actions"), dtype=torch.int64)
     with pytest.raises(ValueError, match="V-trace expects"):
-        vtrace.from_logits(behavior, target, actions, torch.zeros(T, B), torch.zeros(T, B),
-                           torch.zeros(T, B), torch.zeros(B))
+        vtrace.from_logits(
+            behavior, target, actions, torch.zeros(T, B), torch.zeros(T, B), torch.zeros(T, B), torch.zeros(B)
+        )

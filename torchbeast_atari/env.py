@@ -383,8 +383,12 @@ class AtariEnv(gymnasium.Env):
         reward = self._repeat(self._action_set[action])
         lives = self.ale.lives()
         life_lost = 0 < lives < self._lives
-        life_reset = life_lost and self.life_loss_reset and not self.ale.game_over() and \
-            self.ale.getEpisodeFrameNumber() < self.max_episode_frames
+        life_reset = (
+            life_lost
+            and self.life_loss_reset
+            and not self.ale.game_over()
+            and self.ale.getEpisodeFrameNumber() < self.max_episode_frames
+        )
         if life_reset:  # what reset() does after an episodic life's end, the episode going on
             reward += self._go_on(tuple(self._fire_actions))
             lives = self.ale.lives()
@@ -456,8 +460,10 @@ ProbeFactory = Callable[[], EpisodeProbe]
 
 # ROM id -> {statistic name -> probe factory}
 GAME_PROBES: dict[str, dict[str, ProbeFactory]] = {
-    "montezuma_revenge": {"rooms_visited": functools.partial(DistinctRamValues, 3),
-                          "rooms_mask": functools.partial(DistinctRamValueMask, 3)},
+    "montezuma_revenge": {
+        "rooms_visited": functools.partial(DistinctRamValues, 3),
+        "rooms_mask": functools.partial(DistinctRamValueMask, 3),
+    },
 }
 
 
@@ -575,7 +581,11 @@ ENVS_PER_SERVER = 32
 SERVER_SPLITS = 1
 
 
-FLAG_RANGES = {"max_episode_frames": "[1, inf)", "noop_max": "[0, inf)", "sticky_actions": "[0, 1]"}  # checked at parse time (rl_core/flag_ranges.py)
+FLAG_RANGES = {
+    "max_episode_frames": "[1, inf)",
+    "noop_max": "[0, inf)",
+    "sticky_actions": "[0, 1]",
+}  # checked at parse time (rl_core/flag_ranges.py)
 ACTION_KIND = "discrete"  # its envs' actions, known before one is made (rl_core/env_package.py)
 
 
@@ -583,18 +593,36 @@ def add_flags(parser) -> None:
     """Atari's flags and defaults (torchbeast's, with T=20, B=32 and 16 envs on 2 servers; IMPALA's are B=8 and 56
     envs, below)."""
     g = parser.add_argument_group("atari")
-    g.add_argument("--disable_episodic_life", action="store_true",
-                   help="A lost life does not end the training episode.")
-    g.add_argument("--sticky_actions", type=float, default=0.0, metavar="P",
-                   help="Probability of repeating the previous action (RND runs use 0.25).")
+    g.add_argument(
+        "--disable_episodic_life", action="store_true", help="A lost life does not end the training episode."
+    )
+    g.add_argument(
+        "--sticky_actions",
+        type=float,
+        default=0.0,
+        metavar="P",
+        help="Probability of repeating the previous action (RND runs use 0.25).",
+    )
     g.add_argument("--full_action_space", action="store_true", help="All 18 actions instead of the minimal set.")
     g.add_argument("--max_episode_frames", type=int, default=108_000, help="Emulator frames per game at most.")
     g.add_argument("--noop_max", type=int, default=30, help="Up to this many no-ops at the start of a game.")
-    g.add_argument("--video_view", default="screen", choices=["screen", "network"],
-                   help="--record_video shows the emulator's RGB screen as a person sees it (screen), or the "
-                        "84x84 grayscale frames the network sees (network).")
-    parser.set_defaults(env="PongNoFrameskip-v4", model="atari", num_actors=16, num_servers=2,
-                        batch_size=32, unroll_length=20, total_steps=50_000_000, rnd_channels=1)
+    g.add_argument(
+        "--video_view",
+        default="screen",
+        choices=["screen", "network"],
+        help="--record_video shows the emulator's RGB screen as a person sees it (screen), or the "
+        "84x84 grayscale frames the network sees (network).",
+    )
+    parser.set_defaults(
+        env="PongNoFrameskip-v4",
+        model="atari",
+        num_actors=16,
+        num_servers=2,
+        batch_size=32,
+        unroll_length=20,
+        total_steps=50_000_000,
+        rnd_channels=1,
+    )
 
 
 def check_flags(parser, flags) -> None:
@@ -607,7 +635,6 @@ def check_flags(parser, flags) -> None:
         parser.error(f"--num_actions {flags.num_actions} disagrees with {flags.env}'s {n} actions: drop the flag")
     if not 0.0 <= flags.sticky_actions < 1.0:
         parser.error(f"--sticky_actions must be in [0, 1), got {flags.sticky_actions}")
-
 
 
 def make_env(flags, seed: int) -> gymnasium.Env:

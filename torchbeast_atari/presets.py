@@ -15,10 +15,28 @@ FRAME_STACK = 4  # frames an observation stacks (env.py: FRAME_STACK)
 # PPO as Schulman et al. 2017 (Table 5) and cleanrl's ppo_atari.py train it, fed as cleanrl feeds it (lockstep, split
 # minibatches, the value clipped): docs/experiments/ppo.md (Side by side with cleanrl's ppo_atari.py).
 PPO_DEFAULTS = dict(
-    num_actors=8, num_servers=2, unroll_length=128, batch_size=8, optimizer="adam", learning_rate=2.5e-4,
-    epsilon=1e-5, num_epochs=4, num_minibatches=4, batch_mode="split", ppo_clip=0.1, advantage="gae",
-    gae_lambda=0.95, entropy_cost=0.01, baseline_cost=0.5, grad_norm_clipping=0.5, reward_clipping="abs_one",
-    advantage_normalization=True, init="orthogonal", total_steps=10_000_000, value_clip=0.1, deterministic=True,
+    num_actors=8,
+    num_servers=2,
+    unroll_length=128,
+    batch_size=8,
+    optimizer="adam",
+    learning_rate=2.5e-4,
+    epsilon=1e-5,
+    num_epochs=4,
+    num_minibatches=4,
+    batch_mode="split",
+    ppo_clip=0.1,
+    advantage="gae",
+    gae_lambda=0.95,
+    entropy_cost=0.01,
+    baseline_cost=0.5,
+    grad_norm_clipping=0.5,
+    reward_clipping="abs_one",
+    advantage_normalization=True,
+    init="orthogonal",
+    total_steps=10_000_000,
+    value_clip=0.1,
+    deterministic=True,
 )
 PPO_ONLY = ("batch_mode", "value_clip", "deterministic")  # the one-pass variants keep the asynchronous runtime
 
@@ -42,16 +60,32 @@ def replay_sequences(share: float = 0.25, burn_in: int = 20, unroll_length: int 
 
 def r2d2_defaults() -> dict:
     """--agent r2d2's Atari defaults (above)."""
-    return dict(R2D2_SEQUENCE, use_lstm=True, replay_ratio=1.0, learning_rate=2e-4, target_update_period=100,
-                replay_buffer_size=replay_sequences(**{k: R2D2_SEQUENCE[k] for k in ("burn_in", "unroll_length")}),
-                replay_buffer_min_size=500, replay_frame_stack=True, validate_step_every=250_000,
-                valid_num_episodes=8, total_steps=50_000_000)
+    return dict(
+        R2D2_SEQUENCE,
+        use_lstm=True,
+        replay_ratio=1.0,
+        learning_rate=2e-4,
+        target_update_period=100,
+        replay_buffer_size=replay_sequences(**{k: R2D2_SEQUENCE[k] for k in ("burn_in", "unroll_length")}),
+        replay_buffer_min_size=500,
+        replay_frame_stack=True,
+        validate_step_every=250_000,
+        valid_num_episodes=8,
+        total_steps=50_000_000,
+    )
 
 
 # IMPALA: torchbeast's settings with six changes, each kept after runs to 5M agent steps on 2 cores:
 # docs/experiments/impala.md (Atari: every run to 5M, one row each; the history, run by run).
-IMPALA_ATARI = dict(init="orthogonal", batch_size=8, num_actors=56, recycle_period=1000, lr_decay="none",
-                    entropy_cost=0.01, entropy_decay="linear")
+IMPALA_ATARI = dict(
+    init="orthogonal",
+    batch_size=8,
+    num_actors=56,
+    recycle_period=1000,
+    lr_decay="none",
+    entropy_cost=0.01,
+    entropy_decay="linear",
+)
 
 
 def agent_defaults(agent: str) -> dict:
@@ -70,13 +104,35 @@ def agent_defaults(agent: str) -> dict:
 
 # RND as Burda et al. 2018 (Table 5, Appendix A; OpenAI's run_atari.py) play and train it, on 8 envs with the
 # observation statistics' random start scaled to them (50 rollouts of 128 steps each): docs/design-notes.md (RND).
-RND_ENV = dict(sticky_actions=0.25, disable_episodic_life=True, max_episode_frames=18_000, reward_clipping="abs_one",
-               rnd_channels=1)
+RND_ENV = dict(
+    sticky_actions=0.25,
+    disable_episodic_life=True,
+    max_episode_frames=18_000,
+    reward_clipping="abs_one",
+    rnd_channels=1,
+)
 # RND keeps the asynchronous runtime and whole-unroll minibatches it was measured with.
-RND_PPO = dict(learning_rate=1e-4, lr_decay="none", entropy_cost=0.001, ppo_clip=0.1, num_epochs=4, num_minibatches=4,
-               unroll_length=128, gae_lambda=0.95, baseline_cost=1.0, ext_coef=2.0, int_coef=1.0,
-               intrinsic_discounting=0.99, discounting=0.999, rnd_init_steps=50 * 128 * 8, num_actors=8, batch_size=8,
-               batch_mode="shuffle", value_clip=0.0, deterministic=False)
+RND_PPO = dict(
+    learning_rate=1e-4,
+    lr_decay="none",
+    entropy_cost=0.001,
+    ppo_clip=0.1,
+    num_epochs=4,
+    num_minibatches=4,
+    unroll_length=128,
+    gae_lambda=0.95,
+    baseline_cost=1.0,
+    ext_coef=2.0,
+    int_coef=1.0,
+    intrinsic_discounting=0.99,
+    discounting=0.999,
+    rnd_init_steps=50 * 128 * 8,
+    num_actors=8,
+    batch_size=8,
+    batch_mode="shuffle",
+    value_clip=0.0,
+    deterministic=False,
+)
 
 
 def rnd_defaults(agent: str) -> dict:

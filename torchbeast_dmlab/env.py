@@ -136,15 +136,15 @@ def _act(look: int = 0, look_up_down: int = 0, strafe: int = 0, move: int = 0, f
 ACTION_SETS: dict[str, tuple[dict[str, int], ...]] = {
     # IMPALA (Espeholt et al. 2018), SEED RL and the R2AC code.
     "impala": (
-        _act(move=1),            # forward
-        _act(move=-1),           # backward
-        _act(strafe=-1),         # strafe left
-        _act(strafe=1),          # strafe right
-        _act(look=-20),          # look left
-        _act(look=20),           # look right
+        _act(move=1),  # forward
+        _act(move=-1),  # backward
+        _act(strafe=-1),  # strafe left
+        _act(strafe=1),  # strafe right
+        _act(look=-20),  # look left
+        _act(look=20),  # look right
         _act(look=-20, move=1),  # look left + forward
-        _act(look=20, move=1),   # look right + forward
-        _act(fire=1),            # fire
+        _act(look=20, move=1),  # look right + forward
+        _act(fire=1),  # fire
     ),
     # 15 actions: finer and coarser turns, looking up and down (Sample Factory's extended DMLab set).
     "extended": (
@@ -156,7 +156,7 @@ ACTION_SETS: dict[str, tuple[dict[str, int], ...]] = {
         _act(look=10),
         _act(look=-60),
         _act(look=60),
-        _act(look_up_down=10),   # look down
+        _act(look_up_down=10),  # look down
         _act(look_up_down=-10),  # look up
         _act(look=-10, move=1),
         _act(look=10, move=1),
@@ -206,7 +206,7 @@ def canonical_level(name: str) -> str:
     if not isinstance(name, str) or not name.strip():
         raise UserError(f"--env {name!r}: give a DMLab-30 level, e.g. {DMLAB30_LEVELS[0]}")
     name = name.strip()
-    short = name[len(LEVEL_PREFIX):] if name.startswith(LEVEL_PREFIX) else name
+    short = name[len(LEVEL_PREFIX) :] if name.startswith(LEVEL_PREFIX) else name
     if short in _ALL_DMLAB30:
         return short
     if "/" in name and not name.startswith(LEVEL_PREFIX):
@@ -440,22 +440,48 @@ ACTION_KIND = "discrete"  # its envs' actions, known before one is made (rl_core
 def add_flags(parser) -> None:
     """DMLab's flags, and the defaults of the R2AC DMLab runs (README of IDSIA/rtrl-elstm)."""
     g = parser.add_argument_group("dmlab")
-    g.add_argument("--dmlab_action_set", default="impala", choices=sorted(ACTION_SETS),
-                   help="impala: the 9 actions of IMPALA and the R2AC code; extended: 15 actions.")
+    g.add_argument(
+        "--dmlab_action_set",
+        default="impala",
+        choices=sorted(ACTION_SETS),
+        help="impala: the 9 actions of IMPALA and the R2AC code; extended: 15 actions.",
+    )
     g.add_argument("--num_action_repeats", type=int, default=4, metavar="N", help="Frames per agent step.")
-    g.add_argument("--dmlab_frame_pool", default="max", choices=FRAME_POOLS,
-                   help="max: observe the max of the last two repeated frames (the R2AC code); "
-                        "none: the last frame (IMPALA, SEED RL).")
-    g.add_argument("--level_cache_dir", default=None, metavar="DIR",
-                   help="Directory caching DMLab's compiled maps across envs and runs.")
-    g.add_argument("--dataset_path", default=None, metavar="DIR",
-                   help="DMLab's datasetPath (the Brady et al. image set the psychlab levels need).")
-    g.add_argument("--dmlab_renderer", default="software", choices=["software", "hardware"],
-                   help="deepmind_lab.Lab's renderer.")
+    g.add_argument(
+        "--dmlab_frame_pool",
+        default="max",
+        choices=FRAME_POOLS,
+        help="max: observe the max of the last two repeated frames (the R2AC code); "
+        "none: the last frame (IMPALA, SEED RL).",
+    )
+    g.add_argument(
+        "--level_cache_dir",
+        default=None,
+        metavar="DIR",
+        help="Directory caching DMLab's compiled maps across envs and runs.",
+    )
+    g.add_argument(
+        "--dataset_path",
+        default=None,
+        metavar="DIR",
+        help="DMLab's datasetPath (the Brady et al. image set the psychlab levels need).",
+    )
+    g.add_argument(
+        "--dmlab_renderer", default="software", choices=["software", "hardware"], help="deepmind_lab.Lab's renderer."
+    )
     parser.set_defaults(
-        env="rooms_keys_doors_puzzle", model="resnet", num_actors=48, num_servers=48, batch_size=32,
-        unroll_length=100, total_steps=100_000_000, learning_rate=0.0006, entropy_cost=0.01, epsilon=0.01,
-        grad_norm_clipping=40.0, hidden_size=512,
+        env="rooms_keys_doors_puzzle",
+        model="resnet",
+        num_actors=48,
+        num_servers=48,
+        batch_size=32,
+        unroll_length=100,
+        total_steps=100_000_000,
+        learning_rate=0.0006,
+        entropy_cost=0.01,
+        epsilon=0.01,
+        grad_norm_clipping=40.0,
+        hidden_size=512,
     )
 
 
@@ -466,15 +492,16 @@ def check_flags(parser, flags) -> None:
         parser.error(str(e))
     n = len(ACTION_SETS[flags.dmlab_action_set])
     if flags.num_actions is not None and flags.num_actions != n:
-        parser.error(f"--num_actions {flags.num_actions} disagrees with the {flags.dmlab_action_set} action set's "
-                     f"{n} actions: drop the flag")
+        parser.error(
+            f"--num_actions {flags.num_actions} disagrees with the {flags.dmlab_action_set} action set's "
+            f"{n} actions: drop the flag"
+        )
     if flags.dry_run:  # the configuration can be checked without DeepMind Lab installed
         return
     try:
         import_deepmind_lab()
     except UserError as e:  # one line, no usage: nothing is wrong with the command line
         parser.exit(2, f"error: {e}\n")
-
 
 
 def make_env(flags, seed: int) -> DmLabEnv:

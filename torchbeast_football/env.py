@@ -105,8 +105,10 @@ def canonical_scenario(name: str) -> str:
     m = _NAME_RE.match(name.strip()) if isinstance(name, str) else None
     scenario = m.group("scenario").lower() if m else None
     if scenario not in SCENARIOS:
-        raise UserError(f"unknown Football scenario {name!r}: use one of {', '.join(SCENARIOS)} "
-                        f"(with or without the gfootball/ prefix)")
+        raise UserError(
+            f"unknown Football scenario {name!r}: use one of {', '.join(SCENARIOS)} "
+            f"(with or without the gfootball/ prefix)"
+        )
     return scenario
 
 
@@ -114,8 +116,10 @@ def check_rewards(rewards: str) -> None:
     if rewards == "scoring":
         return
     if rewards == "scoring,checkpoints":
-        raise UserError("--rewards scoring,checkpoints needs the ball's position and the active player, which "
-                        "envpool's Football does not give (only the minimap and the score): use --rewards scoring")
+        raise UserError(
+            "--rewards scoring,checkpoints needs the ball's position and the active player, which "
+            "envpool's Football does not give (only the minimap and the score): use --rewards scoring"
+        )
     raise UserError(f"unknown --rewards {rewards!r}: use scoring")
 
 
@@ -140,7 +144,7 @@ def smm_to_rgb(smm: np.ndarray, scale: int = RENDER_SCALE) -> np.ndarray:
     grown = np.zeros_like(planes)
     for dy in range(3):
         for dx in range(3):
-            grown |= padded[:, dy:dy + h, dx:dx + w]
+            grown |= padded[:, dy : dy + h, dx : dx + w]
     image = np.empty((h, w, 3), np.uint8)
     image[:] = _PITCH
     for plane, color in zip(grown, _COLORS):
@@ -161,8 +165,9 @@ class FootballEnv(SingleEnvpoolEnv):
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 10}  # gfootball plays 10 steps per game second
 
-    def __init__(self, scenario: str, seed: int | None = None, *, rewards: str = "scoring",
-                 render_mode: str | None = None):
+    def __init__(
+        self, scenario: str, seed: int | None = None, *, rewards: str = "scoring", render_mode: str | None = None
+    ):
         self.scenario = canonical_scenario(scenario)
         check_rewards(rewards)
         self.rewards = rewards
@@ -206,18 +211,22 @@ class FootballEnv(SingleEnvpoolEnv):
         info = self._info(raw)
         if ended:
             scored, conceded = info["score"]
-            info["episode_stats"] = {"goals_scored": float(scored), "goals_conceded": float(conceded),
-                                     "win": float(scored > conceded)}
+            info["episode_stats"] = {
+                "goals_scored": float(scored),
+                "goals_conceded": float(conceded),
+                "win": float(scored > conceded),
+            }
         return self._push(obs[0]), float(reward[0]), ended, False, info
 
     def render(self):
         if self.render_mode == "rgb_array":
-            return smm_to_rgb(self._stack[-SMM_SHAPE[0]:])
+            return smm_to_rgb(self._stack[-SMM_SHAPE[0] :])
         return None
 
 
-def create_env(scenario: str, seed: int | None = None, *, rewards: str = "scoring",
-               record: bool = False) -> FootballEnv:
+def create_env(
+    scenario: str, seed: int | None = None, *, rewards: str = "scoring", record: bool = False
+) -> FootballEnv:
     """A seeded Football env; observations uint8 ``[16, 72, 96]``, 19 actions."""
     return FootballEnv(scenario, seed, rewards=rewards, render_mode="rgb_array" if record else None)
 
@@ -235,11 +244,16 @@ ACTION_KIND = "discrete"  # its envs' actions, known before one is made (rl_core
 def add_flags(parser) -> None:
     """Football's flags; defaults of SEED RL's Football V-trace runs (their sources: presets.py)."""
     g = parser.add_argument_group(
-        "football", f"--env names a Google Research Football scenario ({', '.join(SCENARIOS)}; "
-                    f"default {DEFAULT_ENV}), with or without the gfootball/ prefix.")
-    g.add_argument("--rewards", default="scoring", choices=REWARDS,
-                   help="scoring: +1 / -1 per goal. scoring,checkpoints needs what envpool does not give "
-                        "(the flag says so).")
+        "football",
+        f"--env names a Google Research Football scenario ({', '.join(SCENARIOS)}; "
+        f"default {DEFAULT_ENV}), with or without the gfootball/ prefix.",
+    )
+    g.add_argument(
+        "--rewards",
+        default="scoring",
+        choices=REWARDS,
+        help="scoring: +1 / -1 per goal. scoring,checkpoints needs what envpool does not give (the flag says so).",
+    )
     # --rnd sees the newest super-minimap (its 4 planes), not the stack of 4
     parser.set_defaults(env=DEFAULT_ENV, rnd_channels=SMM_SHAPE[0], **IMPALA_DEFAULTS)
 
@@ -251,12 +265,14 @@ def check_flags(parser, flags) -> None:
     except UserError as e:
         parser.error(str(e))
     if flags.agent in ("r2d2", "sac"):
-        parser.error(f"--agent {flags.agent} is not set up for Football (no replay codec for its stacked minimaps, "
-                     f"110 KB a step, and no tuned defaults): use impala or ppo (or vpg, awr, vmpo, vtrace)")
+        parser.error(
+            f"--agent {flags.agent} is not set up for Football (no replay codec for its stacked minimaps, "
+            f"110 KB a step, and no tuned defaults): use impala or ppo (or vpg, awr, vmpo, vtrace)"
+        )
     if flags.num_actions is not None and flags.num_actions != NUM_ACTIONS:
-        parser.error(f"--num_actions {flags.num_actions} disagrees with Football's {NUM_ACTIONS} actions: "
-                     f"drop the flag")
-
+        parser.error(
+            f"--num_actions {flags.num_actions} disagrees with Football's {NUM_ACTIONS} actions: drop the flag"
+        )
 
 
 def make_env(flags, seed: int) -> FootballEnv:

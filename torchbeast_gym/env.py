@@ -30,8 +30,10 @@ def make_env(flags, seed: int, render_mode: str | None = None) -> gym.Env:
         # gymnasium re-raises the import's error without its .name; its text still names the module
         named = re.search(r"No module named '([^']+)'", str(e))
         module = e.name or (named.group(1) if named else flags.env.split(":", 1)[0])
-        raise UserError(f"--env {flags.env}: module '{module}' not found: install it or fix the module path "
-                        f"(python -c 'import {module}' must work)") from None
+        raise UserError(
+            f"--env {flags.env}: module '{module}' not found: install it or fix the module path "
+            f"(python -c 'import {module}' must work)"
+        ) from None
     if not isinstance(env.action_space, (spaces.Discrete, spaces.Box)):
         raise UserError(f"{flags.env}: action space {env.action_space} is not Discrete or Box")
     if not isinstance(env.observation_space, spaces.Box):

@@ -7,7 +7,12 @@ from __future__ import annotations
 # IMPALA for classic control (RMSprop eps 0.01, a value MLP of its own), by a sweep on CartPole-v1:
 # docs/experiments/impala.md (CartPole); one env server: docs/experiments/throughput.md (Every agent, one table).
 IMPALA_DEFAULTS = dict(
-    num_actors=16, num_servers=1, batch_size=8, unroll_length=20, learning_rate=0.003, entropy_cost=0.01,
+    num_actors=16,
+    num_servers=1,
+    batch_size=8,
+    unroll_length=20,
+    learning_rate=0.003,
+    entropy_cost=0.01,
     total_steps=500_000,
 )
 # With a recurrent core, by sweeps on the memory task and CartPole-v1: docs/experiments/recurrent.md.
@@ -28,15 +33,35 @@ def core_defaults(agent: str, core: str | None) -> dict:
 # The on-policy agents: cleanrl's ppo.py CartPole settings (Huang et al. 2022, "The 37 Implementation Details of
 # PPO"), as 4 unrolls of 128 steps from 8 envs: docs/experiments/ppo.md (On-policy variants).
 ON_POLICY = dict(
-    optimizer="adam", learning_rate=2.5e-4, epsilon=1e-5, num_actors=8, unroll_length=128, batch_size=4,
-    grad_norm_clipping=0.5, reward_clipping="none", entropy_cost=0.01, baseline_cost=0.5, gae_lambda=0.95,
-    advantage_normalization=True, init="orthogonal", ppo_clip_decay="none",
+    optimizer="adam",
+    learning_rate=2.5e-4,
+    epsilon=1e-5,
+    num_actors=8,
+    unroll_length=128,
+    batch_size=4,
+    grad_norm_clipping=0.5,
+    reward_clipping="none",
+    entropy_cost=0.01,
+    baseline_cost=0.5,
+    gae_lambda=0.95,
+    advantage_normalization=True,
+    init="orthogonal",
+    ppo_clip_decay="none",
 )
 # PPO: rl-baselines3-zoo's tuned CartPole-v1 settings (Raffin et al., hyperparams/ppo.yml), the clip decaying too,
 # over 200k steps: docs/experiments/ppo.md (PPO: why the tuned settings; the fix: the clip decays).
-PPO_TUNED = dict(unroll_length=32, batch_size=8, num_epochs=20, num_minibatches=1, discounting=0.98,
-                 gae_lambda=0.8, entropy_cost=0.0, learning_rate=1e-3, total_steps=200_000,
-                 ppo_clip_decay="linear")
+PPO_TUNED = dict(
+    unroll_length=32,
+    batch_size=8,
+    num_epochs=20,
+    num_minibatches=1,
+    discounting=0.98,
+    gae_lambda=0.8,
+    entropy_cost=0.0,
+    learning_rate=1e-3,
+    total_steps=200_000,
+    ppo_clip_decay="linear",
+)
 # cleanrl's PPO minibatches, which AWR takes, and --agent ppo --rnd keeps (the corridor: docs/experiments/rnd.md).
 CLEANRL_PPO = dict(num_epochs=4, num_minibatches=4, batch_mode="split")
 # V-MPO takes PPO's tuned settings: docs/experiments/ppo.md (V-MPO's flake and its new defaults).
@@ -51,18 +76,41 @@ AGENT_DEFAULTS = {
 
 # R2D2 for classic control and small memory tasks, by a sweep on CartPole-v1 with an LSTM: docs/experiments/r2d2.md.
 R2D2 = dict(
-    optimizer="adam", learning_rate=5e-4, epsilon=1e-3, lr_decay="linear", grad_norm_clipping=40.0,
-    reward_clipping="none", num_actors=16, unroll_length=20, burn_in=10, batch_size=32,
-    replay_buffer_size=5000, replay_buffer_min_size=200, replay_ratio=8.0, target_update_period=100,
-    discounting=0.99, n_steps=5, hidden_size=64, dueling_hidden_size=64, total_steps=500_000,
+    optimizer="adam",
+    learning_rate=5e-4,
+    epsilon=1e-3,
+    lr_decay="linear",
+    grad_norm_clipping=40.0,
+    reward_clipping="none",
+    num_actors=16,
+    unroll_length=20,
+    burn_in=10,
+    batch_size=32,
+    replay_buffer_size=5000,
+    replay_buffer_min_size=200,
+    replay_ratio=8.0,
+    target_update_period=100,
+    discounting=0.99,
+    n_steps=5,
+    hidden_size=64,
+    dueling_hidden_size=64,
+    total_steps=500_000,
 )
 
 
 # SAC: the paper's update with smaller networks and a shorter start, by a sweep on CartPole-v1 and Pendulum-v1:
 # docs/experiments/sac.md (CartPole and Pendulum).
 SAC = dict(
-    num_actors=4, num_servers=1, mlp_sizes="64,64", replay_buffer_size=100_000, replay_buffer_min_size=1000,
-    random_init_steps=1000, replay_ratio=256.0, target_entropy_ratio=0.1, learning_rate=1e-3, total_steps=100_000,
+    num_actors=4,
+    num_servers=1,
+    mlp_sizes="64,64",
+    replay_buffer_size=100_000,
+    replay_buffer_min_size=1000,
+    random_init_steps=1000,
+    replay_ratio=256.0,
+    target_entropy_ratio=0.1,
+    learning_rate=1e-3,
+    total_steps=100_000,
 )
 
 

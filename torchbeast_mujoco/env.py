@@ -73,14 +73,24 @@ __all__ = [
     "test_protocol",
 ]
 
-TASKS = ("HalfCheetah", "Hopper", "Walker2d", "Ant", "Humanoid", "HumanoidStandup", "Swimmer", "Reacher",
-         "Pusher", "InvertedPendulum", "InvertedDoublePendulum")
+TASKS = (
+    "HalfCheetah",
+    "Hopper",
+    "Walker2d",
+    "Ant",
+    "Humanoid",
+    "HumanoidStandup",
+    "Swimmer",
+    "Reacher",
+    "Pusher",
+    "InvertedPendulum",
+    "InvertedDoublePendulum",
+)
 VERSIONS = ("v4", "v5")
 DEFAULT_VERSION = "v5"
 DEFAULT_ENV = "HalfCheetah-v5"
 DEFAULT_AGENT = "ppo"
 DEFAULT_RENDER_SIZE = 240  # 1000 frames of 240x240 RGB: 173 MB held for the video (gymnasium's 480: 691 MB)
-
 
 
 # --------------------------------------------------------------------------
@@ -92,8 +102,10 @@ _NAME_RE = re.compile(r"^(?P<task>[A-Za-z0-9]+?)(?:-(?P<version>v\d+))?$")
 
 
 def _unknown(name) -> UserError:
-    return UserError(f"unknown MuJoCo task {name!r}: use one of {', '.join(TASKS)} with -v4 or -v5 "
-                     f"(e.g. {DEFAULT_ENV}; no suffix: -{DEFAULT_VERSION})")
+    return UserError(
+        f"unknown MuJoCo task {name!r}: use one of {', '.join(TASKS)} with -v4 or -v5 "
+        f"(e.g. {DEFAULT_ENV}; no suffix: -{DEFAULT_VERSION})"
+    )
 
 
 def canonical_env_id(name: str) -> str:
@@ -108,8 +120,10 @@ def canonical_env_id(name: str) -> str:
         raise _unknown(name)
     version = m.group("version") or DEFAULT_VERSION
     if version not in VERSIONS:
-        raise UserError(f"MuJoCo task {name!r}: version {version} is not supported: use {task}-v4 or {task}-v5 "
-                        f"(gymnasium's mujoco-bindings versions)")
+        raise UserError(
+            f"MuJoCo task {name!r}: version {version} is not supported: use {task}-v4 or {task}-v5 "
+            f"(gymnasium's mujoco-bindings versions)"
+        )
     return f"{task}-{version}"
 
 
@@ -144,8 +158,17 @@ def _render_probe() -> None:
     envpool = import_envpool()  # without matplotlib (envpool's Jumanji renderers)
 
     _load_gl_globally()
-    pool = envpool.make("InvertedPendulum-v5", env_type="gymnasium", num_envs=1, batch_size=1, num_threads=1,
-                        seed=0, render_mode="rgb_array", render_width=16, render_height=16)
+    pool = envpool.make(
+        "InvertedPendulum-v5",
+        env_type="gymnasium",
+        num_envs=1,
+        batch_size=1,
+        num_threads=1,
+        seed=0,
+        render_mode="rgb_array",
+        render_width=16,
+        render_height=16,
+    )
     pool.reset()
     frame = np.asarray(pool.render())
     if frame.shape != (1, 16, 16, 3) or frame.dtype != np.uint8:
@@ -165,15 +188,16 @@ def enable_rendering() -> str | None:
     code = f"import sys; sys.path.insert(0, {root!r}); from torchbeast_mujoco.env import _render_probe; _render_probe()"
     with tempfile.TemporaryDirectory(prefix="mujoco_render_probe_") as cwd:
         try:
-            result = subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True,
-                                    timeout=180)
+            result = subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True, timeout=180)
         except subprocess.TimeoutExpired:
             return "the render probe did not finish in 180 s"
     if result.returncode != 0:
         lines = [line.strip() for line in (result.stdout + "\n" + result.stderr).splitlines() if line.strip()]
         reason = lines[-1] if lines else f"exit status {result.returncode}"
-        return (f"MuJoCo cannot render off-screen here ({reason}); envpool renders with EGL: install Debian's "
-                f"libegl-mesa0 and libgl1-mesa-dri (software rendering) or a GPU's EGL driver")
+        return (
+            f"MuJoCo cannot render off-screen here ({reason}); envpool renders with EGL: install Debian's "
+            f"libegl-mesa0 and libgl1-mesa-dri (software rendering) or a GPU's EGL driver"
+        )
     _load_gl_globally()
     return None
 
@@ -193,8 +217,14 @@ class MujocoEnv(SingleEnvpoolEnv):
 
     metadata = {"render_modes": ["rgb_array"]}
 
-    def __init__(self, env_id: str, seed: int | None = None, *, render_mode: str | None = None,
-                 render_size: int = DEFAULT_RENDER_SIZE):
+    def __init__(
+        self,
+        env_id: str,
+        seed: int | None = None,
+        *,
+        render_mode: str | None = None,
+        render_size: int = DEFAULT_RENDER_SIZE,
+    ):
         self.env_id = canonical_env_id(env_id)
         if render_mode not in (None, "rgb_array"):
             raise ValueError(f"render_mode must be None or 'rgb_array', got {render_mode!r}")
@@ -209,8 +239,9 @@ class MujocoEnv(SingleEnvpoolEnv):
         obs_shape = self._pool.observation_space.shape
         box = self._pool.action_space
         self.observation_space = spaces.Box(-np.inf, np.inf, obs_shape, np.float32)
-        self.action_space = spaces.Box(np.asarray(box.low, np.float32), np.asarray(box.high, np.float32),
-                                       box.shape, np.float32)
+        self.action_space = spaces.Box(
+            np.asarray(box.low, np.float32), np.asarray(box.high, np.float32), box.shape, np.float32
+        )
         self._low = self.action_space.low.astype(np.float64)
         self._high = self.action_space.high.astype(np.float64)
         self._action = np.zeros((1, *box.shape), np.float64)
@@ -224,8 +255,9 @@ class MujocoEnv(SingleEnvpoolEnv):
         kwargs: dict[str, Any] = {}
         if self.render_mode == "rgb_array":
             kwargs = dict(render_mode="rgb_array", render_width=self.render_size, render_height=self.render_size)
-        return envpool.make(self.env_id, env_type="gymnasium", num_envs=1, batch_size=1, num_threads=1,
-                            seed=seed, **kwargs)
+        return envpool.make(
+            self.env_id, env_type="gymnasium", num_envs=1, batch_size=1, num_threads=1, seed=seed, **kwargs
+        )
 
     def _build(self, seed: int) -> None:
         super()._build(seed)
@@ -249,8 +281,10 @@ class MujocoEnv(SingleEnvpoolEnv):
 
     def step(self, action):
         if self._needs_reset:
-            raise RuntimeError(f"{self.env_id}: step() before reset() or after the episode ended: call reset() "
-                               f"(envpool would silently spend this step on its auto-reset)")
+            raise RuntimeError(
+                f"{self.env_id}: step() before reset() or after the episode ended: call reset() "
+                f"(envpool would silently spend this step on its auto-reset)"
+            )
         action = np.asarray(action, np.float64)
         if action.shape != self.action_space.shape:
             if action.size != self._action.size:
@@ -270,8 +304,10 @@ class MujocoEnv(SingleEnvpoolEnv):
             return None
         return np.asarray(self._pool.render())[0]
 
-def create_env(env_id: str, seed: int | None = None, *, record: bool = False,
-               render_size: int = DEFAULT_RENDER_SIZE) -> MujocoEnv:
+
+def create_env(
+    env_id: str, seed: int | None = None, *, record: bool = False, render_size: int = DEFAULT_RENDER_SIZE
+) -> MujocoEnv:
     """A seeded :class:`MujocoEnv`; with ``record``, rendering RGB frames where this machine can."""
     render_mode = None
     if record:
@@ -300,10 +336,17 @@ ACTION_KIND = "box"  # its envs' actions, known before one is made (rl_core/env_
 def add_flags(parser) -> None:
     """MuJoCo's flags; defaults for SEED RL's HalfCheetah PPO baseline (their sources: presets.py)."""
     g = parser.add_argument_group(
-        "mujoco", f"--env names a gymnasium MuJoCo task ({', '.join(TASKS)}) with -v4 or -v5 "
-                  f"(default: {DEFAULT_ENV}; no suffix: -{DEFAULT_VERSION}), simulated by envpool.")
-    g.add_argument("--render_size", type=int, default=DEFAULT_RENDER_SIZE, metavar="PIXELS",
-                   help="Width and height of video frames (--record_video).")
+        "mujoco",
+        f"--env names a gymnasium MuJoCo task ({', '.join(TASKS)}) with -v4 or -v5 "
+        f"(default: {DEFAULT_ENV}; no suffix: -{DEFAULT_VERSION}), simulated by envpool.",
+    )
+    g.add_argument(
+        "--render_size",
+        type=int,
+        default=DEFAULT_RENDER_SIZE,
+        metavar="PIXELS",
+        help="Width and height of video frames (--record_video).",
+    )
     # What holds for every agent; the runtime then sets presets.agent_defaults(--agent) (rl_core.runtime.entry).
     # total_steps: SEED's --total_environment_frames=2000000 (one action repeat; presets.py's [sh]).
     parser.set_defaults(env=DEFAULT_ENV, agent=DEFAULT_AGENT, total_steps=2_000_000, **ENV_DEFAULTS)
@@ -324,7 +367,6 @@ def check_flags(parser, flags) -> None:
         parser.error(f"--render_size must be positive, got {flags.render_size}")
 
 
-
 def make_env(flags, seed: int) -> MujocoEnv:
     """The env an env server hosts, from the run's flags."""
     return create_env(_env_name(flags), seed)
@@ -332,8 +374,7 @@ def make_env(flags, seed: int) -> MujocoEnv:
 
 def make_test_env(flags, seed: int, record: bool = False) -> MujocoEnv:
     """The training env; with ``record``, rendering ``--render_size`` RGB frames for the video."""
-    return create_env(_env_name(flags), seed, record=record,
-                      render_size=flags.render_size)
+    return create_env(_env_name(flags), seed, record=record, render_size=flags.render_size)
 
 
 def test_protocol(flags) -> list[dict]:

@@ -98,8 +98,22 @@ PROCGEN_GAMES: tuple[str, ...] = tuple(GAME_MODES)
 # The game order of --multi_env: the R2AC code's ("interesting first") lists, so
 # that --multi_env N trains on the same N games as the published runs.
 MULTI_ENV_ORDER: tuple[str, ...] = (
-    "bigfish", "fruitbot", "maze", "leaper", "plunder", "starpilot", "miner", "bossfight",
-    "caveflyer", "chaser", "climber", "coinrun", "dodgeball", "heist", "jumper", "ninja",
+    "bigfish",
+    "fruitbot",
+    "maze",
+    "leaper",
+    "plunder",
+    "starpilot",
+    "miner",
+    "bossfight",
+    "caveflyer",
+    "chaser",
+    "climber",
+    "coinrun",
+    "dodgeball",
+    "heist",
+    "jumper",
+    "ninja",
 )
 MULTI_ENV_ORDER_MEMORY: tuple[str, ...] = ("dodgeball", "heist", "maze", "miner", "caveflyer", "jumper")
 
@@ -129,8 +143,7 @@ def canonical_game(name: str) -> str:
     game = m.group("game").lower() if m else None
     if game not in GAME_MODES:
         raise UserError(
-            f"unknown Procgen game {name!r}: use one of {', '.join(PROCGEN_GAMES)} "
-            f"(or procgen:procgen-<game>-v0)"
+            f"unknown Procgen game {name!r}: use one of {', '.join(PROCGEN_GAMES)} (or procgen:procgen-<game>-v0)"
         )
     return game
 
@@ -218,8 +231,10 @@ class ProcgenEnv(SingleEnvpoolEnv):
         except ImportError as e:
             if "Qt" not in str(e):
                 raise
-            raise UserError("envpool's Procgen cannot load Qt 5's GUI library: install it "
-                            "(Debian/Ubuntu: sudo apt-get install libqt5gui5)") from None
+            raise UserError(
+                "envpool's Procgen cannot load Qt 5's GUI library: install it "
+                "(Debian/Ubuntu: sudo apt-get install libqt5gui5)"
+            ) from None
 
     @staticmethod
     def _info(raw: dict) -> dict[str, Any]:
@@ -255,6 +270,7 @@ class ProcgenEnv(SingleEnvpoolEnv):
         if self.render_mode == "rgb_array":
             return self._last_obs.transpose(1, 2, 0).copy()
         return None
+
 
 def create_env(
     game: str,
@@ -375,8 +391,9 @@ def final_test_level_sets(flags) -> list[LevelSet]:
         overlaps = flags.num_levels == 0 or (
             start < flags.start_level + flags.num_levels and flags.start_level < start + FINAL_TEST_NUM_LEVELS
         )
-        sets.append(LevelSet(f"test_{start}", "test", start, FINAL_TEST_NUM_LEVELS, FINAL_TEST_NUM_EPISODES, mode,
-                             not overlaps))
+        sets.append(
+            LevelSet(f"test_{start}", "test", start, FINAL_TEST_NUM_LEVELS, FINAL_TEST_NUM_EPISODES, mode, not overlaps)
+        )
     return sets
 
 
@@ -390,32 +407,64 @@ LEVEL_SETS = final_test_level_sets  # the same function under a shorter public n
 ENVS_PER_SERVER = 32
 
 
-FLAG_RANGES = {"multi_env": "[1, inf)", "num_levels": "[0, inf)", "start_level": "[0, inf)",
-               "valid_num_levels": "[0, inf)", "valid_start_level": "[0, inf)"}  # checked at parse time (rl_core/flag_ranges.py)
+FLAG_RANGES = {
+    "multi_env": "[1, inf)",
+    "num_levels": "[0, inf)",
+    "start_level": "[0, inf)",
+    "valid_num_levels": "[0, inf)",
+    "valid_start_level": "[0, inf)",
+}  # checked at parse time (rl_core/flag_ranges.py)
 ACTION_KIND = "discrete"  # its envs' actions, known before one is made (rl_core/env_package.py)
 
 
 def add_flags(parser) -> None:
     """Procgen's flags, and the defaults of the R2AC Procgen runs (README of IDSIA/rtrl-elstm)."""
     g = parser.add_argument_group(
-        "procgen", "--env names one of the 16 games: chaser or procgen:procgen-chaser-v0 (default: chaser).")
-    g.add_argument("--num_levels", type=int, default=0, metavar="N",
-                   help="Levels to train on (0: unlimited, as procgen; the R2AC runs use 500).")
+        "procgen", "--env names one of the 16 games: chaser or procgen:procgen-chaser-v0 (default: chaser)."
+    )
+    g.add_argument(
+        "--num_levels",
+        type=int,
+        default=0,
+        metavar="N",
+        help="Levels to train on (0: unlimited, as procgen; the R2AC runs use 500).",
+    )
     g.add_argument("--start_level", type=int, default=0, metavar="N", help="First training level.")
-    g.add_argument("--distribution_mode", default="hard", choices=DISTRIBUTION_MODES,
-                   help="Procgen distribution mode (extreme, memory, exploration exist for some games only).")
-    g.add_argument("--multi_env", type=int, default=1, metavar="N",
-                   help="Train on the first N games of the R2AC order (bigfish, fruitbot, maze, leaper, plunder, "
-                        "starpilot, ...; memory mode: dodgeball, heist, maze, miner, caveflyer, jumper); "
-                        "env i of the run plays game i mod N. Excludes --env.")
-    g.add_argument("--valid_distribution_mode", default=None, choices=DISTRIBUTION_MODES,
-                   help="Validation envs' distribution mode (default: the training one).")
+    g.add_argument(
+        "--distribution_mode",
+        default="hard",
+        choices=DISTRIBUTION_MODES,
+        help="Procgen distribution mode (extreme, memory, exploration exist for some games only).",
+    )
+    g.add_argument(
+        "--multi_env",
+        type=int,
+        default=1,
+        metavar="N",
+        help="Train on the first N games of the R2AC order (bigfish, fruitbot, maze, leaper, plunder, "
+        "starpilot, ...; memory mode: dodgeball, heist, maze, miner, caveflyer, jumper); "
+        "env i of the run plays game i mod N. Excludes --env.",
+    )
+    g.add_argument(
+        "--valid_distribution_mode",
+        default=None,
+        choices=DISTRIBUTION_MODES,
+        help="Validation envs' distribution mode (default: the training one).",
+    )
     g.add_argument("--valid_num_levels", type=int, default=None, help="Validation levels (default: the training ones).")
     g.add_argument("--valid_start_level", type=int, default=None, help="First validation level (default: training's).")
     parser.set_defaults(
-        model="resnet", num_actors=48, num_servers=8, batch_size=32, unroll_length=50,
-        total_steps=200_000_000, learning_rate=0.0006, entropy_cost=0.01, epsilon=0.01,
-        grad_norm_clipping=40.0, hidden_size=256,
+        model="resnet",
+        num_actors=48,
+        num_servers=8,
+        batch_size=32,
+        unroll_length=50,
+        total_steps=200_000_000,
+        learning_rate=0.0006,
+        entropy_cost=0.01,
+        epsilon=0.01,
+        grad_norm_clipping=40.0,
+        hidden_size=256,
     )
 
 
@@ -439,12 +488,16 @@ def check_flags(parser, flags) -> None:
     try:
         if flags.multi_env > 1:
             if flags.env is not None:
-                parser.error(f"--env {flags.env} and --multi_env {flags.multi_env} exclude each other: "
-                             f"--multi_env N trains on the first N games of the R2AC order")
+                parser.error(
+                    f"--env {flags.env} and --multi_env {flags.multi_env} exclude each other: "
+                    f"--multi_env N trains on the first N games of the R2AC order"
+                )
             games = multi_env_games(flags.multi_env, flags.distribution_mode)
             if flags.num_actors % len(games):
-                parser.error(f"--num_actors ({flags.num_actors}) must be a multiple of --multi_env "
-                             f"({len(games)}) so that every game gets the same number of envs")
+                parser.error(
+                    f"--num_actors ({flags.num_actors}) must be a multiple of --multi_env "
+                    f"({len(games)}) so that every game gets the same number of envs"
+                )
             flags.env = ",".join(games)
         else:
             flags.env = canonical_game(flags.env or DEFAULT_GAME)
@@ -456,9 +509,7 @@ def check_flags(parser, flags) -> None:
     except UserError as e:
         parser.error(str(e))
     if flags.num_actions is not None and flags.num_actions != NUM_ACTIONS:
-        parser.error(f"--num_actions {flags.num_actions} disagrees with Procgen's {NUM_ACTIONS} actions: "
-                     f"drop the flag")
-
+        parser.error(f"--num_actions {flags.num_actions} disagrees with Procgen's {NUM_ACTIONS} actions: drop the flag")
 
 
 def make_env(flags, seed: int, game: str | None = None) -> ProcgenEnv:
@@ -509,15 +560,25 @@ def test_protocol(flags) -> list[dict]:
     for level_set in final_test_level_sets(flags):
         base = level_set.protocol_run()
         for game in games:
-            runs.append(dict(base, name=f"{level_set.name}/{game}", set=level_set.name, task=game,
-                             overrides={**base["overrides"], **_task_overrides(game)}))
+            runs.append(
+                dict(
+                    base,
+                    name=f"{level_set.name}/{game}",
+                    set=level_set.name,
+                    task=game,
+                    overrides={**base["overrides"], **_task_overrides(game)},
+                )
+            )
     return runs
 
 
 def validation_overrides(flags) -> dict:
     """--valid_distribution_mode / --valid_num_levels / --valid_start_level for the validation envs."""
-    overrides = {"distribution_mode": flags.valid_distribution_mode, "num_levels": flags.valid_num_levels,
-                 "start_level": flags.valid_start_level}
+    overrides = {
+        "distribution_mode": flags.valid_distribution_mode,
+        "num_levels": flags.valid_num_levels,
+        "start_level": flags.valid_start_level,
+    }
     return {k: v for k, v in overrides.items() if v is not None}
 
 
@@ -529,8 +590,10 @@ def validation_protocol(flags) -> list[dict]:
     if len(games) == 1:
         return [{"name": "valid", "episodes": flags.valid_num_episodes, "overrides": overrides}]
     each = -(-flags.valid_num_episodes // len(games))
-    return [{"name": f"valid/{game}", "task": game, "episodes": each,
-             "overrides": {**overrides, **_task_overrides(game)}} for game in games]
+    return [
+        {"name": f"valid/{game}", "task": game, "episodes": each, "overrides": {**overrides, **_task_overrides(game)}}
+        for game in games
+    ]
 
 
 if __name__ == "__main__":  # a quick throughput figure: python -m torchbeast_procgen.env [name] [steps]

@@ -9,10 +9,25 @@ from rl_core.agents.sac import SAC_DISCRETE_IMAGE_DEFAULTS
 # PPO as Cobbe et al. 2020 ("Leveraging Procedural Generation", Table 1) train it, scaled from 64 envs to this
 # package's 48; their reward normalization is the return-std value normalization here.
 PPO_DEFAULTS = dict(
-    unroll_length=256, batch_size=48, optimizer="adam", learning_rate=5e-4, epsilon=1e-5, num_epochs=3,
-    num_minibatches=8, batch_mode="shuffle", discounting=0.999, gae_lambda=0.95, ppo_clip=0.2, entropy_cost=0.01,
-    baseline_cost=0.5, grad_norm_clipping=0.5, reward_clipping="none", value_normalization="return_std",
-    advantage_normalization=True, lr_decay="none", total_steps=25_000_000,
+    unroll_length=256,
+    batch_size=48,
+    optimizer="adam",
+    learning_rate=5e-4,
+    epsilon=1e-5,
+    num_epochs=3,
+    num_minibatches=8,
+    batch_mode="shuffle",
+    discounting=0.999,
+    gae_lambda=0.95,
+    ppo_clip=0.2,
+    entropy_cost=0.01,
+    baseline_cost=0.5,
+    grad_norm_clipping=0.5,
+    reward_clipping="none",
+    value_normalization="return_std",
+    advantage_normalization=True,
+    lr_decay="none",
+    total_steps=25_000_000,
 )
 
 

@@ -79,10 +79,12 @@ def check_rank_flags(flags, share, world_size: int) -> None:
 
     minibatches = flags.num_minibatches
     if minibatches > share.batch_size and not flags.batch_mode.startswith("split"):
-        raise UserError(f"--num_minibatches {minibatches} > each rank's batch of {share.batch_size} unrolls "
-                        f"(--batch_size {flags.batch_size} over {world_size} ranks), and --batch_mode "
-                        f"{flags.batch_mode} keeps unrolls whole: raise --batch_size to {minibatches * world_size} "
-                        f"or more, or lower --num_minibatches")
+        raise UserError(
+            f"--num_minibatches {minibatches} > each rank's batch of {share.batch_size} unrolls "
+            f"(--batch_size {flags.batch_size} over {world_size} ranks), and --batch_mode "
+            f"{flags.batch_mode} keeps unrolls whole: raise --batch_size to {minibatches * world_size} "
+            f"or more, or lower --num_minibatches"
+        )
 
 
 def describe_agent(values: dict, optimizer: bool = False) -> str:
@@ -106,7 +108,8 @@ def action_space_refusal(name: str, kind: str, rnd: bool = False, has: str | Non
     has = has or ("discrete actions" if kind == "discrete" else "box (continuous) actions")
     choices = ", ".join(fits[:-1]) + f" or {fits[-1]}" if len(fits) > 1 else fits[0]
     return f"--agent {name} takes {takes} actions; this env has {has}: use --agent {choices}" + (
-        " (with --rnd)" if rnd else "")
+        " (with --rnd)" if rnd else ""
+    )
 
 
 def check_action_space(flags, spec: EnvSpec) -> None:
@@ -124,8 +127,7 @@ def flag_ranges() -> dict[str, str]:
     """The ranges of every agent's numeric flags, the shared groups' and RND's (``rl_core/flag_ranges.py``)."""
     from rl_core.agents.shared_flags import RANGES
 
-    return dict(RANGES, **{k: v for spec in SPECS.values() for k, v in spec.flag_ranges.items()},
-                **rnd_config.RANGES)
+    return dict(RANGES, **{k: v for spec in SPECS.values() for k, v in spec.flag_ranges.items()}, **rnd_config.RANGES)
 
 
 def published_defaults(name: str) -> dict:
@@ -146,9 +148,13 @@ def make_agent(flags, spec: EnvSpec) -> Agent:
 
 def add_flags(p: argparse.ArgumentParser) -> None:
     """--agent, and every registered agent's flag groups (each once), then RND's."""
-    p.add_argument("--agent", default=AGENTS[0], choices=AGENTS,
-                   help="; ".join(f"{name}: {spec.summary}" for name, spec in SPECS.items())
-                   + ". Each environment package has defaults per agent; flags given explicitly win.")
+    p.add_argument(
+        "--agent",
+        default=AGENTS[0],
+        choices=AGENTS,
+        help="; ".join(f"{name}: {spec.summary}" for name, spec in SPECS.items())
+        + ". Each environment package has defaults per agent; flags given explicitly win.",
+    )
     groups = dict.fromkeys(group for spec in SPECS.values() for group in spec.flag_groups)
     for group in groups:
         group(p)

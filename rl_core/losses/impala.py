@@ -15,9 +15,7 @@ import torch.nn.functional as F
 from rl_core.losses import vtrace
 
 
-def policy_gradient_loss(
-    logits: torch.Tensor, actions: torch.Tensor, advantages: torch.Tensor
-) -> torch.Tensor:
+def policy_gradient_loss(logits: torch.Tensor, actions: torch.Tensor, advantages: torch.Tensor) -> torch.Tensor:
     """sum_{t,b} -log pi(a_t|x_t) * A_t: the V-trace policy gradient (Section 4.2).
 
     ``logits`` ``[T, B, A]``, ``actions`` int64 ``[T, B]``, ``advantages``
@@ -97,9 +95,16 @@ def multi_head_impala_loss(
     explained = {}
     for head in heads:
         out = vtrace.from_importance_weights(
-            log_rhos=log_rhos, discounts=head.discounts, rewards=head.rewards, values=head.values,
-            bootstrap_value=head.bootstrap_value, clip_rho_threshold=clip_rho_threshold,
-            clip_pg_rho_threshold=clip_pg_rho_threshold, clip_c_threshold=clip_c_threshold, lambda_=lambda_)
+            log_rhos=log_rhos,
+            discounts=head.discounts,
+            rewards=head.rewards,
+            values=head.values,
+            bootstrap_value=head.bootstrap_value,
+            clip_rho_threshold=clip_rho_threshold,
+            clip_pg_rho_threshold=clip_pg_rho_threshold,
+            clip_c_threshold=clip_c_threshold,
+            lambda_=lambda_,
+        )
         weighted = head.coef * out.pg_advantages
         pg_advantages = weighted if pg_advantages is None else pg_advantages + weighted
         baseline = baseline + baseline_loss(out.vs - head.values)
@@ -117,7 +122,8 @@ def multi_head_impala_loss(
         "total_loss": total_loss.detach(),
         "mean_rho": torch.exp(log_rhos).mean().detach(),  # ~1 for any lag: E_mu[pi / mu] = 1
         # the share of steps whose rho rho-bar clips: how off-policy the batch is (the lag, later passes)
-        "clipped_rho_share": (log_rhos > math.log(clip_rho_threshold)).float().mean() if clip_rho_threshold
+        "clipped_rho_share": (log_rhos > math.log(clip_rho_threshold)).float().mean()
+        if clip_rho_threshold
         else torch.zeros((), device=log_rhos.device),
         "mean_vs": vs_first.mean().detach(),
         "entropy": -neg_entropy.detach() / actions.numel(),  # the policy's mean entropy per step, whatever its cost
@@ -167,7 +173,14 @@ def impala_loss(
     """
     discounts = (~dones.bool()).to(rewards.dtype) * discounting
     return multi_head_impala_loss(
-        behavior_policy_logits, target_policy_logits, actions,
+        behavior_policy_logits,
+        target_policy_logits,
+        actions,
         [ValueHead(rewards, discounts, values, bootstrap_value)],
-        baseline_cost=baseline_cost, entropy_cost=entropy_cost, clip_rho_threshold=clip_rho_threshold,
-        clip_pg_rho_threshold=clip_pg_rho_threshold, clip_c_threshold=clip_c_threshold, lambda_=lambda_)
+        baseline_cost=baseline_cost,
+        entropy_cost=entropy_cost,
+        clip_rho_threshold=clip_rho_threshold,
+        clip_pg_rho_threshold=clip_pg_rho_threshold,
+        clip_c_threshold=clip_c_threshold,
+        lambda_=lambda_,
+    )

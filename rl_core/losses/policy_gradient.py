@@ -43,7 +43,9 @@ def masked_mean(x: torch.Tensor, mask: Optional[torch.Tensor] = None) -> torch.T
 
 
 @torch.no_grad()
-def explained_variance(values: torch.Tensor, returns: torch.Tensor, mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+def explained_variance(
+    values: torch.Tensor, returns: torch.Tensor, mask: Optional[torch.Tensor] = None
+) -> torch.Tensor:
     """1 - Var[G - V] / Var[G] over the masked-in steps (1: V explains the targets, 0: no better than
     their mean, < 0: worse); NaN where the targets do not vary.  A 0-dim float64 tensor (no host sync)."""
     values, returns = values.detach().double(), returns.detach().double()
@@ -55,9 +57,7 @@ def explained_variance(values: torch.Tensor, returns: torch.Tensor, mask: Option
     return torch.where(var_returns > 0, ratio, torch.full_like(ratio, float("nan")))
 
 
-def reduce(
-    x: torch.Tensor, mask: Optional[torch.Tensor] = None, reduction: str = "mean"
-) -> torch.Tensor:
+def reduce(x: torch.Tensor, mask: Optional[torch.Tensor] = None, reduction: str = "mean") -> torch.Tensor:
     """Reduces a per-step loss: ``"mean"`` is :func:`masked_mean`, ``"sum"`` is sum(x * mask)."""
     if reduction == "mean":
         return masked_mean(x, mask)
@@ -111,9 +111,7 @@ def ppo_clip(
 
 
 @torch.no_grad()
-def ppo_clip_fraction(
-    log_probs: torch.Tensor, behaviour_log_probs: torch.Tensor, clip_epsilon: float
-) -> torch.Tensor:
+def ppo_clip_fraction(log_probs: torch.Tensor, behaviour_log_probs: torch.Tensor, clip_epsilon: float) -> torch.Tensor:
     """``[T, B]`` float, 1 where ``|r_t - 1| > eps`` (the ratio lies outside the clip range).
 
     For logging (baselines' ``clipfrac``); gradient-free.
@@ -131,9 +129,7 @@ def approx_kl(log_probs: torch.Tensor, behaviour_log_probs: torch.Tensor) -> tor
 
 
 @torch.no_grad()
-def awr_weights(
-    advantages: torch.Tensor, beta: float, max_weight: Optional[float] = 20.0
-) -> torch.Tensor:
+def awr_weights(advantages: torch.Tensor, beta: float, max_weight: Optional[float] = 20.0) -> torch.Tensor:
     """AWR's exponentiated-advantage weights (Peng et al. 2019, arXiv:1910.00177,
     Algorithm 1 / eq. 10, with the weight clip w_max of their implementation)::
 
@@ -220,9 +216,7 @@ def vmpo(
     if not 0.0 < top_fraction <= 1.0:
         raise ValueError(f"top_fraction must be in (0, 1], got {top_fraction}")
     if temperature.numel() != 1:
-        raise ValueError(
-            f"temperature must be a scalar tensor, got shape {tuple(temperature.shape)}"
-        )
+        raise ValueError(f"temperature must be a scalar tensor, got shape {tuple(temperature.shape)}")
     if advantages.shape != log_probs.shape:
         raise ValueError(
             f"log_probs and advantages must have the same shape; got "
@@ -234,9 +228,7 @@ def vmpo(
     num_valid = int(valid.sum())
     if num_valid == 0:
         zeros = torch.zeros_like(adv)
-        return VMPOTerms(
-            policy=zeros * log_probs, temperature=0.0 * eta, weights=zeros, top_mask=zeros
-        )
+        return VMPOTerms(policy=zeros * log_probs, temperature=0.0 * eta, weights=zeros, top_mask=zeros)
     # ceil(top_fraction * N), robust to float error such as 0.3 * 10 = 3.0000000000000004.
     k = max(1, math.ceil(top_fraction * num_valid - 1e-9))
     k = min(k, num_valid)
@@ -256,9 +248,7 @@ def vmpo(
     top_adv = adv.reshape(-1)[top_idx]
     log_mean_exp = torch.logsumexp(top_adv / eta, dim=0) - math.log(k)
     temperature_loss = eta * epsilon_eta + eta * log_mean_exp
-    return VMPOTerms(
-        policy=policy, temperature=temperature_loss, weights=psi, top_mask=top.to(adv.dtype)
-    )
+    return VMPOTerms(policy=policy, temperature=temperature_loss, weights=psi, top_mask=top.to(adv.dtype))
 
 
 def lagrange_penalty(
@@ -296,9 +286,7 @@ def lagrange_penalty(
     same ``mask``).
     """
     if multiplier.numel() != 1:
-        raise ValueError(
-            f"multiplier must be a scalar tensor, got shape {tuple(multiplier.shape)}"
-        )
+        raise ValueError(f"multiplier must be a scalar tensor, got shape {tuple(multiplier.shape)}")
     multiplier = multiplier.reshape(())
     mean_value = masked_mean(value.detach(), mask)
     if kind == "upper":

@@ -61,13 +61,18 @@ def double_q_values(online_q: torch.Tensor, target_q: torch.Tensor, eps: float =
 
 
 class R2D2Loss(NamedTuple):
-    loss: torch.Tensor        # scalar: mean over the batch of w_b * 0.5 * sum_t mask * delta^2
-    td_errors: torch.Tensor   # [T, B] delta_t = h(y_t) - Q(s_t, a_t) (detached), 0 where masked
-    targets: torch.Tensor     # [T, B] h(y_t) (detached)
+    loss: torch.Tensor  # scalar: mean over the batch of w_b * 0.5 * sum_t mask * delta^2
+    td_errors: torch.Tensor  # [T, B] delta_t = h(y_t) - Q(s_t, a_t) (detached), 0 where masked
+    targets: torch.Tensor  # [T, B] h(y_t) (detached)
 
 
-def r2d2_loss(q_taken: torch.Tensor, targets_unscaled: torch.Tensor, weights: torch.Tensor,
-              mask: torch.Tensor | None = None, eps: float = 1e-3) -> R2D2Loss:
+def r2d2_loss(
+    q_taken: torch.Tensor,
+    targets_unscaled: torch.Tensor,
+    weights: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    eps: float = 1e-3,
+) -> R2D2Loss:
     """The sequence loss of R2D2 (Sec. 2.3): delta_t = h(y_t) - Q(s_t, a_t), each sequence's
     0.5 sum_t delta_t^2 weighted by its importance-sampling weight w_b (Schaul et al. 2016,
     Alg. 1), averaged over the batch.  ``q_taken`` [T, B]; ``targets_unscaled`` y_t [T, B];
@@ -76,7 +81,7 @@ def r2d2_loss(q_taken: torch.Tensor, targets_unscaled: torch.Tensor, weights: to
     delta = targets - q_taken
     if mask is not None:
         delta = delta * mask
-    per_sequence = 0.5 * (delta ** 2).sum(0)
+    per_sequence = 0.5 * (delta**2).sum(0)
     return R2D2Loss((weights * per_sequence).mean(), delta.detach(), targets)
 
 

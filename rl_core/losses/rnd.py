@@ -46,7 +46,9 @@ def predictor_loss(predicted: torch.Tensor, target: torch.Tensor, mask: Optional
 
 
 @torch.no_grad()
-def reward_forward_filter(rewards: torch.Tensor, initial: torch.Tensor, gamma: float) -> Tuple[torch.Tensor, torch.Tensor]:
+def reward_forward_filter(
+    rewards: torch.Tensor, initial: torch.Tensor, gamma: float
+) -> Tuple[torch.Tensor, torch.Tensor]:
     """The discounted intrinsic return run forward in time, per column (env)::
 
         R_t = gamma R_{t-1} + i_t,     R_{-1} = initial
@@ -56,8 +58,10 @@ def reward_forward_filter(rewards: torch.Tensor, initial: torch.Tensor, gamma: f
     ``(R [T, B], R_{T-1} [B])``: the second carries the filter into the env's next unroll.
     """
     if rewards.dim() != 2 or initial.shape != rewards.shape[1:]:
-        raise ValueError(f"reward_forward_filter expects rewards [T, B] and initial [B]; got "
-                         f"{tuple(rewards.shape)} and {tuple(initial.shape)}")
+        raise ValueError(
+            f"reward_forward_filter expects rewards [T, B] and initial [B]; got "
+            f"{tuple(rewards.shape)} and {tuple(initial.shape)}"
+        )
     if rewards.shape[0] == 0:
         return rewards.clone(), initial.to(rewards.dtype)
     out = discounted_scan(rewards, torch.full_like(rewards, gamma), initial, reverse=False)
@@ -65,7 +69,9 @@ def reward_forward_filter(rewards: torch.Tensor, initial: torch.Tensor, gamma: f
 
 
 @torch.no_grad()
-def normalize_intrinsic_rewards(rewards: torch.Tensor, return_variance: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
+def normalize_intrinsic_rewards(
+    rewards: torch.Tensor, return_variance: torch.Tensor, eps: float = 1e-8
+) -> torch.Tensor:
     """i' = i / sqrt(Var[R]) (Section 2.4): the reward over the running std of the forward-filtered
     intrinsic return (``return_variance``: that running variance, after this batch's update)."""
     return rewards / torch.sqrt(return_variance.to(rewards.dtype) + eps)

@@ -37,8 +37,14 @@ def _mean(x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
     return (x * mask).sum() / mask.sum().clamp(min=1.0)
 
 
-def soft_q_targets(rewards: torch.Tensor, discounts: torch.Tensor, next_q1: torch.Tensor, next_q2: torch.Tensor,
-                   next_log_probs: torch.Tensor, alpha: torch.Tensor | float) -> torch.Tensor:
+def soft_q_targets(
+    rewards: torch.Tensor,
+    discounts: torch.Tensor,
+    next_q1: torch.Tensor,
+    next_q2: torch.Tensor,
+    next_log_probs: torch.Tensor,
+    alpha: torch.Tensor | float,
+) -> torch.Tensor:
     """y = r + gamma_t (min(Q-bar_1(s', a'), Q-bar_2(s', a')) - alpha log pi(a'|s')).
 
     ``discounts`` is gamma, or 0 where the transition ends the episode; every argument [B]."""
@@ -46,34 +52,56 @@ def soft_q_targets(rewards: torch.Tensor, discounts: torch.Tensor, next_q1: torc
     return rewards + discounts * soft_value
 
 
-def discrete_soft_values(next_probs: torch.Tensor, next_log_probs: torch.Tensor, next_q1: torch.Tensor,
-                         next_q2: torch.Tensor, alpha: torch.Tensor | float) -> torch.Tensor:
+def discrete_soft_values(
+    next_probs: torch.Tensor,
+    next_log_probs: torch.Tensor,
+    next_q1: torch.Tensor,
+    next_q2: torch.Tensor,
+    alpha: torch.Tensor | float,
+) -> torch.Tensor:
     """V(s') = sum_a pi(a|s') (min_i Q-bar_i(s', a) - alpha log pi(a|s')): [B, A] inputs -> [B]."""
     return (next_probs * (torch.minimum(next_q1, next_q2) - alpha * next_log_probs)).sum(-1)
 
 
-def critic_loss(q1: torch.Tensor, q2: torch.Tensor, targets: torch.Tensor,
-                mask: torch.Tensor | None = None) -> torch.Tensor:
+def critic_loss(
+    q1: torch.Tensor, q2: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor | None = None
+) -> torch.Tensor:
     """J_Q(theta_1) + J_Q(theta_2), J_Q = E[1/2 (Q(s, a) - y)^2]; ``targets`` carry no gradient."""
     targets = targets.detach()
     return _mean(0.5 * (q1 - targets).pow(2), mask) + _mean(0.5 * (q2 - targets).pow(2), mask)
 
 
-def actor_loss(log_probs: torch.Tensor, q1: torch.Tensor, q2: torch.Tensor, alpha: torch.Tensor | float,
-               mask: torch.Tensor | None = None) -> torch.Tensor:
+def actor_loss(
+    log_probs: torch.Tensor,
+    q1: torch.Tensor,
+    q2: torch.Tensor,
+    alpha: torch.Tensor | float,
+    mask: torch.Tensor | None = None,
+) -> torch.Tensor:
     """J_pi = E[alpha log pi(a~|s) - min_i Q_i(s, a~)] for reparameterised a~ (gradients through a~)."""
     return _mean(alpha * log_probs - torch.minimum(q1, q2), mask)
 
 
-def discrete_actor_loss(probs: torch.Tensor, log_probs: torch.Tensor, q1: torch.Tensor, q2: torch.Tensor,
-                        alpha: torch.Tensor | float, mask: torch.Tensor | None = None) -> torch.Tensor:
+def discrete_actor_loss(
+    probs: torch.Tensor,
+    log_probs: torch.Tensor,
+    q1: torch.Tensor,
+    q2: torch.Tensor,
+    alpha: torch.Tensor | float,
+    mask: torch.Tensor | None = None,
+) -> torch.Tensor:
     """J_pi = E_s[sum_a pi(a|s) (alpha log pi(a|s) - min_i Q_i(s, a))]: [B, A] inputs; Q carries no gradient."""
     q = torch.minimum(q1, q2).detach()
     return _mean((probs * (alpha * log_probs - q)).sum(-1), mask)
 
 
-def temperature_loss(log_alpha: torch.Tensor, log_probs: torch.Tensor, target_entropy: float,
-                     probs: torch.Tensor | None = None, mask: torch.Tensor | None = None) -> torch.Tensor:
+def temperature_loss(
+    log_alpha: torch.Tensor,
+    log_probs: torch.Tensor,
+    target_entropy: float,
+    probs: torch.Tensor | None = None,
+    mask: torch.Tensor | None = None,
+) -> torch.Tensor:
     """J(alpha) = E[-alpha (log pi(a|s) + H-bar)], alpha = exp(log_alpha); gradient to alpha only.
 
     Continuous: ``log_probs`` [B] of sampled actions.  Discrete: ``log_probs`` and ``probs`` [B, A],

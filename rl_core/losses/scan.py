@@ -65,8 +65,10 @@ def _check(name: str, x: torch.Tensor, factors: torch.Tensor, init: Optional[tor
     ok = x.dim() == 2 and factors.shape == x.shape and (init is None or init.shape == x.shape[1:])
     if not ok:
         init_shape = None if init is None else tuple(init.shape)
-        raise ValueError(f"{name} expects x and factors of shape [T, B] and init of shape [B] (or None); "
-                         f"got x={tuple(x.shape)}, factors={tuple(factors.shape)}, init={init_shape}")
+        raise ValueError(
+            f"{name} expects x and factors of shape [T, B] and init of shape [B] (or None); "
+            f"got x={tuple(x.shape)}, factors={tuple(factors.shape)}, init={init_shape}"
+        )
 
 
 def _chunks(num_columns: int, per_column: int, max_elements: int):

@@ -78,8 +78,10 @@ def connect_server(address: tp.Address, flags, secret: bytes | None, stop=None, 
             kind, msg = conn.recv(stop, on_idle=no_answer)
         except tp.AuthenticationFailed as e:
             conn.close()
-            raise UserError(f"env server at {address}: authentication failed ({e}): give the learner and the "
-                            f"servers the same secret (--server_secret or $POLYBEAST_SECRET)") from None
+            raise UserError(
+                f"env server at {address}: authentication failed ({e}): give the learner and the "
+                f"servers the same secret (--server_secret or $POLYBEAST_SECRET)"
+            ) from None
         except (ConnectionError, tp.ConnectionClosed, tp.ProtocolError, _NoAnswer) as e:
             # A server that is dying (e.g. just killed) can still accept into its backlog, then
             # reset; one busy with another peer answers late: retry until the deadline.
@@ -88,7 +90,8 @@ def connect_server(address: tp.Address, flags, secret: bytes | None, stop=None, 
                 raise UserError(
                     f"env server at {address} did not answer within --connect_timeout {flags.connect_timeout:g} s "
                     f"({e or type(e).__name__}): another learner or peer may hold it (a server serves one at a "
-                    f"time); stop that one, or check the server's log") from None
+                    f"time); stop that one, or check the server's log"
+                ) from None
             time.sleep(0.1)
             continue
         if kind != tp.HELLO:
@@ -167,9 +170,11 @@ class ActorThread:
             if not finite.all():
                 slot = int(np.flatnonzero(~finite)[0])
                 bad = value[slot][~np.isfinite(value[slot])].flat[0]
-                raise RunFailure(f"env server {self.index} ({self.address}), env slot {slot}: its {field} holds "
-                                 f"{bad} (NaN or inf): the environment produced it; fix the env or clip what it "
-                                 f"returns")
+                raise RunFailure(
+                    f"env server {self.index} ({self.address}), env slot {slot}: its {field} holds "
+                    f"{bad} (NaN or inf): the environment produced it; fix the env or clip what it "
+                    f"returns"
+                )
 
     def _record_env(self, store, t: int, msg: dict) -> None:
         self._check_finite(msg)
@@ -198,11 +203,17 @@ class ActorThread:
             raise RunFailure(
                 f"env server {self.index} ({self.address}) has not answered for {waited:.0f} s (--env_timeout "
                 f"{limit:g}): one of its envs hangs in step() or reset() (the server's log names the slot); the "
-                f"run ends rather than wait forever")
+                f"run ends rather than wait forever"
+            )
         if waited >= limit / 2 and not self._warned_silent:
             self._warned_silent = True
-            log.warning("env server %d (%s) has not answered for %.0f s; the run ends at %g s (--env_timeout)",
-                        self.index, self.address, waited, limit)
+            log.warning(
+                "env server %d (%s) has not answered for %.0f s; the run ends at %g s (--env_timeout)",
+                self.index,
+                self.address,
+                waited,
+                limit,
+            )
 
     def _recv_step(self) -> dict:
         self._warned_silent = False
@@ -229,7 +240,10 @@ class ActorThread:
                     self.stats.reconnects += 1
                 reason = "closed the connection" if isinstance(e, tp.ConnectionClosed) else str(e)
                 log.warning(
-                    "env server %d (%s) %s: dropped its unroll in flight; reconnecting", self.index, self.address, reason
+                    "env server %d (%s) %s: dropped its unroll in flight; reconnecting",
+                    self.index,
+                    self.address,
+                    reason,
                 )
                 self.conn.close()
                 self.conn, spec = connect_server(self.address, self.flags, self.secret, self.stop)
@@ -320,8 +334,9 @@ class ActorThread:
                     raise tp.Stopped()
 
 
-def inference_loop(batcher: InferenceBatcher, model, lock: threading.Lock, device, stop: threading.Event,
-                   agent) -> None:
+def inference_loop(
+    batcher: InferenceBatcher, model, lock: threading.Lock, device, stop: threading.Event, agent
+) -> None:
     """Answer batched requests with the inference model (central inference): ``agent.act``."""
     while True:
         answer(batcher.get_batch(stop), model, lock, device, agent)
@@ -332,7 +347,9 @@ def answer(requests: list, model, lock: threading.Lock, device, agent) -> None:
     its envs' actions, the agent's per-step fields, new state and the version of the weights that ran
     (``learner.Publisher``)."""
     sizes = [r.size for r in requests]
-    inputs = {k: torch.cat([r.inputs[k] for r in requests], dim=1).to(device, non_blocking=True) for k in requests[0].inputs}
+    inputs = {
+        k: torch.cat([r.inputs[k] for r in requests], dim=1).to(device, non_blocking=True) for k in requests[0].inputs
+    }
     states = requests[0].state
     if len(states):
         states = tuple(torch.cat([r.state[i] for r in requests], dim=0) for i in range(len(states)))

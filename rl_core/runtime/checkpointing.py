@@ -18,8 +18,7 @@ class Checkpoints:
     """model.tar of a run directory (``rundir`` None: a torchrun rank other than 0, which writes nothing and
     resumes from rank 0's ``saved``).  ``saved_step``: the step of model.tar as on disk (None: none yet)."""
 
-    def __init__(self, flags, global_flags, rundir: str | None, path: str, saved: dict | None,
-                 stop: threading.Event):
+    def __init__(self, flags, global_flags, rundir: str | None, path: str, saved: dict | None, stop: threading.Event):
         self.flags = flags
         self.global_flags = global_flags  # (recorded in each checkpoint: the run's flags, whatever the world size)
         self.rundir = rundir
@@ -56,7 +55,8 @@ class Checkpoints:
         raise UserError(
             f"{ours} cannot resume run {f.xpid}: its checkpoint {self.path} (step "
             f"{int(self.saved.get('step', 0)):,}) was trained with {theirs}; resume it with {theirs}, or start a new "
-            f"run with another --xpid (or none)")
+            f"run with another --xpid (or none)"
+        )
 
     # ------------------------------------------------------------ restore
     def restore(self, model, optimizer, scheduler) -> tuple[int, int]:
@@ -112,8 +112,14 @@ class Checkpoints:
         """The last-100 window the checkpoint read at the start carries (none: an empty one)."""
         return list((self.saved or {}).get("recent_returns", []))
 
-    def save(self, learner, data_source, path: str | None = None, unless_stopped: bool = False,
-             recent_returns: list[float] | None = None) -> None:
+    def save(
+        self,
+        learner,
+        data_source,
+        path: str | None = None,
+        unless_stopped: bool = False,
+        recent_returns: list[float] | None = None,
+    ) -> None:
         """model.tar (or ``path``) of the learner's state, and the data source's (replay.tar) with model.tar;
         ``recent_returns``: the run's last-100 window, which a resumed run goes on from.
         ``unless_stopped`` (a periodic save): given up if the run stops while the learner holds its weights (an
@@ -155,10 +161,15 @@ class Checkpoints:
     def save_model(self, path: str, model, step: int, **extra) -> None:
         """A model's weights alone (model_best_val.tar), with the run's flags and ``extra``."""
         try:
-            checkpoint.save(path, {
-                "model_state_dict": {k: v.detach().cpu() for k, v in model.state_dict().items()},
-                "flags": checkpoint.flags_dict(self.global_flags), "step": step, **extra,
-            })
+            checkpoint.save(
+                path,
+                {
+                    "model_state_dict": {k: v.detach().cpu() for k, v in model.state_dict().items()},
+                    "flags": checkpoint.flags_dict(self.global_flags),
+                    "step": step,
+                    **extra,
+                },
+            )
         except OSError as e:
             raise self.write_error(path, e) from None
 

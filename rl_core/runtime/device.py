@@ -36,8 +36,10 @@ def inference_precision(flags, device: torch.device) -> torch.dtype:
         except OSError:
             cpu_flags = set()
         if not cpu_flags & {"avx512_bf16", "amx_bf16"}:
-            log.warning("--inference_precision=bfloat16: this CPU has no native bf16 (avx512_bf16 or amx_bf16), "
-                        "so inference may be slower than float32")
+            log.warning(
+                "--inference_precision=bfloat16: this CPU has no native bf16 (avx512_bf16 or amx_bf16), "
+                "so inference may be slower than float32"
+            )
     return torch.bfloat16
 
 

@@ -81,8 +81,12 @@ def world_from_environ(environ=os.environ) -> WorldEnv | None:
         return None
     if world <= 1 or "RANK" not in environ:
         return None
-    return WorldEnv(rank=int(environ["RANK"]), world_size=world, local_rank=int(environ.get("LOCAL_RANK", "0")),
-                    local_world_size=int(environ.get("LOCAL_WORLD_SIZE", "1")))
+    return WorldEnv(
+        rank=int(environ["RANK"]),
+        world_size=world,
+        local_rank=int(environ.get("LOCAL_RANK", "0")),
+        local_world_size=int(environ.get("LOCAL_WORLD_SIZE", "1")),
+    )
 
 
 def rank_flags(flags, world: WorldEnv):
@@ -95,23 +99,31 @@ def rank_flags(flags, world: WorldEnv):
     for name in EXACT_SHARES:
         value = getattr(flags, name)
         if value % W:
-            raise UserError(f"--{name} {value} does not divide among the {W} ranks of this torchrun job: give a "
-                            f"multiple of {W} (it is the run's total; each rank takes 1/{W})")
+            raise UserError(
+                f"--{name} {value} does not divide among the {W} ranks of this torchrun job: give a "
+                f"multiple of {W} (it is the run's total; each rank takes 1/{W})"
+            )
         setattr(mine, name, value // W)
     for name in agents.rank_shares():
         if getattr(flags, name):
             setattr(mine, name, max(1, math.ceil(getattr(flags, name) / W)))
     agents.check_rank_flags(flags, mine, W)
     if flags.num_learner_threads != 1:
-        raise UserError("--num_learner_threads must be 1 under torchrun: each rank's learner thread runs the "
-                        "job's collectives in order (drop the flag)")
+        raise UserError(
+            "--num_learner_threads must be 1 under torchrun: each rank's learner thread runs the "
+            "job's collectives in order (drop the flag)"
+        )
     if flags.checkpoint_replay:
-        raise UserError("--checkpoint_replay is not supported under torchrun: each rank's replay is its own "
-                        "(drop the flag; a resumed run refills its replays)")
+        raise UserError(
+            "--checkpoint_replay is not supported under torchrun: each rank's replay is its own "
+            "(drop the flag; a resumed run refills its replays)"
+        )
     if mine.num_servers % flags.server_splits:
-        raise UserError(f"--num_servers {flags.num_servers} gives each of the {W} ranks {mine.num_servers} servers, "
-                        f"not a multiple of --server_splits {flags.server_splits}: give a multiple of "
-                        f"{W * flags.server_splits}")
+        raise UserError(
+            f"--num_servers {flags.num_servers} gives each of the {W} ranks {mine.num_servers} servers, "
+            f"not a multiple of --server_splits {flags.server_splits}: give a multiple of "
+            f"{W * flags.server_splits}"
+        )
     mine.server_offset = world.rank * mine.num_servers  # this rank's servers: global indices from here
     mine.world_size = W  # (the learning-rate schedule counts the steps of all ranks' batches)
     return mine
@@ -124,8 +136,10 @@ def local_gpu(world: WorldEnv, device_count: int) -> int:
     if ranks > device_count:
         gpus = f"{device_count} GPU" + ("" if device_count == 1 else "s")
         fewer = f" (--nproc_per_node {device_count})" if device_count else ""
-        raise UserError(f"this host has {gpus} for {ranks} torchrun ranks (--nproc_per_node {ranks}): give at most "
-                        f"1 rank per GPU{fewer}, or pass --disable_cuda to train on the CPU")
+        raise UserError(
+            f"this host has {gpus} for {ranks} torchrun ranks (--nproc_per_node {ranks}): give at most "
+            f"1 rank per GPU{fewer}, or pass --disable_cuda to train on the CPU"
+        )
     return world.local_rank
 
 
@@ -197,22 +211,26 @@ class Group:
 
     def _lost(self, error: Exception) -> RunFailure:
         silent = self._silent_ranks()
-        who = (f"rank {', '.join(map(str, silent))}" if silent else "a peer rank")
+        who = f"rank {', '.join(map(str, silent))}" if silent else "a peer rank"
         first = (str(error).strip().splitlines() or [type(error).__name__])[0]
         first = re.sub(r"^\[[^\]]*\] ", "", first).split(". This is typically")[0][:200]  # gloo's source path
-        return RunFailure(f"{who} of this {self.size}-rank torchrun job is gone ({first}): its log and torchrun's "
-                          f"summary say why; this rank stops too, and the run directory's last model.tar stays "
-                          f"loadable (resume with --xpid, at any world size)")
+        return RunFailure(
+            f"{who} of this {self.size}-rank torchrun job is gone ({first}): its log and torchrun's "
+            f"summary say why; this rank stops too, and the run directory's last model.tar stays "
+            f"loadable (resume with --xpid, at any world size)"
+        )
 
     def unanswered(self, where: str) -> RunFailure:
         """The failure of a rank whose learner thread still waits ``PEER_WAIT_S`` after the stop (``where``: the
         calls it waits in): a peer that neither answers nor left (hung, stopped)."""
         silent = self._silent_ranks()
         who = f"rank {', '.join(map(str, silent))}" if silent else "a peer rank"
-        return RunFailure(f"{who} of this {self.size}-rank torchrun job did not stop with this rank within "
-                          f"{PEER_WAIT_S:.0f} s (hung or stopped; this rank's learner waits in {where}): no final "
-                          f"checkpoint, and the run directory's last model.tar stays loadable (resume with --xpid, "
-                          f"at any world size)")
+        return RunFailure(
+            f"{who} of this {self.size}-rank torchrun job did not stop with this rank within "
+            f"{PEER_WAIT_S:.0f} s (hung or stopped; this rank's learner waits in {where}): no final "
+            f"checkpoint, and the run directory's last model.tar stays loadable (resume with --xpid, "
+            f"at any world size)"
+        )
 
     def _collective(self, fn, *args, **kwargs):
         try:
@@ -246,8 +264,11 @@ class Group:
             raise RunFailure("rank 0 refused the run (its log says why): nothing was started")
         if size == 0:
             return None
-        blob = torch.frombuffer(bytearray(data), dtype=torch.uint8) if self.rank == 0 else \
-            torch.empty(size, dtype=torch.uint8)
+        blob = (
+            torch.frombuffer(bytearray(data), dtype=torch.uint8)
+            if self.rank == 0
+            else torch.empty(size, dtype=torch.uint8)
+        )
         self._collective(self.dist.broadcast, blob, 0, group=self.cpu)
         if self.rank == 0:
             return payload
@@ -304,8 +325,12 @@ class Group:
         value[-2] = int(env_steps)
         value[-1] = int(new_steps)
         self._collective(self.dist.all_reduce, value, group=self.cpu)
-        return Agreement(stopping=[r for r in range(W) if value[r]], new_steps=int(value[-1]),
-                         episodes=value[W:2 * W].tolist(), env_steps=int(value[-2]))
+        return Agreement(
+            stopping=[r for r in range(W) if value[r]],
+            new_steps=int(value[-1]),
+            episodes=value[W : 2 * W].tolist(),
+            env_steps=int(value[-2]),
+        )
 
     def gather_episodes(self, episodes: list[dict], counts: list[int]) -> list[dict]:
         """The finished episodes of every rank (``counts``: how many each has, from ``agree``) on rank 0, as
@@ -318,8 +343,12 @@ class Group:
         self._collective(self.dist.all_gather, everyone, mine, group=self.cpu)
         if self.rank != 0:
             return []
-        return [{"return": float(v[0]), "length": int(v[1])}
-                for r, values in enumerate(everyone) if r != 0 for v in values[:counts[r]]]
+        return [
+            {"return": float(v[0]), "length": int(v[1])}
+            for r, values in enumerate(everyone)
+            if r != 0
+            for v in values[: counts[r]]
+        ]
 
     @torch.no_grad()
     def parameter_difference(self, module: nn.Module) -> float:
@@ -415,5 +444,7 @@ class Peers:
         if difference is None:
             return
         (log.info if difference == 0 else log.warning)(
-            "replicas: the %d ranks' parameters %s", self.group.size,
-            "are identical" if difference == 0 else f"differ by up to {difference:.3g}")
+            "replicas: the %d ranks' parameters %s",
+            self.group.size,
+            "are identical" if difference == 0 else f"differ by up to {difference:.3g}",
+        )

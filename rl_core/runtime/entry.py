@@ -58,11 +58,15 @@ def apply_agent_defaults(env_pkg, parser, argv) -> list[tuple[str, dict]]:
     # --help is left out here, so that the help printed by the full parse shows these defaults
     known, _ = parser.parse_known_args([a for a in argv if a not in ("-h", "--help")])
     agent, pkg = known.agent, env_pkg.package
-    layers = [(f"paper: --agent {agent}", published_defaults(agent)),  # the agent's paper, under the package's own
-              (f"{pkg}: --agent {agent}", env_pkg.agent_defaults(agent))]
+    layers = [
+        (f"paper: --agent {agent}", published_defaults(agent)),  # the agent's paper, under the package's own
+        (f"{pkg}: --agent {agent}", env_pkg.agent_defaults(agent)),
+    ]
     if known.feedforward or any(getattr(known, k) for k in CORE_FLAGS):  # a core named on the command line
-        layers = [(source, {k: v for k, v in values.items() if k not in CORE_FLAGS})  # replaces the package's
-                  for source, values in layers]
+        layers = [
+            (source, {k: v for k, v in values.items() if k not in CORE_FLAGS})  # replaces the package's
+            for source, values in layers
+        ]
     laid = {k: v for _, values in layers for k, v in values.items()}
     core = core_kind(argparse.Namespace(**{k: laid.get(k, getattr(known, k)) for k in CORE_FLAGS}))
     layers.append((f"{pkg}: --agent {agent} with a {core} core", env_pkg.core_defaults(agent, core)))
@@ -112,11 +116,20 @@ def apply_sizing(env_pkg, parser, argv):
         world = world_from_environ()
         envs_per_server = env_pkg.ENVS_PER_SERVER
         if world is None:
-            sizing = sizing_lib.size_run(sizing_lib.usable_cores(), gpu, known.agent, envs_per_server,
-                                         defaults, given, games, env_pkg.SERVER_SPLITS)
+            sizing = sizing_lib.size_run(
+                sizing_lib.usable_cores(),
+                gpu,
+                known.agent,
+                envs_per_server,
+                defaults,
+                given,
+                games,
+                env_pkg.SERVER_SPLITS,
+            )
         else:
-            sizing = _sized_per_rank(sizing_lib, world, gpu, known.agent, envs_per_server, defaults, given, games,
-                                     env_pkg.SERVER_SPLITS)
+            sizing = _sized_per_rank(
+                sizing_lib, world, gpu, known.agent, envs_per_server, defaults, given, games, env_pkg.SERVER_SPLITS
+            )
     parser.set_defaults(**{k: v for k, v in sizing.values().items() if k in sizing.auto})
     return sizing
 
@@ -132,10 +145,13 @@ def _sized_per_rank(sizing_lib, world, gpu, agent, envs_per_server, defaults, gi
     given_share = {k: (-(-v // W) if k in sizing_lib.SIZED_FLAGS else v) for k, v in given.items()}
     cores = max(1, sizing_lib.usable_cores() // max(1, world.local_world_size))
     per_rank = sizing_lib.size_run(cores, gpu, agent, envs_per_server, share, given_share, games, server_splits)
-    totals = {k: (v * W if k in per_rank.auto and k in sizing_lib.SIZED_FLAGS else given.get(k, v))
-              for k, v in per_rank.values().items()}
+    totals = {
+        k: (v * W if k in per_rank.auto and k in sizing_lib.SIZED_FLAGS else given.get(k, v))
+        for k, v in per_rank.values().items()
+    }
     reason = (f"{per_rank.reason}; " if per_rank.reason else "") + (
-        f"per rank of the {W} of this torchrun job (each takes 1/{W} of the run's totals)")
+        f"per rank of the {W} of this torchrun job (each takes 1/{W} of the run's totals)"
+    )
     return dataclasses.replace(per_rank, **totals, reason=reason)
 
 
@@ -163,14 +179,17 @@ def _resumed_sizing(known, given: dict, defaults: dict):
         values["server_splits"] = int(record.get("server_splits", 1))  # the processes' split it started with
         auto += ("server_splits",)
     device = "cuda" if record.get("gpu") else "cpu"
-    reason = (f"resuming run {known.xpid}: {', '.join(f'--{k} {v}' for k, v in taken.items())} as it was sized when "
-              f"it started ({record.get('cores')} usable cores, learner on {device})")
+    reason = (
+        f"resuming run {known.xpid}: {', '.join(f'--{k} {v}' for k, v in taken.items())} as it was sized when "
+        f"it started ({record.get('cores')} usable cores, learner on {device})"
+    )
     rounded = _divisible_by_ranks(values, auto)
     if rounded:
         reason += f", then {', '.join(f'--{k} {values[k]}' for k in rounded)} to divide among the ranks"
     reason += f"; {sizing_lib.OVERRIDE}"
-    return sizing_lib.Sizing(**values, reason=reason, auto=auto, cores=record.get("cores") or 0,
-                             gpu=bool(record.get("gpu")))
+    return sizing_lib.Sizing(
+        **values, reason=reason, auto=auto, cores=record.get("cores") or 0, gpu=bool(record.get("gpu"))
+    )
 
 
 def _divisible_by_ranks(values: dict, auto: tuple) -> list[str]:
@@ -258,8 +277,9 @@ def flag_sources(env_pkg, parser, raw_argv: list[str], layers: list[tuple[str, d
         sources.update(dict.fromkeys(values, source))
         laid.update(values)
     sized = sizing.values() if sizing is not None else {}
-    sources.update({k: SIZING for k in (sizing.auto if sizing is not None else ()) if sized.get(k, laid.get(k)) !=
-                    laid.get(k)})  # what the sizing kept stays its layer's
+    sources.update(
+        {k: SIZING for k in (sizing.auto if sizing is not None else ()) if sized.get(k, laid.get(k)) != laid.get(k)}
+    )  # what the sizing kept stays its layer's
     for source, args in _argv_segments(raw_argv):
         sources.update(dict.fromkeys(given_flags(parser, args), source))
     return sources
@@ -332,7 +352,13 @@ def env_main(env_pkg, argv=None) -> None:
         _run_all_servers(env_pkg, flags, argv)
         return
     from rl_core.runtime.env_server import (
-        ENV_ERROR_EXIT_CODE, EnvError, EnvServer, env_seed, install_termination_handlers, serve_splits, watch_parent,
+        ENV_ERROR_EXIT_CODE,
+        EnvError,
+        EnvServer,
+        env_seed,
+        install_termination_handlers,
+        serve_splits,
+        watch_parent,
     )
 
     install_termination_handlers()
@@ -349,16 +375,26 @@ def env_main(env_pkg, argv=None) -> None:
             seeds = [env_seed(flags.seed, i, slot) for slot in range(K)]
             fns = [(lambda s=s: env_pkg.make_env(flags, s)) for s in seeds]
             try:
-                servers.append(EnvServer(address, fns, seeds, server_index=i,
-                                         secret=secret.encode() if secret else None,
-                                         max_bytes=flags.max_message_bytes, env_name=flags.env or "",
-                                         stall_warn_s=flags.env_timeout / 2, step_lock=lock))
+                servers.append(
+                    EnvServer(
+                        address,
+                        fns,
+                        seeds,
+                        server_index=i,
+                        secret=secret.encode() if secret else None,
+                        max_bytes=flags.max_message_bytes,
+                        env_name=flags.env or "",
+                        stall_warn_s=flags.env_timeout / 2,
+                        step_lock=lock,
+                    )
+                )
             except (UserError, EnvError):
                 raise
             except Exception as e:  # noqa: BLE001 - before serving anything: the setup is at fault
                 first_line = (str(e).strip().splitlines() or [""])[0][:300]
-                raise UserError(f"{flags.env}: the environment could not be created ({type(e).__name__}: "
-                                f"{first_line})") from None
+                raise UserError(
+                    f"{flags.env}: the environment could not be created ({type(e).__name__}: {first_line})"
+                ) from None
         parent = os.environ.get("POLYBEAST_PARENT_PID")
         if parent:
             watch_parent(int(parent), lambda: [server.remove_socket_file() for server in servers])
@@ -378,8 +414,9 @@ def _run_all_servers(env_pkg, flags, argv) -> None:
     module = f"{env_pkg.package}.polybeast_env"
     # The secret reaches the servers through the environment, not their command line.
     server_argv = _without_flag(argv, "--server_secret")
-    supervisor = ServerSupervisor(module, server_argv, flags.num_servers, flags.pipes_basename, flags.server_secret,
-                                  splits=flags.server_splits)
+    supervisor = ServerSupervisor(
+        module, server_argv, flags.num_servers, flags.pipes_basename, flags.server_secret, splits=flags.server_splits
+    )
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
@@ -426,8 +463,10 @@ def launcher_main(env_pkg, argv=None) -> None:
     except UserError as e:
         _fail(str(e))
     if first.kind == "unix" and not os.path.isdir(os.path.dirname(os.path.abspath(first.path))):
-        _fail(f"--pipes_basename {flags.pipes_basename}: the directory "
-              f"{os.path.dirname(os.path.abspath(first.path))} does not exist: create it or choose another")
+        _fail(
+            f"--pipes_basename {flags.pipes_basename}: the directory "
+            f"{os.path.dirname(os.path.abspath(first.path))} does not exist: create it or choose another"
+        )
     if first.kind == "tcp" and not (flags.server_secret or os.environ.get("POLYBEAST_SECRET")):
         flags.server_secret = secrets.token_hex(32)
     module = f"{env_pkg.package}.polybeast_env"
@@ -443,8 +482,15 @@ def launcher_main(env_pkg, argv=None) -> None:
         mine = rank_flags(flags, world) if world is not None else flags
     except UserError as e:  # a total that does not divide among the ranks: before any server starts
         _fail(str(e))
-    supervisor = ServerSupervisor(module, server_argv, mine.num_servers, flags.pipes_basename, flags.server_secret,
-                                  getattr(mine, "server_offset", 0), flags.server_splits)
+    supervisor = ServerSupervisor(
+        module,
+        server_argv,
+        mine.num_servers,
+        flags.pipes_basename,
+        flags.server_secret,
+        getattr(mine, "server_offset", 0),
+        flags.server_splits,
+    )
     sys.exit(train(flags, env_pkg, supervisor, sizing, parsed.sources))
 
 

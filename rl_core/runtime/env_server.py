@@ -140,8 +140,13 @@ class EnvServer:
 
     # ------------------------------------------------------------- spec
     def spec(self) -> EnvSpec:
-        return EnvSpec(Observation(tuple(self.obs_shape), self.obs_dtype.str), self.action_space, self.num_envs,
-                       self.server_index, self.env_name)
+        return EnvSpec(
+            Observation(tuple(self.obs_shape), self.obs_dtype.str),
+            self.action_space,
+            self.num_envs,
+            self.server_index,
+            self.env_name,
+        )
 
     # ----------------------------------------------------------- serving
     def serve_forever(self, stop: threading.Event | None = None) -> None:
@@ -171,8 +176,14 @@ class EnvServer:
             busy = self._busy
             if busy is not None and busy != warned and time.monotonic() - busy[2] >= self.stall_warn_s:
                 warned = busy
-                log.warning("env server %d: env slot %d's %s() has not returned for %.0f s (env %s)",
-                            self.server_index, busy[1], busy[0], time.monotonic() - busy[2], self.env_name)
+                log.warning(
+                    "env server %d: env slot %d's %s() has not returned for %.0f s (env %s)",
+                    self.server_index,
+                    busy[1],
+                    busy[0],
+                    time.monotonic() - busy[2],
+                    self.env_name,
+                )
 
     def _drop_if_superseded(self, waited: float) -> None:
         """A peer silent for idle_peer_s while another connection waits in the backlog is dropped for it."""
@@ -194,10 +205,15 @@ class EnvServer:
                     self._auth_warning.warn(
                         f"env server {self.server_index}: authentication failed: the peer at {who} does not know "
                         f"this server's secret; its connection is dropped (give the learner and the servers the "
-                        f"same --server_secret or $POLYBEAST_SECRET)")
+                        f"same --server_secret or $POLYBEAST_SECRET)"
+                    )
                     return
-            conn = tp.Connection(sock, max_bytes=self.max_bytes, poll_s=min(1.0, self.idle_peer_s / 2),
-                                 frame_timeout_s=self.frame_timeout_s)
+            conn = tp.Connection(
+                sock,
+                max_bytes=self.max_bytes,
+                poll_s=min(1.0, self.idle_peer_s / 2),
+                frame_timeout_s=self.frame_timeout_s,
+            )
             self.connections_served += 1
             self._serve(conn, stop)
         except tp.ConnectionClosed:
@@ -366,8 +382,9 @@ def serve_splits(servers: Sequence[EnvServer]) -> None:
             failures.append(e)
             stop.set()
 
-    threads = [threading.Thread(target=run, args=(s,), name=f"env-split-{s.server_index}", daemon=True)
-               for s in servers]
+    threads = [
+        threading.Thread(target=run, args=(s,), name=f"env-split-{s.server_index}", daemon=True) for s in servers
+    ]
     for t in threads:
         t.start()
     try:

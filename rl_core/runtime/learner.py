@@ -140,7 +140,7 @@ class StepStats:
         flat = rows.flatten() if extra is None else torch.cat([rows.flatten(), extra.detach().float().reshape(1)])
         values = flat.tolist()
         width = rows.shape[1]
-        table = [values[i:i + width] for i in range(0, rows.numel(), width)]
+        table = [values[i : i + width] for i in range(0, rows.numel(), width)]
         return table, (values[-1] if extra is not None else None)
 
     def means(self, rows: list[list[float]]) -> dict[str, float]:
@@ -190,9 +190,21 @@ class Learner:
     a divergence's message; ``recycler``: --recycle_period's (recycler.py), after each batch's steps.  Under
     torchrun (``group``) ``rl_core.runtime.distributed.Peers`` drives it."""
 
-    def __init__(self, flags, agent, weights: Weights, batcher, device, stop: threading.Event, *,
-                 start: tuple[int, int] = (0, 0), group=None, on_step=None, saved_step=lambda: None,
-                 recycler=None):
+    def __init__(
+        self,
+        flags,
+        agent,
+        weights: Weights,
+        batcher,
+        device,
+        stop: threading.Event,
+        *,
+        start: tuple[int, int] = (0, 0),
+        group=None,
+        on_step=None,
+        saved_step=lambda: None,
+        recycler=None,
+    ):
         self.flags = flags
         self.model = weights.model
         self.inference_model = weights.inference_model
@@ -273,8 +285,9 @@ class Learner:
         state = tuple(s.to(self.device, non_blocking=True) for s in state)
         return batch, state, versions
 
-    def learn(self, batch: dict, state: tuple, new_steps: int | None = None,
-              versions: torch.Tensor | None = None) -> dict[str, float]:
+    def learn(
+        self, batch: dict, state: tuple, new_steps: int | None = None, versions: torch.Tensor | None = None
+    ) -> dict[str, float]:
         """The agent's optimizer steps on one batch already on the device; the step count grows by
         ``new_steps``, the env steps that arrived with it (default: T x B of the batch).  ``versions``
         ([T+1, B] on the host, ``to_device``): the weights' version that chose each step's action; the
@@ -328,8 +341,10 @@ class Learner:
             if self.deferred_checks:
                 for i, row in enumerate(rows):
                     if not (math.isfinite(row[0]) and math.isfinite(row[1])):
-                        self._diverged(f", its optimizer step {i + 1}" if n > 1 else "",
-                                       self._nonfinite_loss(row[0], row[1], steps.named(row)))
+                        self._diverged(
+                            f", its optimizer step {i + 1}" if n > 1 else "",
+                            self._nonfinite_loss(row[0], row[1], steps.named(row)),
+                        )
             if n:  # a batch that only fed statistics (RND's random start) moves no schedule
                 self.scheduler.step()
                 # Weights whose norm is not finite (a value beyond ~1e19 overflows float32's squares)
@@ -372,8 +387,10 @@ class Learner:
             if not bool(torch.isfinite(p).all()):
                 return f"parameter {name} is not finite after the optimizer step"
             if not math.isfinite(float(torch.linalg.vector_norm(p))):
-                return (f"parameter {name} diverged after the optimizer step (max |x| = "
-                        f"{float(p.abs().max()):.3g}: its norm overflows float32)")
+                return (
+                    f"parameter {name} diverged after the optimizer step (max |x| = "
+                    f"{float(p.abs().max()):.3g}: its norm overflows float32)"
+                )
         return "the parameters' norm is not finite after the optimizer step"
 
     def _diverged(self, within: str, what: str) -> None:
@@ -387,8 +404,10 @@ class Learner:
             kept = "no checkpoint had been saved yet"
         else:
             kept = f"model.tar keeps the last good checkpoint (step {saved:,})"
-        self.diverged = (f"training diverged {where}: {what}; {kept}; lower --learning_rate "
-                         f"(now {f.learning_rate:g}) or clip the gradients (--grad_norm_clipping)")
+        self.diverged = (
+            f"training diverged {where}: {what}; {kept}; lower --learning_rate "
+            f"(now {f.learning_rate:g}) or clip the gradients (--grad_norm_clipping)"
+        )
         raise TrainingDiverged(self.diverged)
 
     def loop(self) -> None:

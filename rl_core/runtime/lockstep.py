@@ -30,8 +30,17 @@ from rl_core.runtime.batcher import Request
 
 
 class Lockstep:
-    def __init__(self, actors: list, answer, learner, data_source, learner_queue, stop: threading.Event,
-                 total_steps: int, after_batch=None):
+    def __init__(
+        self,
+        actors: list,
+        answer,
+        learner,
+        data_source,
+        learner_queue,
+        stop: threading.Event,
+        total_steps: int,
+        after_batch=None,
+    ):
         """``actors``: ``ActorThread``s of the servers, in order; ``answer(requests)``: one inference pass
         (``actor_pool.answer`` bound to the inference model); ``after_batch(step before, step after)``:
         called after each learned batch (the run's logs)."""
@@ -59,9 +68,11 @@ class Lockstep:
                 return
             actor = self.current
             reason = "closed the connection" if isinstance(e, tp.ConnectionClosed) else f"failed ({e})"
-            raise RunFailure(f"env server {actor.index} ({actor.address}) {reason}: --deterministic does not "
-                             f"reconnect (a restarted server's envs would not reproduce the run); the server's log "
-                             f"says why it went") from None
+            raise RunFailure(
+                f"env server {actor.index} ({actor.address}) {reason}: --deterministic does not "
+                f"reconnect (a restarted server's envs would not reproduce the run); the server's log "
+                f"says why it went"
+            ) from None
 
     def _act(self) -> None:
         requests = [Request(actor.inputs(), actor.state, actor.K) for actor in self.actors]

@@ -65,8 +65,10 @@ def connect_servers(flags, supervisor, stop: threading.Event, connections: list)
                 f"start the servers with the learner's flags"
             )
         if spec_key(spec) != spec_key(specs[0]):
-            raise UserError(f"env servers {offset} and {offset + i} host different environments: "
-                            f"{specs[0].to_json()} vs {spec.to_json()}")
+            raise UserError(
+                f"env servers {offset} and {offset + i} host different environments: "
+                f"{specs[0].to_json()} vs {spec.to_json()}"
+            )
     return ServerLinks(addresses, secret, specs[0])
 
 
@@ -115,12 +117,22 @@ class Parts:
 
 def _recycler(flags, model, optimizer) -> Recycler | None:
     """--recycle_period's Recycler (None at 0)."""
-    return Recycler(model, optimizer, flags.recycle_period, flags.recycle_tau, flags.seed) if flags.recycle_period \
+    return (
+        Recycler(model, optimizer, flags.recycle_period, flags.recycle_tau, flags.seed)
+        if flags.recycle_period
         else None
+    )
 
 
-def build_parts(flags, links: ServerLinks, connections: list, device: torch.device, checkpoints,
-                group: distributed.Group | None, stop: threading.Event) -> Parts:
+def build_parts(
+    flags,
+    links: ServerLinks,
+    connections: list,
+    device: torch.device,
+    checkpoints,
+    group: distributed.Group | None,
+    stop: threading.Event,
+) -> Parts:
     """The agent, its model (resumed from ``checkpoints``; under torchrun rank 0's weights on every rank), central
     inference, the learner and its data source, and an actor per server connection (which then owns it: an actor
     may reconnect)."""
@@ -157,32 +169,53 @@ def build_parts(flags, links: ServerLinks, connections: list, device: torch.devi
     data_source = agent.make_data_source(learner_queue, pin=device.type == "cuda")
     checkpoints.restore_data_source(data_source)
     learner = Learner(
-        f, agent, Weights(model, optimizer, scheduler, inference_model, inference_lock), data_source, device, stop,
-        start=(step, learner_steps), group=group,
+        f,
+        agent,
+        Weights(model, optimizer, scheduler, inference_model, inference_lock),
+        data_source,
+        device,
+        stop,
+        start=(step, learner_steps),
+        group=group,
         on_step=lambda before, after: checkpoints.after_update(learner, data_source, before, after),
-        saved_step=lambda: checkpoints.saved_step, recycler=_recycler(f, model, optimizer),
+        saved_step=lambda: checkpoints.saved_step,
+        recycler=_recycler(f, model, optimizer),
     )
 
     def initial_state(batch_size):
         return inference_model.initial_state(batch_size, device=device)
 
-    actors = [ActorThread(i, address, conn, spec, f, links.secret, batcher, learner_queue, initial_state, stats, stop,
-                          agent)
-              for i, (address, conn) in enumerate(zip(links.addresses, connections))]
+    actors = [
+        ActorThread(i, address, conn, spec, f, links.secret, batcher, learner_queue, initial_state, stats, stop, agent)
+        for i, (address, conn) in enumerate(zip(links.addresses, connections))
+    ]
     peers = distributed.Peers(group, stats) if group is not None else None
-    return Parts(agent, device, inference_model, inference_lock, learner_queue, stats, batcher, data_source, learner,
-                 actors, peers)
+    return Parts(
+        agent,
+        device,
+        inference_model,
+        inference_lock,
+        learner_queue,
+        stats,
+        batcher,
+        data_source,
+        learner,
+        actors,
+        peers,
+    )
 
 
 def start_threads(parts: Parts, flags, errors, stop: threading.Event) -> list[threading.Thread]:
     """The asynchronous runtime: inference, an actor per server, the data source's and the learner's threads."""
     p, threads = parts, []
     for i in range(flags.num_inference_threads):
-        threads.append(start_thread(
-            f"inference-{i}",
-            lambda: inference_loop(p.batcher, p.inference_model, p.inference_lock, p.device, stop, p.agent),
-            errors,
-        ))
+        threads.append(
+            start_thread(
+                f"inference-{i}",
+                lambda: inference_loop(p.batcher, p.inference_model, p.inference_lock, p.device, stop, p.agent),
+                errors,
+            )
+        )
     for i, actor in enumerate(p.actors):
         threads.append(start_thread(f"actor-{i}", actor.run, errors))
     for name, target in getattr(p.data_source, "threads", lambda: [])():
@@ -202,8 +235,11 @@ def start_lockstep(parts: Parts, flags, errors, stop: threading.Event, after_bat
         answer(requests, p.inference_model, p.inference_lock, p.device, p.agent)
         p.batcher.count(sum(r.size for r in requests))
 
-    log.info("--deterministic: acting and learning alternate in one thread; a logs.csv row every %s steps",
-             f"{flags.log_step_interval:,}")
-    lockstep = Lockstep(p.actors, infer, p.learner, p.data_source, p.learner_queue, stop, flags.total_steps,
-                        after_batch)
+    log.info(
+        "--deterministic: acting and learning alternate in one thread; a logs.csv row every %s steps",
+        f"{flags.log_step_interval:,}",
+    )
+    lockstep = Lockstep(
+        p.actors, infer, p.learner, p.data_source, p.learner_queue, stop, flags.total_steps, after_batch
+    )
     return start_thread("lockstep", lockstep.run, errors)

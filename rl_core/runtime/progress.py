@@ -25,9 +25,19 @@ def format_duration(seconds: float) -> str:
 def announce_rank(group, device, flags, global_flags) -> None:
     """Under torchrun: this rank's share of the run."""
     f, g = flags, global_flags
-    log.info("torchrun: %s on %s; this rank: %d of the run's %d envs on %d of its %d env servers "
-             "(from server %d), batches of %d of its %d", group.describe(), device, f.num_actors,
-             g.num_actors, f.num_servers, g.num_servers, f.server_offset, f.batch_size, g.batch_size)
+    log.info(
+        "torchrun: %s on %s; this rank: %d of the run's %d envs on %d of its %d env servers "
+        "(from server %d), batches of %d of its %d",
+        group.describe(),
+        device,
+        f.num_actors,
+        g.num_actors,
+        f.num_servers,
+        g.num_servers,
+        f.server_offset,
+        f.batch_size,
+        g.batch_size,
+    )
 
 
 def announce_sizing(f, sizing, replays: bool) -> None:
@@ -38,14 +48,27 @@ def announce_sizing(f, sizing, replays: bool) -> None:
         batch = f"learner batches of {f.batch_size} from the replay (unrolls of {f.unroll_length} steps)"
     else:
         per = f.batch_size * f.unroll_length
-        batch = (f"learner batches of {f.batch_size} x {f.unroll_length} = {per:,} steps "
-                 f"(~{math.ceil(f.total_steps / per):,} batches)")
+        batch = (
+            f"learner batches of {f.batch_size} x {f.unroll_length} = {per:,} steps "
+            f"(~{math.ceil(f.total_steps / per):,} batches)"
+        )
     servers = f"{f.num_servers} env server" + ("s" if f.num_servers != 1 else "")
-    each = f"{K} each" + (f"; {f.server_splits} to a process, stepped in turn: {f.num_servers // f.server_splits} "
-                          f"processes" if f.server_splits > 1 else "")
+    each = f"{K} each" + (
+        f"; {f.server_splits} to a process, stepped in turn: {f.num_servers // f.server_splits} processes"
+        if f.server_splits > 1
+        else ""
+    )
     why = f"; {sizing.reason}" if sizing is not None and sizing.reason else ""
-    log.info("sizing: --agent %s, %d envs on %s (%s), %s, --total_steps %s%s",
-             f.agent, f.num_actors, servers, each, batch, f"{f.total_steps:,}", why)
+    log.info(
+        "sizing: --agent %s, %d envs on %s (%s), %s, --total_steps %s%s",
+        f.agent,
+        f.num_actors,
+        servers,
+        each,
+        batch,
+        f"{f.total_steps:,}",
+        why,
+    )
 
 
 CORE_NAMES = {"lstm": "an LSTM", "elstm": "an eLSTM (truncated BPTT)", "rtrl_elstm": "an eLSTM trained by RTRL"}
@@ -58,7 +81,9 @@ def describe_core(f, recurrent: bool = True) -> str:
 
     kind = core_kind(f)
     if kind is None:
-        return "model: feedforward" + (" (--use_lstm, --use_elstm or --use_rtrl: a recurrent core)" if recurrent else "")
+        return "model: feedforward" + (
+            " (--use_lstm, --use_elstm or --use_rtrl: a recurrent core)" if recurrent else ""
+        )
     return f"model: {CORE_NAMES[kind]} core of {f.hidden_size} units (--feedforward: none)"
 
 
@@ -77,8 +102,13 @@ def announce_sources(flags, sources: dict[str, str]) -> list[str]:
 def sizing_record(f, sizing) -> dict:
     """meta.json's ``sizing``: the values used, which of them the launcher chose (``auto``) and why."""
     record = sizing.record() if sizing is not None else {"auto": [], "reason": ""}
-    return {**record, "num_servers": f.num_servers, "num_actors": f.num_actors, "batch_size": f.batch_size,
-            "server_splits": f.server_splits}
+    return {
+        **record,
+        "num_servers": f.num_servers,
+        "num_actors": f.num_actors,
+        "batch_size": f.batch_size,
+        "server_splits": f.server_splits,
+    }
 
 
 class Progress:
@@ -171,8 +201,17 @@ class Progress:
         log.info(
             "Step %d/%d (%.1f%%) @ %.0f SPS%s, ETA %s. Return %s (last %d ep). Loss %s. "
             "Inference batch %.1f envs, learner queue %d/%d, dropped unrolls %d.",
-            step, f.total_steps, pct, sps, world, format_duration(eta) if math.isfinite(eta) else "?",
-            ret, len(self._returns), f"{loss:.3f}" if loss is not None else "n/a",
-            row["inference_batch"] if batches else 0.0, row["learner_queue"], p.learner_queue.maxsize,
+            step,
+            f.total_steps,
+            pct,
+            sps,
+            world,
+            format_duration(eta) if math.isfinite(eta) else "?",
+            ret,
+            len(self._returns),
+            f"{loss:.3f}" if loss is not None else "n/a",
+            row["inference_batch"] if batches else 0.0,
+            row["learner_queue"],
+            p.learner_queue.maxsize,
             row["dropped_unrolls"],
         )

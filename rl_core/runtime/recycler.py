@@ -29,8 +29,10 @@ class Recycler:
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, period: int, tau: float, seed: int):
         if not getattr(model, "recyclable", False):
             stem = getattr(model, "stem", model)
-            raise UserError(f"--recycle_period needs a model with recyclable layers (the image stems' convolutions); "
-                            f"this run's {type(stem).__name__} has none: drop --recycle_period")
+            raise UserError(
+                f"--recycle_period needs a model with recyclable layers (the image stems' convolutions); "
+                f"this run's {type(stem).__name__} has none: drop --recycle_period"
+            )
         self.model = model
         self.optimizer = optimizer
         self.period = period
@@ -47,7 +49,11 @@ class Recycler:
             counts = recycle_dormant(self.model.recycle_pairs(frames), self.tau, self.optimizer, generator)
             recycled = sum(counts.values())
             self.total += recycled
-            log.info("learner batch %d: %d dormant units recycled (tau %g; per layer: %s)", learner_steps, recycled,
-                     self.tau, ", ".join(str(v) for v in counts.values()))
+            log.info(
+                "learner batch %d: %d dormant units recycled (tau %g; per layer: %s)",
+                learner_steps,
+                recycled,
+                self.tau,
+                ", ".join(str(v) for v in counts.values()),
+            )
         return {"recycled_units": float(self.total)}
-

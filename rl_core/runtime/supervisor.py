@@ -28,15 +28,25 @@ class ServerSupervisor:
     the run's servers starts there).  Process i is "env server i" in what it reports: with splits, the servers
     from ``first_index + i * splits`` on."""
 
-    def __init__(self, module: str, argv: list[str], num_servers: int, basename: str, secret: str | None,
-                 first_index: int = 0, splits: int = 1):
+    def __init__(
+        self,
+        module: str,
+        argv: list[str],
+        num_servers: int,
+        basename: str,
+        secret: str | None,
+        first_index: int = 0,
+        splits: int = 1,
+    ):
         self.module = module
         self.argv = list(argv)
         self.splits = splits
         self.num_processes = num_servers // splits
         self.first_index = first_index
-        self.addresses = [[tp.server_address(basename, first_index + i * splits + h) for h in range(splits)]
-                          for i in range(self.num_processes)]
+        self.addresses = [
+            [tp.server_address(basename, first_index + i * splits + h) for h in range(splits)]
+            for i in range(self.num_processes)
+        ]
         self.env = dict(os.environ, POLYBEAST_PARENT_PID=str(os.getpid()))
         if secret:
             self.env["POLYBEAST_SECRET"] = secret
@@ -95,7 +105,8 @@ class ServerSupervisor:
                 raise RunFailure(
                     f"env server {i} died {len(recent)} times within a minute (last exit code {code}), more than the "
                     f"{MAX_RESTARTS_PER_MINUTE} restarts a minute allowed: the env crashes its process; run "
-                    f"`python -m {self.module}` alone with the same flags to see why")
+                    f"`python -m {self.module}` alone with the same flags to see why"
+                )
             log.warning("env server %d (pid %d) exited with code %s; restarting it", i, proc.pid, code)
             self._cleanup_socket(i)
             self.restarts += 1

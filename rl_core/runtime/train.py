@@ -22,10 +22,22 @@ from rl_core.runtime.allocator import keep_freed_memory
 from rl_core.runtime.checkpointing import Checkpoints
 from rl_core.runtime.device import select_device, set_torch_threads
 from rl_core.runtime.outcome import FINISHED, INTERRUPTED, Outcome, after_shutdown, outcome_of_error
-from rl_core.runtime.parts import (Parts, build_parts, check_can_record, check_num_actions, connect_servers,
-                                   start_lockstep, start_threads)
+from rl_core.runtime.parts import (
+    Parts,
+    build_parts,
+    check_can_record,
+    check_num_actions,
+    connect_servers,
+    start_lockstep,
+    start_threads,
+)
 from rl_core.runtime.progress import (
-    Progress, announce_rank, announce_sizing, announce_sources, describe_core, sizing_record,
+    Progress,
+    announce_rank,
+    announce_sizing,
+    announce_sources,
+    describe_core,
+    sizing_record,
 )
 from rl_core.runtime.signals import StopSignals
 from rl_core.runtime.threads import ErrorBox, where_they_wait
@@ -71,7 +83,9 @@ class Training:
             try:
                 self.flags = distributed.rank_flags(self.global_flags, self.world)
                 if self.flags.deterministic:
-                    raise UserError("--deterministic runs one process: run it without torchrun, or with --no-deterministic")
+                    raise UserError(
+                        "--deterministic runs one process: run it without torchrun, or with --no-deterministic"
+                    )
                 self.device = select_device(self.flags, self.world)
             except UserError as e:
                 log.error("error: %s", e)
@@ -180,8 +194,9 @@ class Training:
         finally:
             self._shutdown(save=outcome.status == 0 and self.parts is not None)
         peers = self.parts.peers if self.parts is not None else None
-        outcome = after_shutdown(outcome, self.save_error, self.errors, peers, self.parts is not None,
-                                 self.signals.signum)
+        outcome = after_shutdown(
+            outcome, self.save_error, self.errors, peers, self.parts is not None, self.signals.signum
+        )
         if peers is not None and self.rundir is not None:
             peers.report_replicas()
         return outcome
@@ -204,16 +219,19 @@ class Training:
             check_can_record(self.env_pkg, f)
         if self.rundir is not None:
             self.run_log.write_meta(flags=checkpoint.flags_dict(self.global_flags), env_spec=links.spec.to_json())
-        self.parts = parts = build_parts(f, links, self.connections, self.device, self.checkpoints, self.group,
-                                         self.stop)
+        self.parts = parts = build_parts(
+            f, links, self.connections, self.device, self.checkpoints, self.group, self.stop
+        )
         if parts.learner.step >= f.total_steps:
             log.info("checkpoint is already at step %d >= --total_steps %d", parts.learner.step, f.total_steps)
             return False
         if self.rundir is not None:  # (rank 0 logs, validates and saves for every rank)
-            self.validation = Validation(f, parts, self.env_pkg, self.run_log, self.rundir, self.checkpoints,
-                                         self.errors, self.threads)
-            self.progress = Progress(f, parts, self.run_log, self.rundir, self.supervisor, self.validation,
-                                     self.checkpoints.recent_returns())
+            self.validation = Validation(
+                f, parts, self.env_pkg, self.run_log, self.rundir, self.checkpoints, self.errors, self.threads
+            )
+            self.progress = Progress(
+                f, parts, self.run_log, self.rundir, self.supervisor, self.validation, self.checkpoints.recent_returns()
+            )
         if f.deterministic:
             self.threads.append(start_lockstep(parts, f, self.errors, self.stop, self._after_lockstep_batch))
         else:
@@ -261,8 +279,9 @@ class Training:
     def _save(self, unless_stopped: bool = False) -> None:
         # (no Progress: a run resumed at --total_steps, which keeps its checkpoint's window)
         recent = self.progress.recent_returns() if self.progress is not None else self.checkpoints.recent_returns()
-        self.checkpoints.save(self.parts.learner, self.parts.data_source, unless_stopped=unless_stopped,
-                              recent_returns=recent)
+        self.checkpoints.save(
+            self.parts.learner, self.parts.data_source, unless_stopped=unless_stopped, recent_returns=recent
+        )
 
     # ------------------------------------------------------------ the end
     def _on_signal(self) -> None:
@@ -294,8 +313,9 @@ class Training:
             thread.join(max(0.0, deadline - time.monotonic(), wait))
         alive = [t for t in self.threads if t.is_alive()]
         if alive:
-            log.warning("threads still running at shutdown: %s (%s)", ", ".join(t.name for t in alive),
-                        where_they_wait(alive))
+            log.warning(
+                "threads still running at shutdown: %s (%s)", ", ".join(t.name for t in alive), where_they_wait(alive)
+            )
         waiting = [t for t in alive if t.name.startswith("learner")] if self.group is not None else []
         if waiting:
             # a collective whose peer neither answers nor left: the learner holds the weights' lock
@@ -322,8 +342,9 @@ class Training:
 
     def _final_test(self, outcome: Outcome) -> Outcome:
         try:
-            run_final_test(self.flags, self.parts, self.env_pkg, self.run_log, self.rundir, self.checkpoints.path,
-                           self.test_stop)
+            run_final_test(
+                self.flags, self.parts, self.env_pkg, self.run_log, self.rundir, self.checkpoints.path, self.test_stop
+            )
         except UserError as e:
             log.error("error: %s", e)
             return Outcome(f"error: {e}", 2)

@@ -155,9 +155,10 @@ def listen(address: Address) -> socket.socket:
         except OSError as e:
             sock.close()
             directory = os.path.dirname(os.path.abspath(address.path))
-            fix = (f"create {directory}" if not os.path.isdir(directory) else "check the directory's permissions")
-            raise UserError(f"cannot listen on {address}: {e.strerror}: {fix} or choose another --pipes_basename"
-                            ) from None
+            fix = f"create {directory}" if not os.path.isdir(directory) else "check the directory's permissions"
+            raise UserError(
+                f"cannot listen on {address}: {e.strerror}: {fix} or choose another --pipes_basename"
+            ) from None
         finally:
             os.umask(old_umask)
         os.chmod(address.path, 0o600)
@@ -446,8 +447,10 @@ class Connection:
         while got < len(mv):
             waiting = at_boundary and got == 0  # for the next message: no deadline, only stop and on_idle
             if not waiting and time.monotonic() > self._frame_deadline:
-                raise ProtocolError(f"truncated message: the peer stalled, {got} of {len(mv)} bytes of a part "
-                                    f"not complete within {self.frame_timeout_s:g} s")
+                raise ProtocolError(
+                    f"truncated message: the peer stalled, {got} of {len(mv)} bytes of a part "
+                    f"not complete within {self.frame_timeout_s:g} s"
+                )
             try:
                 n = self.sock.recv_into(mv[got:])
             except socket.timeout:

@@ -114,8 +114,7 @@ class Validation:
             return
         step = self.parts.learner.step
         mean = result["mean_return"]
-        log.info("validation at step %d: mean return %.2f over %d episodes", result["step"], mean,
-                 result["episodes"])
+        log.info("validation at step %d: mean return %.2f over %d episodes", result["step"], mean, result["episodes"])
         self.for_row = mean
         scalars = {"valid/mean_return": mean}
         for task, task_mean in result["tasks"].items():
@@ -149,8 +148,13 @@ def report_final_test(result: dict, run_log, step: int) -> None:
     scalars, summary = {}, {}
     for group, g in result["groups"].items():
         scalars[f"final_test/{group}_mean"] = g["mean"]
-        summary.update({f"final_test/{group}/mean": g["mean"], f"final_test/{group}/std": g["std"],
-                        f"final_test/{group}/runs": g["runs"]})
+        summary.update(
+            {
+                f"final_test/{group}/mean": g["mean"],
+                f"final_test/{group}/std": g["std"],
+                f"final_test/{group}/runs": g["runs"],
+            }
+        )
         for task, mean in g.get("tasks", {}).items():
             scalars[f"final_test/{group}_{task}_mean"] = mean
             summary[f"final_test/{group}/{task}/mean"] = mean

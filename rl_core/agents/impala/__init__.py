@@ -9,8 +9,15 @@ from rl_core.agents import shared_flags
 from rl_core.agents.spec import AgentSpec
 from rl_core.agents.traits import AgentTraits
 
-SPECS = (AgentSpec(
-    name="impala", summary="torchbeast's V-trace learner", make="rl_core.agents.impala.agent:ImpalaAgent",
-    traits=AgentTraits(replays=False, sizing="scaled", lag_bounds_envs=True), action_kinds=("discrete",),
-    flag_groups=(shared_flags.learning, shared_flags.actor_critic), check=shared_flags.check_actor_critic,
-    rnd=True),)
+SPECS = (
+    AgentSpec(
+        name="impala",
+        summary="torchbeast's V-trace learner",
+        make="rl_core.agents.impala.agent:ImpalaAgent",
+        traits=AgentTraits(replays=False, sizing="scaled", lag_bounds_envs=True),
+        action_kinds=("discrete",),
+        flag_groups=(shared_flags.learning, shared_flags.actor_critic),
+        check=shared_flags.check_actor_critic,
+        rnd=True,
+    ),
+)

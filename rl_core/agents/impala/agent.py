@@ -78,7 +78,8 @@ class ImpalaAgent(Agent):
         for s in self.streams:
             values = outputs[s.value_key][:-1]
             rewards, discounts, _ = stream_rewards_and_discounts(
-                batch[s.reward_key][1:], dones, truncated, values.detach(), s.discounting, s.episodic, s.clip_rewards)
+                batch[s.reward_key][1:], dones, truncated, values.detach(), s.discounting, s.episodic, s.clip_rewards
+            )
             heads.append(ValueHead(rewards, discounts, values, outputs[s.value_key][-1], s.coef, s.name))
         entropy_cost = self.entropy_cost()
         loss, stats = multi_head_impala_loss(

@@ -14,19 +14,35 @@ from rl_core.agents.spec import AgentSpec
 from rl_core.agents.traits import AgentTraits
 
 ON_POLICY = ("vpg", "ppo", "awr", "vmpo", "vtrace")
-SUMMARIES = {"vpg": "vanilla policy gradient", "ppo": "PPO's clipped surrogate", "awr": "advantage-weighted "
-             "regression", "vmpo": "V-MPO", "vtrace": "V-trace policy gradient"}
+SUMMARIES = {
+    "vpg": "vanilla policy gradient",
+    "ppo": "PPO's clipped surrogate",
+    "awr": "advantage-weighted regression",
+    "vmpo": "V-MPO",
+    "vtrace": "V-trace policy gradient",
+}
 
-RANGES = {"ppo_clip": "(0, inf)", "awr_beta": "(0, inf)", "awr_max_weight": "(0, inf)", "vmpo_eps_eta": "(0, inf)",
-          "vmpo_eps_alpha": "(0, inf)", "vmpo_init_temperature": "(0, inf)", "vmpo_init_alpha": "(0, inf)"}
+RANGES = {
+    "ppo_clip": "(0, inf)",
+    "awr_beta": "(0, inf)",
+    "awr_max_weight": "(0, inf)",
+    "vmpo_eps_eta": "(0, inf)",
+    "vmpo_eps_alpha": "(0, inf)",
+    "vmpo_init_temperature": "(0, inf)",
+    "vmpo_init_alpha": "(0, inf)",
+}
 
 
 def add_flags(p: argparse.ArgumentParser) -> None:
     a = p.add_argument_group("on-policy losses (ppo, awr, vmpo)").add_argument
     a("--ppo_clip", type=float, default=0.2, help="PPO's clipping epsilon.")
-    a("--ppo_clip_decay", default="none", choices=["none", "linear"],
-      help="PPO's clipping epsilon: constant, or decaying linearly to 0 over --total_steps with the learning "
-           "rate's schedule (rl-baselines3-zoo's clip_range: lin_0.2).")
+    a(
+        "--ppo_clip_decay",
+        default="none",
+        choices=["none", "linear"],
+        help="PPO's clipping epsilon: constant, or decaying linearly to 0 over --total_steps with the learning "
+        "rate's schedule (rl-baselines3-zoo's clip_range: lin_0.2).",
+    )
     a("--awr_beta", type=float, default=1.0, help="AWR temperature beta in exp(A / beta).")
     a("--awr_max_weight", type=float, default=20.0, help="AWR weight clip.")
     a("--vmpo_eps_eta", type=float, default=0.01, help="V-MPO: bound epsilon_eta of the temperature's dual.")
@@ -41,11 +57,15 @@ def check_flags(parser: argparse.ArgumentParser, flags: argparse.Namespace) -> N
     shared_flags.check_actor_critic(parser, flags)
     split = flags.batch_mode.startswith("split")
     if split and core_kind(flags) is not None:
-        parser.error(f"--batch_mode {flags.batch_mode} splits unrolls into transitions, which a recurrent core "
-                     f"cannot learn from: use --batch_mode shuffle or repeat")
+        parser.error(
+            f"--batch_mode {flags.batch_mode} splits unrolls into transitions, which a recurrent core "
+            f"cannot learn from: use --batch_mode shuffle or repeat"
+        )
     if not split and flags.num_minibatches > flags.batch_size:
-        parser.error(f"--num_minibatches {flags.num_minibatches} > --batch_size {flags.batch_size}: "
-                     f"--batch_mode {flags.batch_mode} keeps unrolls whole")
+        parser.error(
+            f"--num_minibatches {flags.num_minibatches} > --batch_size {flags.batch_size}: "
+            f"--batch_mode {flags.batch_mode} keeps unrolls whole"
+        )
     if split and flags.num_minibatches > flags.batch_size * flags.unroll_length:
         parser.error("--num_minibatches exceeds the transitions in a batch (batch_size * unroll_length)")
     if flags.initial_std <= flags.min_std:
@@ -63,13 +83,25 @@ def on_policy_defaults(agent: str, ppo: dict, ppo_only: tuple[str, ...] = (), vt
     if agent not in ON_POLICY:
         return {}
     variant = {k: v for k, v in ppo.items() if k not in ppo_only}
-    return dict(variant, num_epochs=1, num_minibatches=1,
-                **({"advantage": "vtrace"} if agent == "vtrace" and vtrace_advantages else {}))
+    return dict(
+        variant,
+        num_epochs=1,
+        num_minibatches=1,
+        **({"advantage": "vtrace"} if agent == "vtrace" and vtrace_advantages else {}),
+    )
 
 
-SPECS = tuple(AgentSpec(
-    name=name, summary=f"the on-policy agent with {SUMMARIES[name]}",
-    make="rl_core.agents.policy_gradient.agent:PolicyGradientAgent",
-    traits=AgentTraits(replays=False, sizing="on_policy"), action_kinds=("discrete", "box"),
-    flag_groups=(shared_flags.learning, shared_flags.actor_critic, add_flags, shared_flags.continuous),
-    check=check_flags, flag_ranges=RANGES, rnd=True) for name in ON_POLICY)
+SPECS = tuple(
+    AgentSpec(
+        name=name,
+        summary=f"the on-policy agent with {SUMMARIES[name]}",
+        make="rl_core.agents.policy_gradient.agent:PolicyGradientAgent",
+        traits=AgentTraits(replays=False, sizing="on_policy"),
+        action_kinds=("discrete", "box"),
+        flag_groups=(shared_flags.learning, shared_flags.actor_critic, add_flags, shared_flags.continuous),
+        check=check_flags,
+        flag_ranges=RANGES,
+        rnd=True,
+    )
+    for name in ON_POLICY
+)

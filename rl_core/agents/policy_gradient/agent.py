@@ -176,15 +176,24 @@ class PolicyGradientAgent(Agent):
         for s in self.streams:
             v, bootstrap = values[s.value_key], bootstrap_values[s.value_key]
             rewards, discounts, mask = adv_lib.stream_rewards_and_discounts(
-                step[s.reward_key], step["done"], step["truncated"], v, s.discounting, s.episodic, s.clip_rewards)
+                step[s.reward_key], step["done"], step["truncated"], v, s.discounting, s.episodic, s.clip_rewards
+            )
             if f.advantage == "gae":
                 out = adv_lib.gae(v, rewards, discounts, bootstrap, f.gae_lambda)
             elif f.advantage == "nstep":
                 out = adv_lib.nstep(v, rewards, discounts, bootstrap, f.nstep)
             else:
-                out = adv_lib.vtrace(target_log_probs - step["log_prob"], v, rewards, discounts, bootstrap,
-                                     f.clip_rho_threshold, f.clip_c_threshold, f.clip_pg_rho_threshold,
-                                     f.vtrace_lambda)
+                out = adv_lib.vtrace(
+                    target_log_probs - step["log_prob"],
+                    v,
+                    rewards,
+                    discounts,
+                    bootstrap,
+                    f.clip_rho_threshold,
+                    f.clip_c_threshold,
+                    f.clip_pg_rho_threshold,
+                    f.vtrace_lambda,
+                )
             estimates.append((s.coef, out, mask))
         advantages, mask = adv_lib.combine_streams(estimates)
         return advantages, {s.value_key: out.returns for s, (_, out, _) in zip(self.streams, estimates)}, mask
@@ -198,9 +207,12 @@ class PolicyGradientAgent(Agent):
         log_probs = dist.log_prob(step["action"])
         keys = [s.value_key for s in self.streams]
         values = {k: outputs[k][:-1] for k in keys}
-        advantages, returns, mask = self.advantages({k: v.detach() for k, v in values.items()},
-                                                    {k: outputs[k][-1].detach() for k in keys},
-                                                    log_probs.detach(), step)
+        advantages, returns, mask = self.advantages(
+            {k: v.detach() for k, v in values.items()},
+            {k: outputs[k][-1].detach() for k in keys},
+            log_probs.detach(),
+            step,
+        )
         return self.loss_terms(model, dist, log_probs, values, advantages, returns, mask, step)
 
     @torch.no_grad()
@@ -211,13 +223,12 @@ class PolicyGradientAgent(Agent):
         step = self._step_data(batch)
         dist = self.distribution({k: outputs[k][:-1] for k in self.param_keys})
         keys = [s.value_key for s in self.streams]
-        advantages, returns, mask = self.advantages({k: outputs[k][:-1] for k in keys},
-                                                    {k: outputs[k][-1] for k in keys},
-                                                    dist.log_prob(step["action"]), step)
+        advantages, returns, mask = self.advantages(
+            {k: outputs[k][:-1] for k in keys}, {k: outputs[k][-1] for k in keys}, dist.log_prob(step["action"]), step
+        )
         # explained variance of the values the batch's advantages came from (SB3's and cleanrl's statistic):
         # once per batch, not per optimizer step
-        self.batch_explained_variance = {
-            k: pg_lib.explained_variance(outputs[k][:-1], returns[k], mask) for k in keys}
+        self.batch_explained_variance = {k: pg_lib.explained_variance(outputs[k][:-1], returns[k], mask) for k in keys}
         flat = {"in/" + k: v[:-1] for k, v in inputs.items()}
         flat.update(step)
         flat.update({"returns/" + k: v for k, v in returns.items()})
@@ -231,9 +242,17 @@ class PolicyGradientAgent(Agent):
         dist = self.distribution({k: outputs[k] for k in self.param_keys})
         log_probs = dist.log_prob(step["action"])
         keys = [s.value_key for s in self.streams]
-        return self.loss_terms(model, dist, log_probs, {k: outputs[k] for k in keys}, step["advantages"],
-                               {k: step["returns/" + k] for k in keys}, step["mask"], step,
-                               explained_variance=self.batch_explained_variance)
+        return self.loss_terms(
+            model,
+            dist,
+            log_probs,
+            {k: outputs[k] for k in keys},
+            step["advantages"],
+            {k: step["returns/" + k] for k in keys},
+            step["mask"],
+            step,
+            explained_variance=self.batch_explained_variance,
+        )
 
     def loss_terms(self, model, dist, log_probs, values, advantages, returns, mask, step, explained_variance=None):
         """Policy + value + entropy + KL terms of one minibatch, each [T, b] reduced over the mask;
@@ -259,7 +278,8 @@ class PolicyGradientAgent(Agent):
             clip = f.ppo_clip * self.clip_share()
             policy = reduce(pg_lib.ppo_clip(log_probs, step["log_prob"], advantages, clip))
             stats["clip_fraction"] = pg_lib.masked_mean(
-                pg_lib.ppo_clip_fraction(log_probs.detach(), step["log_prob"], clip), mask)
+                pg_lib.ppo_clip_fraction(log_probs.detach(), step["log_prob"], clip), mask
+            )
             stats["ppo_clip"] = clip
             stats["approx_kl"] = pg_lib.masked_mean(pg_lib.approx_kl(log_probs.detach(), step["log_prob"]), mask)
         elif self.kind == "awr":
@@ -275,20 +295,31 @@ class PolicyGradientAgent(Agent):
         value = 0.0
         for s in self.streams:
             v, target, old = values[s.value_key], returns[s.value_key], step[s.value_key]
-            stats[f"{s.name}_explained_variance"] = (explained_variance[s.value_key] if explained_variance is not None
-                                                     else pg_lib.explained_variance(v, target, mask))
+            stats[f"{s.name}_explained_variance"] = (
+                explained_variance[s.value_key]
+                if explained_variance is not None
+                else pg_lib.explained_variance(v, target, mask)
+            )
             normalizer = model.value_normalizer if s.value_key == "baseline" else None
             if normalizer is not None:
                 v, target, old = (normalizer.normalize(x) for x in (v, target, old))
-            value = value + reduce(pg_lib.value_loss(
-                v, target, kind=f.value_loss, huber_delta=f.huber_delta,
-                clip_epsilon=f.value_clip or None, old_values=old if f.value_clip else None))
+            value = value + reduce(
+                pg_lib.value_loss(
+                    v,
+                    target,
+                    kind=f.value_loss,
+                    huber_delta=f.huber_delta,
+                    clip_epsilon=f.value_clip or None,
+                    old_values=old if f.value_clip else None,
+                )
+            )
         value = f.baseline_cost * value
 
         entropy = dist.entropy()
         if lagrange is not None and "entropy" in lagrange:
-            term, multiplier_loss = pg_lib.lagrange_penalty(entropy, lagrange.value("entropy"), f.target_entropy,
-                                                            None, kind="lower")
+            term, multiplier_loss = pg_lib.lagrange_penalty(
+                entropy, lagrange.value("entropy"), f.target_entropy, None, kind="lower"
+            )
             entropy_loss = reduce(term, None) + multiplier_loss
             stats["entropy_multiplier"] = lagrange.value("entropy").detach()
         else:
@@ -310,7 +341,12 @@ class PolicyGradientAgent(Agent):
 
         total = policy + value + entropy_loss + kl_loss + extra
         # tensors: the learner reads them with the batch's one host sync
-        stats.update(pg_loss=policy.detach(), baseline_loss=torch.as_tensor(value).detach(),
-                     entropy_loss=entropy_loss.detach(), entropy=entropy.detach().mean(), total_loss=total.detach(),
-                     mean_advantage=pg_lib.masked_mean(advantages.detach(), mask))
+        stats.update(
+            pg_loss=policy.detach(),
+            baseline_loss=torch.as_tensor(value).detach(),
+            entropy_loss=entropy_loss.detach(),
+            entropy=entropy.detach().mean(),
+            total_loss=total.detach(),
+            mean_advantage=pg_lib.masked_mean(advantages.detach(), mask),
+        )
         return total, stats

@@ -17,31 +17,63 @@ from rl_core.agents.traits import AgentTraits
 # target network copied every 2,500 learner steps, each env step replayed 1.5 times (SEED).  A
 # package's own defaults (``agent_defaults``) go over these.
 R2D2_DEFAULTS = dict(
-    optimizer="adam", learning_rate=1e-4, epsilon=1e-3, lr_decay="none", grad_norm_clipping=40.0,
-    reward_clipping="none", batch_size=64, unroll_length=80, burn_in=40, n_steps=5, discounting=0.997,
-    target_update_period=2500, replay_ratio=1.5, hidden_size=512, dueling_hidden_size=512,
+    optimizer="adam",
+    learning_rate=1e-4,
+    epsilon=1e-3,
+    lr_decay="none",
+    grad_norm_clipping=40.0,
+    reward_clipping="none",
+    batch_size=64,
+    unroll_length=80,
+    burn_in=40,
+    n_steps=5,
+    discounting=0.997,
+    target_update_period=2500,
+    replay_ratio=1.5,
+    hidden_size=512,
+    dueling_hidden_size=512,
     replay_buffer_min_size=200,
 )
 
 RANGES = {
-    "burn_in": "[0, inf)", "sequence_stride": "[0, inf)", "priority_exponent": "[0, inf)",
-    "importance_sampling_exponent": "[0, 1]", "priority_eta": "[0, 1]", "n_steps": "[1, inf)",
-    "value_function_rescaling_epsilon": "[0, inf)", "target_update_period": "[1, inf)", "eval_epsilon": "[0, 1]",
-    "epsilon_base": "[0, 1]", "epsilon_alpha": "[0, inf)", "dueling_hidden_size": "[1, inf)",
+    "burn_in": "[0, inf)",
+    "sequence_stride": "[0, inf)",
+    "priority_exponent": "[0, inf)",
+    "importance_sampling_exponent": "[0, 1]",
+    "priority_eta": "[0, 1]",
+    "n_steps": "[1, inf)",
+    "value_function_rescaling_epsilon": "[0, inf)",
+    "target_update_period": "[1, inf)",
+    "eval_epsilon": "[0, 1]",
+    "epsilon_base": "[0, 1]",
+    "epsilon_alpha": "[0, inf)",
+    "dueling_hidden_size": "[1, inf)",
 }
 
 
 def add_flags(p: argparse.ArgumentParser) -> None:
     a = p.add_argument_group("r2d2 (prioritized sequence replay)").add_argument
-    a("--burn_in", type=int, default=40,
-      help="Steps before each training sequence of --unroll_length that only warm up the recurrent state "
-           "(no gradient); a stored sequence holds burn_in + unroll_length + 1 steps.")
-    a("--sequence_stride", type=int, default=0,
-      help="New steps between consecutive stored sequences of an env (0: unroll_length / 2, so that training "
-           "sequences overlap by half, as in R2D2).")
+    a(
+        "--burn_in",
+        type=int,
+        default=40,
+        help="Steps before each training sequence of --unroll_length that only warm up the recurrent state "
+        "(no gradient); a stored sequence holds burn_in + unroll_length + 1 steps.",
+    )
+    a(
+        "--sequence_stride",
+        type=int,
+        default=0,
+        help="New steps between consecutive stored sequences of an env (0: unroll_length / 2, so that training "
+        "sequences overlap by half, as in R2D2).",
+    )
     a("--priority_exponent", type=float, default=0.9, help="Priority exponent alpha: P(i) ~ p_i^alpha.")
-    a("--importance_sampling_exponent", type=float, default=0.6,
-      help="Importance-sampling exponent beta: w_i ~ (N P(i))^-beta, normalized by the batch's maximum.")
+    a(
+        "--importance_sampling_exponent",
+        type=float,
+        default=0.6,
+        help="Importance-sampling exponent beta: w_i ~ (N P(i))^-beta, normalized by the batch's maximum.",
+    )
     a("--priority_eta", type=float, default=0.9, help="Sequence priority eta max|delta| + (1 - eta) mean|delta|.")
     a("--n_steps", type=int, default=5, help="n of the n-step double-Q targets.")
     a("--value_function_rescaling_epsilon", type=float, default=1e-3, help="epsilon of h(x) (0: no epsilon x).")
@@ -50,28 +82,43 @@ def add_flags(p: argparse.ArgumentParser) -> None:
     a("--epsilon_base", type=float, default=0.4, help="Env i of N explores with base^(1 + alpha i / (N - 1)).")
     a("--epsilon_alpha", type=float, default=7.0, help="alpha of the per-env epsilons (Ape-X).")
     a("--dueling_hidden_size", type=int, default=512, help="Hidden layer of each dueling stream.")
-    a("--replay_frame_stack", action=argparse.BooleanOptionalAction, default=False,
-      help="Observations are frame stacks [C, H, W] shifting by a frame a step (Atari's): the replay keeps "
-           "each frame once, not C times (Atari's default).")
+    a(
+        "--replay_frame_stack",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="Observations are frame stacks [C, H, W] shifting by a frame a step (Atari's): the replay keeps "
+        "each frame once, not C times (Atari's default).",
+    )
 
 
 def check_flags(parser: argparse.ArgumentParser, flags: argparse.Namespace) -> None:
     if flags.entropy_decay != "none":
-        parser.error("--entropy_decay schedules the entropy cost of impala and the on-policy agents; --agent r2d2 "
-                     "has no entropy term: drop --entropy_decay")
+        parser.error(
+            "--entropy_decay schedules the entropy cost of impala and the on-policy agents; --agent r2d2 "
+            "has no entropy term: drop --entropy_decay"
+        )
     shared_flags.check_replay(parser, flags)
     if flags.batch_size > flags.replay_buffer_min_size:
-        parser.error(f"--batch_size {flags.batch_size} exceeds --replay_buffer_min_size "
-                     f"{flags.replay_buffer_min_size}: raise the minimum or lower the batch")
+        parser.error(
+            f"--batch_size {flags.batch_size} exceeds --replay_buffer_min_size "
+            f"{flags.replay_buffer_min_size}: raise the minimum or lower the batch"
+        )
     if flags.sequence_stride > flags.burn_in + flags.unroll_length:
-        parser.error("--sequence_stride exceeds the stored sequence (burn_in + unroll_length): steps would "
-                     "never be stored")
+        parser.error(
+            "--sequence_stride exceeds the stored sequence (burn_in + unroll_length): steps would never be stored"
+        )
 
 
-SPECS = (AgentSpec(
-    name="r2d2", summary="recurrent Q-learning from prioritized sequence replay",
-    make="rl_core.agents.r2d2.agent:R2D2Agent",
-    traits=AgentTraits(replays=True, sizing="scaled", rank_shares=("replay_buffer_size", "replay_buffer_min_size")),
-    action_kinds=("discrete",), defaults=R2D2_DEFAULTS, flag_groups=(shared_flags.learning, shared_flags.replay,
-                                                                      add_flags),
-    check=check_flags, flag_ranges=RANGES),)
+SPECS = (
+    AgentSpec(
+        name="r2d2",
+        summary="recurrent Q-learning from prioritized sequence replay",
+        make="rl_core.agents.r2d2.agent:R2D2Agent",
+        traits=AgentTraits(replays=True, sizing="scaled", rank_shares=("replay_buffer_size", "replay_buffer_min_size")),
+        action_kinds=("discrete",),
+        defaults=R2D2_DEFAULTS,
+        flag_groups=(shared_flags.learning, shared_flags.replay, add_flags),
+        check=check_flags,
+        flag_ranges=RANGES,
+    ),
+)

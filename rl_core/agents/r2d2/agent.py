@@ -48,8 +48,9 @@ class R2D2Agent(Agent):
     def make_optimizer(self, model):
         from rl_core.optim import make_optimizer
 
-        online = [p for name, p in model.named_parameters()
-                  if p.requires_grad and not name.startswith("target_network.")]
+        online = [
+            p for name, p in model.named_parameters() if p.requires_grad and not name.startswith("target_network.")
+        ]
         f = self.flags  # a learner step trains B x T steps: B x T / replay ratio env steps
         return make_optimizer(f, online, steps_per_update=f.batch_size * f.unroll_length / f.replay_ratio)
 
@@ -83,8 +84,7 @@ class R2D2Agent(Agent):
     def make_data_source(self, learner_queue, pin: bool = False):
         from rl_core.replay_source import ReplaySource
 
-        self.source = ReplaySource(learner_queue, self.flags, stride=self.sequence()[1], seed=self.flags.seed,
-                                   pin=pin)
+        self.source = ReplaySource(learner_queue, self.flags, stride=self.sequence()[1], seed=self.flags.seed, pin=pin)
         return self.source
 
     def loss(self, model, batch: dict, state: tuple):
@@ -103,16 +103,16 @@ class R2D2Agent(Agent):
                 _, target_state = target_net(prefix, state)
             target_q = target_net(suffix, target_state)[0]["q_values"]  # [T+1, B, A]
         q = model(suffix, online_state)[0]["q_values"]
-        actions = batch["action"][burn + 1:]
-        rewards = batch["reward"][burn + 1:]
+        actions = batch["action"][burn + 1 :]
+        rewards = batch["reward"][burn + 1 :]
         if f.reward_clipping == "abs_one":
             rewards = rewards.clamp(-1, 1)
         q_taken = q[:-1].gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)  # Q(s_t, a_t), t < T
         with torch.no_grad():
             values = r2d2_lib.double_q_values(q.detach(), target_q, eps)  # h^-1 Q_target(s_t, a*_t), t <= T
-            discounts = (~batch["done"][burn + 1:]).to(q.dtype) * f.discounting
+            discounts = (~batch["done"][burn + 1 :]).to(q.dtype) * f.discounting
             truncated = batch.get("truncated")
-            truncated = truncated[burn + 1:] if truncated is not None else torch.zeros_like(batch["done"][burn + 1:])
+            truncated = truncated[burn + 1 :] if truncated is not None else torch.zeros_like(batch["done"][burn + 1 :])
             rewards, discounts, mask = bootstrap_truncations(rewards.to(q.dtype), discounts, values[:-1], truncated)
             targets = r2d2_lib.n_step_targets(rewards, discounts, values[1:], f.n_steps)
         out = r2d2_lib.r2d2_loss(q_taken, targets, batch["replay/weight"].to(q.dtype), mask, eps)

@@ -17,33 +17,62 @@ RND_DEFAULTS = dict(discounting=0.999, rnd_init_steps=51_200)
 RND_RANK_SHARES = ("rnd_init_steps",)  # --rnd's run totals (its random start), beside the inner agent's
 MAKE = "rl_core.agents.rnd.agent:RNDAgent"
 
-RANGES = {"rnd_init_steps": "[0, inf)", "intrinsic_discounting": "[0, 1]", "ext_coef": "[0, inf)",
-          "int_coef": "[0, inf)", "rnd_update_proportion": "(0, 1]", "rnd_channels": "[0, inf)",
-          "rnd_feature_size": "[1, inf)"}
+RANGES = {
+    "rnd_init_steps": "[0, inf)",
+    "intrinsic_discounting": "[0, 1]",
+    "ext_coef": "[0, inf)",
+    "int_coef": "[0, inf)",
+    "rnd_update_proportion": "(0, 1]",
+    "rnd_channels": "[0, inf)",
+    "rnd_feature_size": "[1, inf)",
+}
 
 
 def add_flags(p: argparse.ArgumentParser) -> None:
-    a = p.add_argument_group("rnd (random network distillation: an add-on of impala and the on-policy agents)"
-                             ).add_argument
-    a("--rnd", action="store_true",
-      help="Add RND's intrinsic reward (Burda et al. 2018): a predictor trained to match a fixed random network on "
-           "the newest observation, its error the reward; a second value head learns the intrinsic return. "
-           "Takes --agent impala, ppo, vpg, awr, vmpo or vtrace. RND runs discount the extrinsic return by 0.999.")
-    a("--rnd_init_steps", type=int, default=0,
-      help="A fresh --rnd run first acts uniformly at random for this many steps (all envs together), training "
-           "nothing: they initialise the observation statistics.")
-    a("--intrinsic_discounting", type=float, default=0.99,
-      help="gamma_I of the intrinsic return (non-episodic) and of the forward filter that normalizes the reward.")
+    a = p.add_argument_group(
+        "rnd (random network distillation: an add-on of impala and the on-policy agents)"
+    ).add_argument
+    a(
+        "--rnd",
+        action="store_true",
+        help="Add RND's intrinsic reward (Burda et al. 2018): a predictor trained to match a fixed random network on "
+        "the newest observation, its error the reward; a second value head learns the intrinsic return. "
+        "Takes --agent impala, ppo, vpg, awr, vmpo or vtrace. RND runs discount the extrinsic return by 0.999.",
+    )
+    a(
+        "--rnd_init_steps",
+        type=int,
+        default=0,
+        help="A fresh --rnd run first acts uniformly at random for this many steps (all envs together), training "
+        "nothing: they initialise the observation statistics.",
+    )
+    a(
+        "--intrinsic_discounting",
+        type=float,
+        default=0.99,
+        help="gamma_I of the intrinsic return (non-episodic) and of the forward filter that normalizes the reward.",
+    )
     a("--ext_coef", type=float, default=2.0, help="Weight of the extrinsic advantage (0: curiosity alone).")
     a("--int_coef", type=float, default=1.0, help="Weight of the intrinsic advantage (0: extrinsic reward alone).")
-    a("--rnd_update_proportion", type=float, default=0.25,
-      help="Share of each batch the predictor trains on (OpenAI's proportion_of_exp_used_for_predictor_update).")
-    a("--rnd_channels", type=int, default=0,
-      help="Image observations: RND sees the newest this many channels (the newest frame of a stack; Atari: 1), "
-           "0: all of them.")
+    a(
+        "--rnd_update_proportion",
+        type=float,
+        default=0.25,
+        help="Share of each batch the predictor trains on (OpenAI's proportion_of_exp_used_for_predictor_update).",
+    )
+    a(
+        "--rnd_channels",
+        type=int,
+        default=0,
+        help="Image observations: RND sees the newest this many channels (the newest frame of a stack; Atari: 1), "
+        "0: all of them.",
+    )
     a("--rnd_feature_size", type=int, default=512, help="Output size of the target and the predictor.")
-    a("--rnd_mlp_sizes", default="64,64,64",
-      help="Vector observations: the layers of RND's MLPs, in place of the convolutions of the image networks.")
+    a(
+        "--rnd_mlp_sizes",
+        default="64,64,64",
+        help="Vector observations: the layers of RND's MLPs, in place of the convolutions of the image networks.",
+    )
 
 
 def check_flags(parser: argparse.ArgumentParser, flags: argparse.Namespace, wrapped: list[str]) -> None:
@@ -51,8 +80,10 @@ def check_flags(parser: argparse.ArgumentParser, flags: argparse.Namespace, wrap
     if not flags.rnd:
         return
     if flags.agent not in wrapped:
-        parser.error(f"--rnd is an add-on of {', '.join(wrapped[:-1])} and {wrapped[-1]}, not of --agent "
-                     f"{flags.agent}: choose one of those or drop --rnd")
+        parser.error(
+            f"--rnd is an add-on of {', '.join(wrapped[:-1])} and {wrapped[-1]}, not of --agent "
+            f"{flags.agent}: choose one of those or drop --rnd"
+        )
     if not flags.ext_coef and not flags.int_coef:
         parser.error("--ext_coef and --int_coef are both 0: nothing would be learned; give one a weight")
     try:

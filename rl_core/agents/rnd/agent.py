@@ -43,8 +43,15 @@ log = logging.getLogger("rnd")
 
 def intrinsic_stream(flags) -> ValueStream:
     """The intrinsic reward stream: non-episodic, ``--intrinsic_discounting``, weight ``--int_coef``."""
-    return ValueStream("int", "int_baseline", "int_reward", flags.intrinsic_discounting, flags.int_coef,
-                       episodic=False, clip_rewards=False)
+    return ValueStream(
+        "int",
+        "int_baseline",
+        "int_reward",
+        flags.intrinsic_discounting,
+        flags.int_coef,
+        episodic=False,
+        clip_rewards=False,
+    )
 
 
 def occurrence_groups(env_ids: torch.Tensor) -> list[torch.Tensor]:
@@ -86,8 +93,13 @@ class RNDAgent(Agent):
             nn.init.zeros_(head.bias)
         model.extra_values["int_baseline"] = head
         mlp_sizes = tuple(int(s) for s in str(f.rnd_mlp_sizes).split(",") if s)
-        model.rnd = RND(self.spec.obs.shape, f.num_actors, channels=f.rnd_channels,
-                        feature_size=f.rnd_feature_size, mlp_sizes=mlp_sizes)
+        model.rnd = RND(
+            self.spec.obs.shape,
+            f.num_actors,
+            channels=f.rnd_channels,
+            feature_size=f.rnd_feature_size,
+            mlp_sizes=mlp_sizes,
+        )
         model.learner_only = (*getattr(model, "learner_only", ()), "rnd")
         # Published to the inference copy: set once the random initialisation is over, so that a
         # resumed run acts with its policy from the start.
@@ -114,13 +126,18 @@ class RNDAgent(Agent):
         random = torch.zeros_like(inputs["env_id"])
         if not greedy and self.random_steps_left > 0:
             if bool(model.rnd_ready):
-                log.info("the policy acts from the start: the observation statistics are initialised "
-                         "(--rnd_init_steps applies to a fresh run)")
+                log.info(
+                    "the policy acts from the start: the observation statistics are initialised "
+                    "(--rnd_init_steps applies to a fresh run)"
+                )
                 self.random_steps_left = 0
             else:
                 if self.random_steps_left == self.flags.rnd_init_steps:
-                    log.info("uniformly random actions for the first %d steps (--rnd_init_steps): they "
-                             "initialise RND's observation statistics and train nothing", self.random_steps_left)
+                    log.info(
+                        "uniformly random actions for the first %d steps (--rnd_init_steps): they "
+                        "initialise RND's observation statistics and train nothing",
+                        self.random_steps_left,
+                    )
                 self.random_steps_left -= action.shape[1]
                 action = self.random_actions(action)
                 random = torch.ones_like(random)
@@ -155,8 +172,7 @@ class RNDAgent(Agent):
                 self._init_steps_seen += batch["reward"][1:].numel()
                 return  # the random initialisation: statistics only, no optimizer step
             model.rnd_ready.fill_(True)
-            log.info("observation statistics initialised from %d random steps; training starts",
-                     self._init_steps_seen)
+            log.info("observation statistics initialised from %d random steps; training starts", self._init_steps_seen)
         x = rnd.normalized_input(batch["obs"][1:])  # [T*B, ...]: the next observation of each transition
         int_reward, stats = self.intrinsic_rewards(model, x, batch)
         batch = dict(batch, int_reward=torch.cat([torch.zeros_like(int_reward[:1]), int_reward]))
@@ -183,12 +199,16 @@ class RNDAgent(Agent):
         for columns in occurrence_groups(env_ids):
             envs = env_ids[columns]
             filtered[:, columns], rnd.filter_state[envs] = rnd_lib.reward_forward_filter(
-                raw[:, columns], rnd.filter_state[envs], f.intrinsic_discounting)
+                raw[:, columns], rnd.filter_state[envs], f.intrinsic_discounting
+            )
         rnd.return_rms.update(filtered)
         reward = rnd_lib.normalize_intrinsic_rewards(raw, rnd.return_rms.var)
         self._track_episodes(rnd, reward, batch["done"][1:], env_ids)
-        stats = {"int_reward_mean": reward.mean().item(), "int_reward_raw_mean": raw.mean().item(),
-                 "int_reward_std": math.sqrt(float(rnd.return_rms.var))}
+        stats = {
+            "int_reward_mean": reward.mean().item(),
+            "int_reward_raw_mean": raw.mean().item(),
+            "int_reward_std": math.sqrt(float(rnd.return_rms.var)),
+        }
         return reward.to(batch["reward"].dtype), stats
 
     def _track_episodes(self, rnd, reward: torch.Tensor, done: torch.Tensor, env_ids: torch.Tensor) -> None:

@@ -89,7 +89,9 @@ class SACAgent(Agent):
         if bounds is None:  # checked once (make_distribution), then kept on each device
             make_distribution(self.spec.action, params, squash=True)
             action = self.spec.action
-            bounds = tuple(torch.as_tensor(b, dtype=torch.float32, device=mean.device) for b in (action.low, action.high))
+            bounds = tuple(
+                torch.as_tensor(b, dtype=torch.float32, device=mean.device) for b in (action.low, action.high)
+            )
             self._bounds[mean.device] = bounds
         return Gaussian(mean, params["policy_std"], squash=True, low=bounds[0], high=bounds[1], validate=False)
 
@@ -109,8 +111,9 @@ class SACAgent(Agent):
         if not greedy and self.random_steps_left > 0:
             if int(model.updates) == 0:  # a fresh run (a resumed one has learned: its policy acts)
                 if self.random_steps_left == self.flags.random_init_steps:
-                    log.info("uniformly random actions for the first %d steps (--random_init_steps)",
-                             self.random_steps_left)
+                    log.info(
+                        "uniformly random actions for the first %d steps (--random_init_steps)", self.random_steps_left
+                    )
                 self.random_steps_left -= inputs["obs"].shape[1]
                 return self.random_actions(inputs["obs"].shape[:2], inputs["obs"].device), {}, state
             log.info("the policy acts from the start: it has learned (--random_init_steps applies to a fresh run)")
@@ -127,9 +130,19 @@ class SACAgent(Agent):
         f = self.flags
         T = f.unroll_length
         self.source = ReplaySource(
-            learner_queue, f, stride=T, seed=f.seed, capacity=math.ceil(f.replay_buffer_size / T),
-            min_size=math.ceil(f.replay_buffer_min_size / T), trained_per_batch=f.batch_size, pin=pin,
-            priority_exponent=0.0, importance_sampling_exponent=0.0, window=2, unit=("transitions", T))
+            learner_queue,
+            f,
+            stride=T,
+            seed=f.seed,
+            capacity=math.ceil(f.replay_buffer_size / T),
+            min_size=math.ceil(f.replay_buffer_min_size / T),
+            trained_per_batch=f.batch_size,
+            pin=pin,
+            priority_exponent=0.0,
+            importance_sampling_exponent=0.0,
+            window=2,
+            unit=("transitions", T),
+        )
         return self.source
 
     def learner_queue_size(self, chunk_envs):
@@ -182,9 +195,15 @@ class SACAgent(Agent):
         critic = sac_lib.critic_loss(q1, q2, targets, mask)
         total = critic + actor + (temperature if f.learn_temperature else 0.0)
         stats = {  # tensors: the learner reads them with the batch's one host sync
-            "total_loss": total.detach(), "critic_loss": critic.detach(), "actor_loss": actor.detach(),
-            "temperature_loss": temperature.detach(), "alpha": alpha, "entropy": entropy.detach(),
-            "target_entropy": self.target_entropy, "mean_q": q1.detach().mean(), "mean_target": targets.mean(),
+            "total_loss": total.detach(),
+            "critic_loss": critic.detach(),
+            "actor_loss": actor.detach(),
+            "temperature_loss": temperature.detach(),
+            "alpha": alpha,
+            "entropy": entropy.detach(),
+            "target_entropy": self.target_entropy,
+            "mean_q": q1.detach().mean(),
+            "mean_target": targets.mean(),
         }
         return total, stats
 

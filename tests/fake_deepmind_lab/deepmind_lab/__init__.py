@@ -127,7 +127,9 @@ class Lab:
             raise RuntimeError("Environment in wrong status to advance")
         action = np.asarray(action)
         if action.dtype != np.intc or action.shape != (len(_ACTION_SPEC),):
-            raise ValueError(f"action must be np.intc of shape ({len(_ACTION_SPEC)},), got {action.dtype} {action.shape}")
+            raise ValueError(
+                f"action must be np.intc of shape ({len(_ACTION_SPEC)},), got {action.dtype} {action.shape}"
+            )
         for value, spec in zip(action.tolist(), _ACTION_SPEC):
             if not spec["min"] <= value <= spec["max"]:
                 raise ValueError(f"{spec['name']}={value} is out of range")
