@@ -156,8 +156,8 @@ def synthetic_unroll(agent, spec, K: int, rng: np.random.Generator, frame_stack:
     """An actor's handover as the actor thread stores it (``rl_core.runtime.actor_pool``), filled at random.
     ``frame_stack``: observations [C, H, W] that shift by one frame a step, as an Atari env's frame stacks do
     (what ``--replay_frame_stack`` stores once per frame)."""
-    from rl_core.agents.base import action_field
-    from rl_core.unroll_batcher import POLICY_VERSION
+    from rl_core.data.batch import action_field
+    from rl_core.data.batch import POLICY_VERSION
 
     L1 = agent.sequence()[0] + 1
     obs_dtype = np.dtype(spec.obs.dtype)
@@ -199,7 +199,7 @@ def standalone(package: str, argv: list[str], unroll_length: int | None, repeats
     extra = ["--unroll_length", str(unroll_length)] if unroll_length else []
     f = parse_flags(pkg, [*argv, *extra])
     env = pkg.make_env(f, 0)
-    from rl_core.runtime.test_mode import local_spec
+    from rl_core.runtime.evaluate_checkpoint import local_spec
 
     spec = local_spec(env)
     env.close()

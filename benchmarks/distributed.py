@@ -58,7 +58,7 @@ import torch
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from rl_core.env_spec import BoxActions, DiscreteActions, EnvSpec, Observation  # noqa: E402
+from rl_core.data.env_spec import BoxActions, DiscreteActions, EnvSpec, Observation  # noqa: E402
 
 ATARI = EnvSpec(Observation((4, 84, 84), "|u1"), DiscreteActions(6))
 # name -> (package, argv, env spec): the model each builds with the package's defaults

@@ -7,11 +7,11 @@ Each process builds one env as the package's env servers do (``make_env(flags, s
 package's parsed flags, ``--env`` or the package's default), takes uniformly random actions (sampled
 beforehand), resets at episode ends, and counts its steps over the same ``--seconds`` as the others (a
 barrier starts them together, after every env is built and warmed up).  The table gives, for N = 1, 2,
-4, ... up to the usable cores (``rl_core.sizing.usable_cores``): env steps/s of all N together, frames/s
+4, ... up to the usable cores (``rl_core.config.sizing.usable_cores``): env steps/s of all N together, frames/s
 (steps x the package's frames per step: Atari's frame skip, DMLab's action repeats, 1 elsewhere), steps/s
 per process and the speed-up over one process.  No training run steps its envs faster than this: it is
 the ceiling a throughput figure (``benchmarks/atari_throughput.py``) is held against, and what the
-launcher's sizing (``rl_core/sizing.py``) spends the cores on.
+launcher's sizing (``rl_core/config/sizing.py``) spends the cores on.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from rl_core.env_package import installed_env_packages  # noqa: E402  (after the repository's path)
+from rl_core.config.env_package import installed_env_packages  # noqa: E402  (after the repository's path)
 
 PACKAGES = tuple(installed_env_packages())  # every registered package (pyproject.toml)
 # The env measured when --env is not given: the package's default, but Football's cheapest scenario.
@@ -142,7 +142,7 @@ def main(argv=None) -> None:
         help="Process counts (default: 1, 2, 4, ... up to the usable cores).",
     )
     args = parser.parse_args(argv)
-    from rl_core.sizing import usable_cores
+    from rl_core.config.sizing import usable_cores
 
     packages = list(PACKAGES) if args.package == ["all"] else args.package
     if args.env and len(packages) > 1:

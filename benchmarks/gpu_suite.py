@@ -116,7 +116,7 @@ from benchmarks.agents import COLUMNS, configs, last_line  # noqa: E402
 from benchmarks.suite import first_reached, load_run  # noqa: E402
 from benchmarks.env_ceiling import default_procs  # noqa: E402
 from rl_core.errors import UserError  # noqa: E402
-from rl_core.plot import read_columns  # noqa: E402
+from rl_core.records.plot import read_columns  # noqa: E402
 
 PROG = "python benchmarks/gpu_suite.py"
 STAGES = ("ceiling", "impala_pong", "splits", "agents", "ppo_pong", "r2d2_pong", "ppo_breakout")
@@ -749,7 +749,7 @@ def machine_line() -> tuple[str, str]:
     """(the first line's description, the short one the tables carry)."""
     import torch
 
-    from rl_core.sizing import usable_cores
+    from rl_core.config.sizing import usable_cores
 
     cores = usable_cores()
     if torch.cuda.is_available():
@@ -842,7 +842,7 @@ def main(argv=None) -> int:
         os.path.expanduser(args.savedir or f"~/logs/torchbeast/gpu_suite-{datetime.datetime.now():%Y%m%d-%H%M%S}")
     )
     os.makedirs(savedir, exist_ok=True)
-    from rl_core.sizing import usable_cores
+    from rl_core.config.sizing import usable_cores
 
     full, short = machine_line()
     cores = usable_cores()

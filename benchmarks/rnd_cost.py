@@ -43,7 +43,7 @@ def batch_for(agent, spec, T, B, seed=0):
 def update_seconds(argv, repeats):
     import torchbeast_atari.env as atari
     from rl_core.agents import make_agent
-    from rl_core.env_spec import DiscreteActions, EnvSpec, Observation
+    from rl_core.data.env_spec import DiscreteActions, EnvSpec, Observation
     from rl_core.runtime.entry import parse_flags
 
     f = parse_flags(atari, argv)

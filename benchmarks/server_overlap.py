@@ -16,7 +16,7 @@ A layout ``P`` puts the ``--envs`` envs on P server processes; ``PxH`` on P proc
 (``--server_splits H``: a process's servers step in turn, each while the others' actions are in flight,
 sample-factory's double-buffered sampling).  All share the server cores.  Printed per layout: agent steps/s
 of all envs together, its ratio to the first layout, and the servers' busy share (their CPU time over the
-wall time of the server cores).  ``rl_core/sizing.py`` takes its splits from this (docs/experiments/throughput.md).
+wall time of the server cores).  ``rl_core/config/sizing.py`` takes its splits from this (docs/experiments/throughput.md).
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ def run_layout(
     import torch
 
     from models import build_model
-    from rl_core.flags import make_parser
+    from rl_core.config.flags import make_parser
     from rl_core.runtime import transport as tp
 
     ctx = mp.get_context("spawn")
@@ -109,7 +109,7 @@ def run_layout(
     for a in addresses:
         conn = tp.Connection(tp.connect(tp.parse_address(a), 60.0), poll_s=0.5)
         kind, msg = conn.recv()
-        from rl_core.env_spec import EnvSpec
+        from rl_core.data.env_spec import EnvSpec
 
         spec = EnvSpec.from_json(tp.field_json(msg["spec"]))
         conns.append(conn)

@@ -62,8 +62,8 @@ sys.path.insert(0, REPO)
 
 from benchmarks.env_ceiling import frames_per_step  # noqa: E402
 from rl_core.errors import UserError  # noqa: E402
-from rl_core.flags import FlagParser  # noqa: E402
-from rl_core.plot import read_columns  # noqa: E402
+from rl_core.config.flags import FlagParser  # noqa: E402
+from rl_core.records.plot import read_columns  # noqa: E402
 
 PROG = "python benchmarks/suite.py"
 ANCHORS = os.path.join(REPO, "benchmarks", "anchors.json")
@@ -188,7 +188,7 @@ def final_test_of_checkpoint(package: str, plan: Plan, signals: Signals) -> tupl
     """The final test of a run trained to its budget whose final test was cut short (a resume at the budget trains
     and tests nothing): ``--mode test`` on its model.tar, the package's protocol with the run's flags and test
     seeds, whose eval-<time>.json becomes the run's final_test.json."""
-    from rl_core import evaluation
+    from rl_core.evaluation import episodes
 
     evals = set(glob.glob(os.path.join(plan.rundir, "eval-*.json")))
     status, last = launch(package, ["--mode", "test", "--checkpoint", os.path.join(plan.rundir, "model.tar")], signals)
@@ -199,7 +199,7 @@ def final_test_of_checkpoint(package: str, plan: Plan, signals: Signals) -> tupl
     if result["step"] < plan.total_steps:
         return 1, f"error: {plan.rundir}/model.tar is at step {result['step']}, short of {plan.total_steps}"
     result["xpid"] = os.path.basename(plan.rundir)
-    evaluation.write_json(os.path.join(plan.rundir, "final_test.json"), result)
+    episodes.write_json(os.path.join(plan.rundir, "final_test.json"), result)
     return 0, last
 
 

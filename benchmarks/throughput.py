@@ -92,7 +92,7 @@ def env_steps_per_second(setup: Setup, seconds: float) -> float:
 
 
 def model_flags(model: str, **kw):
-    from rl_core.flags import make_parser
+    from rl_core.config.flags import make_parser
 
     flags = make_parser().parse_args([f"--model={model}"])
     for k, v in kw.items():
@@ -102,7 +102,7 @@ def model_flags(model: str, **kw):
 
 def build(setup: Setup, model: str, device: str):
     from models import build_model
-    from rl_core.env_spec import DiscreteActions, EnvSpec, Observation
+    from rl_core.data.env_spec import DiscreteActions, EnvSpec, Observation
 
     spec = EnvSpec(Observation(tuple(setup.obs_shape), "|u1"), DiscreteActions(setup.num_actions))
     flags = model_flags(model, **setup.model_kw)

@@ -66,7 +66,7 @@ def _serve(kind: str, k: int, path: str) -> None:
 
 
 def through_transport(kind: str, k: int, seconds: float) -> float:
-    from rl_core.env_spec import EnvSpec
+    from rl_core.data.env_spec import EnvSpec
     from rl_core.runtime import transport as tp
 
     path = os.path.join(tempfile.mkdtemp(), "bench.0")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rl_core.env_spec import ActionSpace, DiscreteActions, EnvSpec
+from rl_core.data.env_spec import ActionSpace, DiscreteActions, EnvSpec
 from rl_core.errors import UserError
 
 
@@ -94,11 +94,11 @@ def build_model(flags, spec: EnvSpec):
         )
     obs_normalizer = value_normalizer = None
     if flags.obs_normalization:
-        from rl_core.normalization import RunningMeanStd
+        from rl_core.numerics.normalization import RunningMeanStd
 
         obs_normalizer = RunningMeanStd(obs_shape)
     if flags.value_normalization != "none":
-        from rl_core.normalization import ValueNormalizer
+        from rl_core.numerics.normalization import ValueNormalizer
 
         value_normalizer = ValueNormalizer(flags.value_normalization, beta=flags.popart_beta)
     model = ActorCritic(

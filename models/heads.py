@@ -3,7 +3,7 @@
 * discrete actions: ``nn.Linear`` -> ``policy_logits`` [..., A] (kept a plain Linear
   named ``policy`` in ActorCritic, so IMPALA checkpoints keep their keys);
 * box actions: :class:`GaussianHead` -> ``policy_mean`` and ``policy_std`` [..., D],
-  the parameters of a diagonal Gaussian (``rl_core.distributions.Gaussian``, optionally
+  the parameters of a diagonal Gaussian (``rl_core.numerics.distributions.Gaussian``, optionally
   tanh-squashed to the env's bounds by the agent).
 """
 
@@ -14,7 +14,7 @@ import math
 import torch
 from torch import nn
 
-from rl_core.distributions import std_from_param
+from rl_core.numerics.distributions import std_from_param
 
 
 def std_param_for(std: float, kind: str, min_std: float) -> float:

@@ -8,7 +8,7 @@ episodes.  Outputs: policy_logits [T, B, A] (discrete), or policy_mean and polic
 [T, B, D] (box: ``policy_head`` is a :class:`models.heads.GaussianHead`), and
 baseline [T, B].
 
-``obs_normalizer`` (an ``rl_core.normalization.RunningMeanStd`` over the observation
+``obs_normalizer`` (an ``rl_core.numerics.normalization.RunningMeanStd`` over the observation
 shape) normalizes observations before the stem, clipped to +-``obs_clip``; the agent
 updates its statistics in the learner and they reach the inference copy with the
 weights.  ``value_normalizer`` (``ValueNormalizer``: PopArt or return std) makes the

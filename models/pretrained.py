@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from rl_core import checkpoint
+from rl_core.records import checkpoint_file
 from rl_core.errors import UserError
 
 STEM = "stem."
@@ -26,7 +26,7 @@ def _is_conv(name: str) -> bool:
 
 def load_stem(model: nn.Module, path: str, load_fc: bool = True) -> list[str]:
     """Copy the stem's conv (and fc unless ``load_fc`` is False) weights from a checkpoint."""
-    saved = checkpoint.load(path, fix="pass --load_conv_net_from the model.tar of a run").get("model_state_dict")
+    saved = checkpoint_file.load(path, fix="pass --load_conv_net_from the model.tar of a run").get("model_state_dict")
     if saved is None:
         raise UserError(f"--load_conv_net_from {path}: no model_state_dict in it; pass a model.tar of a run")
     own = model.state_dict()

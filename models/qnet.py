@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from models.policy import ActorCritic
-from rl_core.env_spec import EnvSpec
+from rl_core.data.env_spec import EnvSpec
 
 
 class DuelingHead(nn.Module):

@@ -30,7 +30,7 @@ import dataclasses
 import torch
 from torch import nn
 
-from rl_core import collectives
+from rl_core.numerics import collectives
 
 __all__ = ["RecyclePair", "dormant_scores", "recycle_dormant", "SECOND_MOMENTS"]
 
@@ -55,7 +55,7 @@ class RecyclePair:
 def dormant_scores(activation: torch.Tensor) -> torch.Tensor:
     """ReDo's score s_i of each unit (dim 1) of ``activation`` [N, units, ...]: E|h_i| over every other
     dim, over the layer's mean of it.  A layer that is silent throughout scores 0 everywhere.  Under
-    torchrun the expectation runs over every rank's inputs (``rl_core.collectives``), so that the ranks
+    torchrun the expectation runs over every rank's inputs (``rl_core.numerics.collectives``), so that the ranks
     find the same units dormant and their replicas stay equal."""
     per_unit = collectives.all_reduce_sum(activation.detach().abs().float().transpose(0, 1).flatten(1).mean(1))
     return per_unit / (per_unit.mean() + 1e-9)

@@ -26,7 +26,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from models.init import orthogonal_weight
-from rl_core.normalization import RunningMeanStd
+from rl_core.numerics.normalization import RunningMeanStd
 
 OBS_CLIP = 5.0
 

@@ -24,7 +24,7 @@ import math
 import torch
 from torch import nn
 
-from rl_core.env_spec import EnvSpec
+from rl_core.data.env_spec import EnvSpec
 
 
 class Torso(nn.Module):
@@ -226,7 +226,7 @@ def build_sac_model(flags, spec: EnvSpec) -> SACModel:
     critics = TwinCritics(stems, critic_in, hidden, n if discrete else 1, box_actions=not discrete)
     obs_normalizer = None
     if flags.obs_normalization:
-        from rl_core.normalization import RunningMeanStd
+        from rl_core.numerics.normalization import RunningMeanStd
 
         obs_normalizer = RunningMeanStd(obs_shape)
     alpha = flags.initial_temperature if flags.learn_temperature else flags.entropy_cost

@@ -33,12 +33,12 @@ from torchbeast_atari import env as atari
 
 def load(path: str):
     """(flags, agent, model, step) of a torchbeast_atari checkpoint, the flags as the run had them."""
-    from rl_core import checkpoint
+    from rl_core.records import checkpoint_file
     from rl_core.agents import make_agent
-    from rl_core.env_spec import EnvSpec
+    from rl_core.data.env_spec import EnvSpec
     from rl_core.runtime.entry import parse_flags
 
-    saved = checkpoint.load(path, fix="pass the model.tar of a torchbeast_atari run")
+    saved = checkpoint_file.load(path, fix="pass the model.tar of a torchbeast_atari run")
     run_flags = saved.get("flags", {})
     flags = parse_flags(atari, ["--env", run_flags["env"], "--agent", run_flags.get("agent", "impala")])
     for key, value in run_flags.items():
@@ -85,15 +85,15 @@ def keep_inputs(flags, agent, model, envs: int, steps: int, seed: int) -> dict:
 
 
 def game_returns(flags, agent, model, envs: int, games: int, seed: int) -> list[float]:
-    """Whole-game returns of ``games`` games on training envs, sampled actions (``rl_core.evaluation.play``); the
+    """Whole-game returns of ``games`` games on training envs, sampled actions (``rl_core.evaluation.episodes.play``); the
     same ``seed`` gives the same envs and the same draws, so two models compare on common random numbers."""
-    from rl_core import evaluation
+    from rl_core.evaluation import episodes
 
     torch.manual_seed(seed)
-    episodes = evaluation.play(
+    played = episodes.play(
         model, lambda s: atari.make_env(flags, s), [seed + i for i in range(envs)], games, greedy=False, agent=agent
     )
-    return [e["return"] for e in episodes]
+    return [e["return"] for e in played]
 
 
 @torch.no_grad()

@@ -90,12 +90,12 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
 
-    from rl_core import checkpoint
+    from rl_core.records import checkpoint_file
     from rl_core.agents import make_agent
-    from rl_core.runtime.test_mode import local_spec
+    from rl_core.runtime.evaluate_checkpoint import local_spec
     from torchbeast_atari import env as env_pkg
 
-    saved = checkpoint.load(str(args.checkpoint), fix="pass the model.tar of a torchbeast_atari run")
+    saved = checkpoint_file.load(str(args.checkpoint), fix="pass the model.tar of a torchbeast_atari run")
     flags = SimpleNamespace(**saved["flags"])
     probe = env_pkg.make_test_env(flags, 0, record=False)
     agent = make_agent(flags, local_spec(probe))

@@ -13,7 +13,7 @@ import os
 import pytest
 
 # Runs the tests start are sized as on the 2-core machine the tests and their thresholds were written
-# for, whatever cores the test machine has (rl_core/sizing.py; a test that wants another size sets it).
+# for, whatever cores the test machine has (rl_core/config/sizing.py; a test that wants another size sets it).
 os.environ.setdefault("POLYBEAST_CORES", "2")
 
 

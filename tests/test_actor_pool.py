@@ -13,13 +13,15 @@ from models.mlp import MLPStem
 from models.policy import ActorCritic
 from models.recurrent import make_core
 from rl_core.agents import make_agent
-from rl_core.flags import make_parser
+from rl_core.config.flags import make_parser
 from rl_core.runtime import transport as tp
-from rl_core.runtime.actor_pool import ActorThread, RunStats, answer, connect_server, inference_loop
-from rl_core.runtime.batcher import InferenceBatcher, Request
+from rl_core.runtime.actor_pool import ActorThread, RunStats, connect_server
+from rl_core.runtime.inference import answer, inference_loop
+from rl_core.runtime.inference import InferenceBatcher, Request
 from rl_core.runtime.env_server import EnvServer
 from rl_core.runtime.learner import Publisher, inference_copy
-from rl_core.unroll_batcher import POLICY_VERSION, UnrollBatcher
+from rl_core.data.batch import POLICY_VERSION
+from rl_core.data.unroll_batcher import UnrollBatcher
 from rl_core.runtime.threads import ErrorBox, start_thread
 
 T, K = 5, 3

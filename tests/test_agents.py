@@ -11,8 +11,8 @@ import torch
 from torch.nn import functional as F
 
 from rl_core.agents import ON_POLICY, make_agent
-from rl_core.env_spec import BoxActions, DiscreteActions, EnvSpec, Observation
-from rl_core.flags import make_parser
+from rl_core.data.env_spec import BoxActions, DiscreteActions, EnvSpec, Observation
+from rl_core.config.flags import make_parser
 
 T, B = 6, 5
 DISCRETE = EnvSpec(Observation((4,), "<f4"), DiscreteActions(3))
@@ -179,7 +179,7 @@ def test_shuffle_visits_every_unroll_once_per_epoch(monkeypatch):
 
 def test_split_modes_refuse_recurrent_cores():
     with pytest.raises(SystemExit):
-        from rl_core import flags as flags_lib
+        from rl_core.config import flags as flags_lib
 
         parser = make_parser()
         flags_lib.check(parser, parser.parse_args(["--agent=ppo", "--batch_mode=split", "--use_lstm"]))

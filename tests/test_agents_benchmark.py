@@ -5,10 +5,10 @@ import pytest
 import torch
 
 from benchmarks.agents import synthetic_unroll
-from rl_core import frame_stacks
+from rl_core.data import frame_stacks
 from rl_core.agents import make_agent
 from rl_core.runtime.entry import parse_flags
-from rl_core.runtime.test_mode import local_spec
+from rl_core.runtime.evaluate_checkpoint import local_spec
 
 
 @pytest.fixture(scope="module")

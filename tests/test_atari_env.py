@@ -497,7 +497,7 @@ def test_each_atari_flag_reaches_the_env_through_make_env(maker):
 
 
 def test_a_recorded_test_env_shows_the_rgb_screen_unless_the_network_view_is_asked():
-    from rl_core.evaluation import frame_of
+    from rl_core.evaluation.episodes import frame_of
     from torchbeast_atari import env as atari
 
     env = atari.make_test_env(_atari_flags("--env", PONG), 3, record=True)

@@ -7,7 +7,7 @@ import signal
 
 import pytest
 
-from rl_core import checkpoint
+from rl_core.records import checkpoint_file
 from tests.proc_utils import children, csv_rows, flag_error_line, last_line, read, run, sockets_left, start, wait_for
 
 # What a row measures of the clock, not of the run
@@ -148,5 +148,5 @@ def test_a_server_that_dies_ends_the_run_in_one_line_naming_it(tmp_path):
         r"would not reproduce the run\); the server's log says why it went",
         last_line(text),
     ), text[-2000:]
-    assert checkpoint.load(str(tmp_path / "run" / "model.tar"))["step"] > 0
+    assert checkpoint_file.load(str(tmp_path / "run" / "model.tar"))["step"] > 0
     assert not sockets_left(tmp_path)

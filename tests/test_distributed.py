@@ -14,7 +14,7 @@ import time
 import pytest
 import torch
 
-from rl_core import checkpoint
+from rl_core.records import checkpoint_file
 from rl_core.errors import UserError
 from rl_core.runtime import distributed
 from tests.proc_utils import alive, csv_rows, last_line, read, run, start
@@ -52,7 +52,7 @@ def run_dirs(tmp_path) -> list[str]:
 
 # ------------------------------------------------------------------------ rank flags
 def test_each_rank_takes_its_share_of_the_runs_totals():
-    from rl_core.flags import make_parser
+    from rl_core.config.flags import make_parser
 
     flags = make_parser().parse_args(
         [
@@ -79,8 +79,8 @@ def test_the_learning_rate_decays_with_the_global_steps():
     """A rank's batch is 1/W of the run's: its schedule still reaches 0 at --total_steps of all ranks' steps."""
     import argparse
 
-    from rl_core.flags import make_parser
-    from rl_core.optim import make_optimizer
+    from rl_core.config.flags import make_parser
+    from rl_core.numerics.optim import make_optimizer
 
     flags = make_parser().parse_args(
         [
@@ -182,7 +182,7 @@ def _collectives_worker(rank: int, port: int, results):
         LOCAL_RANK=str(rank),
         LOCAL_WORLD_SIZE="2",
     )
-    from rl_core.normalization import RunningMeanStd, ValueNormalizer
+    from rl_core.numerics.normalization import RunningMeanStd, ValueNormalizer
 
     group = distributed.start(distributed.world_from_environ(), torch.device("cpu"))
     try:
@@ -231,7 +231,7 @@ def test_statistics_and_gradients_are_those_of_all_ranks_data():
     gradient is the ranks' mean; any_rank and agree see every rank; episodes reach rank 0."""
     import multiprocessing as mp
 
-    from rl_core.normalization import RunningMeanStd, ValueNormalizer
+    from rl_core.numerics.normalization import RunningMeanStd, ValueNormalizer
 
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
@@ -299,7 +299,7 @@ def test_two_ranks_train_one_run_and_one_rank_resumes_it(tmp_path, agent):
     rows = csv_rows(str(tmp_path / "run" / "logs.csv"))
     assert int(rows[-1]["step"]) >= total
     assert int(rows[-1]["env_steps"]) >= int(rows[-1]["step"])  # both ranks' envs' steps, as the step count
-    saved = checkpoint.load(str(tmp_path / "run" / "model.tar"))
+    saved = checkpoint_file.load(str(tmp_path / "run" / "model.tar"))
     assert saved["step"] == int(rows[-1]["step"]) and saved["flags"]["num_actors"] % 2 == 0
     out = read(str(tmp_path / "run" / "out.log"))
     assert "replicas: the 2 ranks' parameters are identical" in out
@@ -334,14 +334,14 @@ def test_a_one_process_checkpoint_resumes_on_two_ranks(tmp_path):
         timeout=300,
     )
     assert result.returncode == 0, result.stdout[-3000:]
-    step = checkpoint.load(str(tmp_path / "run" / "model.tar"))["step"]
+    step = checkpoint_file.load(str(tmp_path / "run" / "model.tar"))["step"]
     result = torchrun(tmp_path, *args, *DEVICE, "--total_steps=6000")
     assert result.returncode == 0, result.stdout[-4000:]
     assert f"resuming {tmp_path / 'run' / 'model.tar'} at step {step:,}" in result.stdout
     assert f"resumed from rank 0's {tmp_path / 'run' / 'model.tar'} at step {step}" in result.stdout  # rank 1
     # the one process's single env server (the package's default) became one per rank
     assert "then --num_servers 2 to divide among the ranks" in result.stdout, result.stdout[-3000:]
-    assert checkpoint.load(str(tmp_path / "run" / "model.tar"))["step"] >= 6000
+    assert checkpoint_file.load(str(tmp_path / "run" / "model.tar"))["step"] >= 6000
 
 
 @pytest.mark.timeout(600)
@@ -378,7 +378,7 @@ def test_two_nodes_meet_through_a_c10d_rendezvous(tmp_path):
     assert [p.returncode for p in procs] == [0, 0], outputs[0][-3000:] + outputs[1][-3000:]
     assert run_dirs(tmp_path) == ["run"]
     assert "replicas: the 2 ranks' parameters are identical" in read(str(tmp_path / "run" / "out.log"))
-    assert checkpoint.load(str(tmp_path / "run" / "model.tar"))["step"] >= 4000
+    assert checkpoint_file.load(str(tmp_path / "run" / "model.tar"))["step"] >= 4000
 
 
 # --------------------------------------------------------------------------- faults
@@ -534,7 +534,7 @@ def test_a_signal_ends_every_rank_with_a_checkpoint_and_no_orphans(tmp_path, how
     assert last_line(out) == TORCHRUN_SIGNALLED.format(pid=proc.pid, sig=int(sig)), out[-3000:]
     assert "ChildFailedError" not in out  # no rank failed
     rundir = tmp_path / "run"
-    step = checkpoint.load(str(rundir / "model.tar"))["step"]
+    step = checkpoint_file.load(str(rundir / "model.tar"))["step"]
     assert step > 0
 
     def stopped(other):  # the rank's reason: the signal, or its peer's wish to stop that came first
@@ -570,7 +570,7 @@ def test_a_rank_that_dies_ends_the_job_naming_it_and_the_checkpoint_stays_loadab
         _wait_for(lambda: "saved checkpoint" in _rank_output(tmp_path, 0), 180, "no checkpoint was saved")
         ranks, servers = _rank_pids(tmp_path), _server_pids(tmp_path)
         assert sorted(ranks) == [0, 1] and len(servers) == 2
-        before = checkpoint.load(str(tmp_path / "run" / "model.tar"))["step"]  # (each save replaces it whole)
+        before = checkpoint_file.load(str(tmp_path / "run" / "model.tar"))["step"]  # (each save replaces it whole)
         os.kill(ranks[1], signal.SIGKILL)
         proc.wait(timeout=120)
     finally:
@@ -584,7 +584,7 @@ def test_a_rank_that_dies_ends_the_job_naming_it_and_the_checkpoint_stays_loadab
     rank0 = _own_lines(tmp_path, 0)
     assert re.fullmatch(_logged(ranks[0], "ERROR", GONE), rank0[-1]), rank0[-5:]
     assert "Traceback" not in _rank_output(tmp_path, 0)
-    saved = checkpoint.load(str(tmp_path / "run" / "model.tar"))  # whole, and loadable safely (weights_only)
+    saved = checkpoint_file.load(str(tmp_path / "run" / "model.tar"))  # whole, and loadable safely (weights_only)
     last_save = re.findall(r"saved checkpoint \S+ at step (\d+)$", "\n".join(rank0), re.MULTILINE)[-1]
     assert saved["step"] == int(last_save) >= before > 0
     meta = json.loads((tmp_path / "run" / "meta.json").read_text())
@@ -622,7 +622,7 @@ def test_a_rank_that_hangs_does_not_keep_the_others_past_torchruns_grace(tmp_pat
     last = re.fullmatch(_logged(ranks[0], "ERROR", UNANSWERED), rank0[-1])
     assert last and "(distributed_c10d.py:" in last.group(1), rank0[-5:]
     assert "Traceback" not in rank0_output and "most recent call first" not in rank0_output  # (no stack dump)
-    saved = checkpoint.load(str(tmp_path / "run" / "model.tar"))  # whole, and loadable safely (weights_only)
+    saved = checkpoint_file.load(str(tmp_path / "run" / "model.tar"))  # whole, and loadable safely (weights_only)
     received = next(i for i, line in enumerate(rank0) if "received SIGTERM" in line)
     saves = re.findall(r"saved checkpoint \S+ at step (\d+)$", "\n".join(rank0), re.MULTILINE)
     assert saved["step"] == int(saves[-1]) > 0

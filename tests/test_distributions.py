@@ -1,4 +1,4 @@
-"""Tests for rl_core.distributions against slow Python references."""
+"""Tests for rl_core.numerics.distributions against slow Python references."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from rl_core import distributions as D
-from rl_core.env_spec import BoxActions, DiscreteActions, action_space_from_json
+from rl_core.numerics import distributions as D
+from rl_core.data.env_spec import BoxActions, DiscreteActions, action_space_from_json
 
 
 def _softmax_row(row):

@@ -10,7 +10,7 @@ import torch
 
 from rl_core.errors import UserError
 from rl_core.runtime.entry import parse_flags
-from rl_core.runtime.env_server import env_seed
+from rl_core.envs.seeds import env_seed
 from tests.proc_utils import REPO, csv_rows, run
 from torchbeast_dmlab import env as dmlab
 from torchbeast_dmlab.env import (

@@ -1,4 +1,4 @@
-"""The env package interface (rl_core/env_package.py): checked once, with one line for what a package lacks."""
+"""The env package interface (rl_core/config/env_package.py): checked once, with one line for what a package lacks."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import types
 
 import pytest
 
-from rl_core.env_package import EnvPackage, env_package, installed_env_packages
+from rl_core.config.env_package import EnvPackage, env_package, installed_env_packages
 from rl_core.errors import UserError
 from rl_core.runtime import entry
 
@@ -88,7 +88,7 @@ def test_a_package_lacking_a_required_function_is_refused_in_one_line(capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [
         "error: env package torchbeast_empty.env lacks add_flags and make_env: an env package's env.py "
-        "defines add_flags(parser) and make_env(flags, seed) (rl_core/env_package.py)"
+        "defines add_flags(parser) and make_env(flags, seed) (rl_core/config/env_package.py)"
     ]
     lacking.make_env, lacking.test_protocol = (lambda flags, seed: None), 100
     with pytest.raises(UserError, match=r"^env package torchbeast_nothing.env: test_protocol must be a function"):

@@ -9,10 +9,11 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from rl_core.env_spec import BoxActions, DiscreteActions, EnvSpec, Observation, action_space_of
+from rl_core.data.env_spec import BoxActions, DiscreteActions, EnvSpec, Observation, action_space_of
 from rl_core.errors import RunFailure
 from rl_core.runtime import transport as tp
-from rl_core.runtime.env_server import EnvServer, env_seed
+from rl_core.envs.seeds import env_seed
+from rl_core.runtime.env_server import EnvServer
 
 
 def test_the_wire_format_is_the_hello_json_as_it_was():

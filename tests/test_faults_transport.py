@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from rl_core import checkpoint
+from rl_core.records import checkpoint_file
 from rl_core.runtime import transport as tp
 from tests.proc_utils import (
     alive,
@@ -39,7 +39,7 @@ def saved_run(tmp_path, xpid="run") -> dict:
     """A run directory as an earlier run left it: its model.tar and logs.csv, to be left untouched."""
     rundir = tmp_path / "runs" / xpid
     rundir.mkdir(parents=True)
-    checkpoint.save(str(rundir / "model.tar"), {"model_state_dict": {"w": torch.arange(4.0)}, "step": 1234})
+    checkpoint_file.save(str(rundir / "model.tar"), {"model_state_dict": {"w": torch.arange(4.0)}, "step": 1234})
     (rundir / "logs.csv").write_text("step,mean_episode_return\n1234,5.0\n")
     return snapshot(rundir, SAVED)
 
@@ -146,7 +146,11 @@ def test_a_procgen_env_server_imports_no_plotting_module(tmp_path, monkeypatch):
     text = read(out)
     imported = [line.rsplit("|", 1)[-1].strip() for line in text.splitlines() if line.startswith("import time:")]
     assert "torchbeast_procgen.env" in imported and "envpool" in imported  # the probe sees the server's imports
-    plotting = [m for m in imported if m.split(".")[0] == "matplotlib" or m in ("rl_core.plot", "rl_core.video")]
+    plotting = [
+        m
+        for m in imported
+        if m.split(".")[0] == "matplotlib" or m in ("rl_core.records.plot", "rl_core.evaluation.video")
+    ]
     assert plotting == []
     assert server.returncode == 0
 
@@ -353,7 +357,7 @@ def test_the_refusal_with_rnd_names_the_agents_rnd_wraps():
     import pytest
 
     from rl_core.agents import check_action_space
-    from rl_core.env_spec import BoxActions, DiscreteActions, EnvSpec, Observation
+    from rl_core.data.env_spec import BoxActions, DiscreteActions, EnvSpec, Observation
     from rl_core.errors import UserError
 
     box = EnvSpec(Observation((17,), "<f4"), BoxActions((6,), (-1.0,) * 6, (1.0,) * 6))

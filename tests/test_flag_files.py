@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from rl_core.errors import UserError
-from rl_core.flags import expand_flag_files
+from rl_core.config.flags import expand_flag_files
 from rl_core.runtime import entry
 from tests.proc_utils import REPO
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from rl_core.env_spec import DiscreteActions, EnvSpec, Observation
+from rl_core.data.env_spec import DiscreteActions, EnvSpec, Observation
 from rl_core.errors import UserError
 from rl_core.runtime.entry import parse_flags
 from tests.proc_utils import csv_rows, flag_error_line, run

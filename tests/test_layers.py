@@ -15,10 +15,24 @@ from rl_core.agents import AGENTS
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PACKAGES = ("rl_core", "models")
+# The layers, top to bottom: a module imports its own layer's modules and those of the layers below, never above.
+# Every module of rl_core/ and models/ is in one (rl_core's own __init__ aside).
+LAYERS = (
+    ("rl_core.runtime",),  # the processes and threads of a run
+    ("rl_core.evaluation",),  # whole episodes with a frozen model
+    ("rl_core.config",),  # the flags, their ranges, the env package interface, the sizing
+    ("rl_core.agents",),
+    ("models",),
+    ("rl_core.losses",),
+    ("rl_core.numerics",),  # distributions, normalizers, the optimizer, collectives
+    ("rl_core.data",),  # the env spec, batches of unrolls, the replay
+    ("rl_core.records", "rl_core.envs"),  # checkpoint files, the run directory and logs; what env packages share
+    ("rl_core.errors",),
+)
 # Below the runtime: none of these may import rl_core.runtime
-LOWER = ("rl_core.agents", "rl_core.losses", "models", "rl_core.normalization", "rl_core.replay")
+LOWER = ("rl_core.agents", "rl_core.losses", "models", "rl_core.numerics.normalization", "rl_core.data.replay")
 # The core that knows no agent and no env package by name
-CORE = ("rl_core.runtime", "rl_core.sizing", "rl_core.flags")
+CORE = ("rl_core.runtime", "rl_core.config.sizing", "rl_core.config.flags")
 AGENT_NAMES = (*AGENTS, "rnd")  # the registry's agents and the add-on
 AGENT_SETS = ("REPLAY", "ON_POLICY", "SCALED_AGENTS")
 NAMED = re.compile(r"(?<![\w])(" + "|".join(AGENT_NAMES) + r")(?![\w])|torchbeast_\w+")
@@ -118,6 +132,22 @@ def test_lower_layers_never_import_the_runtime():
     assert upward == []
 
 
+def layer_of(name: str) -> int | None:
+    return next((i for i, layer in enumerate(LAYERS) if in_layer(name, layer)), None)
+
+
+def test_every_module_is_in_a_layer_and_imports_only_its_own_or_lower_ones():
+    assert [name for name in MODULES if name != "rl_core" and layer_of(name) is None] == []
+    upward = sorted(
+        f"{name} imports {target}"
+        for name, targets in GRAPH.items()
+        if name != "rl_core"
+        for target in targets
+        if target != "rl_core" and layer_of(target) < layer_of(name)
+    )
+    assert upward == []
+
+
 def test_no_import_cycle():
     assert cycles(GRAPH) == []
 
@@ -149,5 +179,5 @@ def core_mentions(name: str) -> list[str]:
 
 def test_the_core_names_no_agent_and_no_env_package():
     core = [name for name in MODULES if in_layer(name, CORE)]
-    assert "rl_core.runtime.train" in core and "rl_core.sizing" in core and "rl_core.flags" in core
+    assert "rl_core.runtime.train" in core and "rl_core.config.sizing" in core and "rl_core.config.flags" in core
     assert [m for name in sorted(core) for m in core_mentions(name)] == []

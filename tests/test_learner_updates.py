@@ -11,8 +11,8 @@ import torch
 from torch import nn
 
 from rl_core.errors import TrainingDiverged
-from rl_core.flags import make_parser
-from rl_core.optim import make_optimizer
+from rl_core.config.flags import make_parser
+from rl_core.numerics.optim import make_optimizer
 from rl_core.runtime.learner import POLICY_VERSION, GradientNorms, Learner, Weights, inference_copy
 
 

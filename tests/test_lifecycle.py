@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from rl_core.evaluation import crossed
+from rl_core.evaluation.episodes import crossed
 from tests.proc_utils import csv_rows, read, run
 
 GYM = "torchbeast_gym.polybeast"
@@ -268,7 +268,7 @@ def test_plot_draws_two_runs_even_in_progress(tmp_path):
         f.write("9999,1.0")
     out = tmp_path / "curves.png"
     result = run(
-        "rl_core.plot",
+        "rl_core.records.plot",
         str(tmp_path / "runs" / "a"),
         str(tmp_path / "runs" / "b"),
         f"--out={out}",
@@ -277,7 +277,9 @@ def test_plot_draws_two_runs_even_in_progress(tmp_path):
     )
     assert result.returncode == 0, result.stdout
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 10_000
-    result = run("rl_core.plot", str(tmp_path / "nowhere"), f"--out={out}", output=str(tmp_path / "o2"), timeout=60)
+    result = run(
+        "rl_core.records.plot", str(tmp_path / "nowhere"), f"--out={out}", output=str(tmp_path / "o2"), timeout=60
+    )
     assert result.returncode == 2 and "has no logs.csv" in result.stdout
 
 
@@ -289,9 +291,9 @@ CONTROLLER = (0.1, 0.5, 10.0, 2.0)
 def controller_checkpoint(path, sign=1.0):
     """A model.tar of a run at step 0 whose weights play CONTROLLER greedily (sign -1: its mirror image),
     and whose optimizer has learning rate 0, so that training on leaves the weights as they are."""
-    from rl_core import checkpoint
+    from rl_core.records import checkpoint_file
     from rl_core.agents import make_agent
-    from rl_core.env_spec import DiscreteActions, EnvSpec, Observation
+    from rl_core.data.env_spec import DiscreteActions, EnvSpec, Observation
     from rl_core.runtime.entry import parse_flags
     import torchbeast_gym.env as gym_pkg
 
@@ -306,13 +308,13 @@ def controller_checkpoint(path, sign=1.0):
         model.stem.net[2].weight[0, 0] = 1.0
         model.policy.weight[1, 0], model.policy.weight[0, 0] = 50.0 * sign, -50.0 * sign
     optimizer, scheduler = agent.make_optimizer(model)
-    checkpoint.save(
+    checkpoint_file.save(
         str(path),
         {
             "model_state_dict": model.state_dict(),
             "optimizer_state_dict": optimizer.state_dict(),
             "scheduler_state_dict": scheduler.state_dict(),
-            "flags": checkpoint.flags_dict(flags),
+            "flags": checkpoint_file.flags_dict(flags),
             "step": 0,
             "learner_steps": 0,
         },

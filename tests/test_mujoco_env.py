@@ -219,7 +219,7 @@ def test_test_protocol_is_ten_episodes():
 
 
 def test_a_recorded_test_env_renders_rgb_frames():
-    from rl_core.evaluation import frame_of
+    from rl_core.evaluation.episodes import frame_of
 
     problem = mujoco_env.enable_rendering()
     if problem is not None:

@@ -1,4 +1,4 @@
-"""Tests for rl_core.normalization against numpy and slow references."""
+"""Tests for rl_core.numerics.normalization against numpy and slow references."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import nn
 
-from rl_core.normalization import RunningMeanStd, ValueNormalizer
+from rl_core.numerics.normalization import RunningMeanStd, ValueNormalizer
 
 
 def _feed_in_chunks(rms, data, rng):
@@ -210,7 +210,7 @@ def test_value_normalizer_state_dict_and_errors():
 
 def test_value_normalizer_beta_zero_is_the_running_average_of_all_targets():
     """beta=0: mu and nu are the plain averages of every target so far (SEED's AverageMeanStd)."""
-    from rl_core.normalization import ValueNormalizer
+    from rl_core.numerics.normalization import ValueNormalizer
 
     torch.manual_seed(0)
     chunks = [torch.randn(n) * 5 + 3 for n in (7, 1, 30, 12)]

@@ -38,7 +38,7 @@ def test_every_packages_merged_defaults_are_as_recorded(package):
 
 
 def _atari_r2d2(*argv):
-    from rl_core import flags as flags_lib
+    from rl_core.config import flags as flags_lib
 
     pkg = importlib.import_module("torchbeast_atari.env")
     argv = ["--agent", "r2d2", *argv]

@@ -163,7 +163,7 @@ def test_the_toy_agent_and_package_are_registered_with_their_flags_sources_and_c
     listed = _run(
         toy_tree,
         "-c",
-        "from rl_core.agents import AGENTS; from rl_core.env_package import "
+        "from rl_core.agents import AGENTS; from rl_core.config.env_package import "
         "installed_env_packages as p; print(AGENTS[-1], sorted(p())[-1])",
     )
     assert listed.stdout.split() == ["toy", "torchbeast_toy"], listed.stderr

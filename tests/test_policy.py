@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from models import build_model
-from rl_core.env_spec import DiscreteActions, EnvSpec, Observation
-from rl_core.flags import make_parser
+from rl_core.data.env_spec import DiscreteActions, EnvSpec, Observation
+from rl_core.config.flags import make_parser
 
 SPEC = EnvSpec(Observation((3,), "<f4"), DiscreteActions(4))
 

@@ -7,11 +7,11 @@ import torch
 
 from models import build_model
 from models.pretrained import apply_flags
-from rl_core import checkpoint
+from rl_core.records import checkpoint_file
 from rl_core.agents.impala.agent import ImpalaAgent
-from rl_core.env_spec import DiscreteActions, EnvSpec, Observation
+from rl_core.data.env_spec import DiscreteActions, EnvSpec, Observation
 from rl_core.errors import UserError
-from rl_core.flags import make_parser
+from rl_core.config.flags import make_parser
 
 SPEC = EnvSpec(Observation((4, 84, 84), "|u1"), DiscreteActions(6))
 CORES = {"none": {}, "lstm": {"use_lstm": True}, "elstm": {"use_quasi_lstm": True}, "rtrl": {"use_rtrl": True}}
@@ -57,7 +57,7 @@ def pretrained(tmp_path):
     torch.manual_seed(0)
     model = build_model(flags(), SPEC)
     path = str(tmp_path / "model.tar")
-    checkpoint.save(path, {"model_state_dict": model.state_dict()})
+    checkpoint_file.save(path, {"model_state_dict": model.state_dict()})
     return model, path
 
 

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 import torch
 
-from rl_core.env_package import EnvPackage
+from rl_core.config.env_package import EnvPackage
 from rl_core.errors import UserError
 from rl_core.runtime.entry import parse_flags
-from rl_core.runtime.env_server import env_seed
+from rl_core.envs.seeds import env_seed
 from tests.proc_utils import csv_rows, flag_error_line, run
 from torchbeast_procgen import env as procgen
 from torchbeast_procgen.env import (
@@ -342,19 +342,19 @@ def _built_env_facts(env_fn, seed):
 
 @pytest.mark.parametrize("n", [16, 4])
 def test_multi_task_final_test_plays_every_game_on_every_set(n):
-    from rl_core import evaluation
+    from rl_core.evaluation import episodes
 
     f = flags_of("--multi_env", str(n), "--num_levels", "500")
     games = multi_env_games(n)
-    runs = evaluation.protocol(EnvPackage(procgen), f)
+    runs = episodes.protocol(EnvPackage(procgen), f)
     sets = final_test_level_sets(f)
     assert [(r["set"], r["task"]) for r in runs] == [(s.name, g) for s in sets for g in games]
     assert {r["episodes"] for r in runs} == {200}
     # the env each run builds, for every seed the final test gives it, is the run's game on the set's levels
     for r, planned in enumerate(runs):
         level_set = sets[[s.name for s in sets].index(planned["set"])]
-        env_fn = evaluation.make_test_env_fn(EnvPackage(procgen), f, planned["overrides"], record=False)
-        seeds = evaluation.test_seeds(f, r)
+        env_fn = episodes.make_test_env_fn(EnvPackage(procgen), f, planned["overrides"], record=False)
+        seeds = episodes.test_seeds(f, r)
         for seed in (seeds[0], seeds[-1]) if n == 16 else seeds:
             assert _built_env_facts(env_fn, seed) == (
                 planned["task"],
@@ -364,14 +364,14 @@ def test_multi_task_final_test_plays_every_game_on_every_set(n):
             )
     # --test_runs keeps whole sets (every game of the first set of each group)
     f1 = flags_of("--multi_env", str(n), "--num_levels", "500", "--test_runs", "1", "--test_episodes", "3")
-    kept = evaluation.protocol(EnvPackage(procgen), f1)
+    kept = episodes.protocol(EnvPackage(procgen), f1)
     assert [(r["set"], r["task"], r["episodes"]) for r in kept] == [
         (s, g, 3) for s in ("train", "test_1000") for g in games
     ]
 
 
 def test_multi_task_groups_report_each_game_and_weigh_games_equally():
-    from rl_core import evaluation
+    from rl_core.evaluation import episodes
 
     results = [
         {"name": "train/a", "set": "train", "task": "a", "group": "train", "mean_return": 1.0},
@@ -381,17 +381,17 @@ def test_multi_task_groups_report_each_game_and_weigh_games_equally():
         {"name": "t2/a", "set": "t2", "task": "a", "group": "test", "mean_return": 4.0},
         {"name": "t2/b", "set": "t2", "task": "b", "group": "test", "mean_return": 0.0},
     ]
-    groups = evaluation.summarize_groups(results)
+    groups = episodes.summarize_groups(results)
     assert groups["train"] == {"runs": 1, "mean": 2.0, "std": 0.0, "tasks": {"a": 1.0, "b": 3.0}}
     # sets' means 4 and 2: mean 3, std 1 (over the held-out sets, as the single-task protocol)
     assert groups["test"] == {"runs": 2, "mean": 3.0, "std": 1.0, "tasks": {"a": 3.0, "b": 3.0}}
     single = [{"name": "x", "group": "test", "mean_return": 1.0}, {"name": "y", "group": "test", "mean_return": 3.0}]
-    assert evaluation.summarize_groups(single) == {"test": {"runs": 2, "mean": 2.0, "std": 1.0}}
+    assert episodes.summarize_groups(single) == {"test": {"runs": 2, "mean": 2.0, "std": 1.0}}
 
 
 def _model_for(flags):
     from rl_core.agents import make_agent
-    from rl_core.runtime.test_mode import local_spec
+    from rl_core.runtime.evaluate_checkpoint import local_spec
 
     probe = make_env(flags, 0)
     spec = local_spec(probe)
@@ -400,11 +400,11 @@ def _model_for(flags):
     return agent, agent.build_model().eval()
 
 
-@pytest.mark.parametrize("n,episodes,each", [(4, 10, 3), (2, 4, 2)])
-def test_multi_task_validation_plays_every_game_on_the_valid_levels(n, episodes, each):
+@pytest.mark.parametrize("n,num_episodes,each", [(4, 10, 3), (2, 4, 2)])
+def test_multi_task_validation_plays_every_game_on_the_valid_levels(n, num_episodes, each):
     import types
 
-    from rl_core import evaluation
+    from rl_core.evaluation import episodes
 
     argv = [
         "--multi_env",
@@ -416,17 +416,17 @@ def test_multi_task_validation_plays_every_game_on_the_valid_levels(n, episodes,
         "--valid_distribution_mode",
         "easy",
         "--valid_num_episodes",
-        str(episodes),
+        str(num_episodes),
         "--test_num_envs",
         "2",
     ]
     f = flags_of(*argv)
     games = multi_env_games(n)
-    runs = evaluation.validation_runs(EnvPackage(procgen), f)
+    runs = episodes.validation_runs(EnvPackage(procgen), f)
     assert [(r["task"], r["episodes"]) for r in runs] == [(g, each) for g in games]
     for planned in runs:
-        env_fn = evaluation.make_test_env_fn(EnvPackage(procgen), f, planned["overrides"], record=False)
-        for seed in evaluation.test_seeds(f, -1):
+        env_fn = episodes.make_test_env_fn(EnvPackage(procgen), f, planned["overrides"], record=False)
+        for seed in episodes.test_seeds(f, -1):
             assert _built_env_facts(env_fn, seed) == (planned["task"], 5000, 7, "easy")
     if n != 2:
         return
@@ -457,12 +457,12 @@ def test_multi_task_validation_plays_every_game_on_the_valid_levels(n, episodes,
         )
     )
     agent, model = _model_for(f)
-    result = evaluation.validate(model, pkg, f, agent=agent)
+    result = episodes.validate(model, pkg, f, agent=agent)
     assert result["episodes"] == n * each and sorted(result["tasks"]) == sorted(games)
     assert levels == {g: each for g in games} and set(made) == set(games)
     assert result["mean_return"] == pytest.approx(np.mean(list(result["tasks"].values())))
     # single task: one run of --valid_num_episodes on the valid levels
-    single = evaluation.validation_runs(
+    single = episodes.validation_runs(
         EnvPackage(procgen), flags_of("--valid_start_level", "9", "--valid_num_episodes", "5")
     )
     assert single == [{"name": "valid", "episodes": 5, "overrides": {"start_level": 9}}]

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from rl_core.agents import make_agent
-from rl_core.env_spec import DiscreteActions, EnvSpec, Observation
-from rl_core.flags import make_parser
+from rl_core.data.env_spec import DiscreteActions, EnvSpec, Observation
+from rl_core.config.flags import make_parser
 from rl_core.losses import r2d2 as lib
 
 SPEC = EnvSpec(Observation((4,), "<f4"), DiscreteActions(3))
@@ -251,7 +251,7 @@ def test_r2d2_loss_and_priorities_against_a_slow_reference(core, burn_in, n):
     assert abs_td.shape == (T, B)
     assert loss.item() == pytest.approx(slow_loss, rel=1e-4)
     torch.testing.assert_close(abs_td.double(), slow_td.abs(), rtol=1e-4, atol=1e-4)
-    from rl_core.replay import sequence_priorities
+    from rl_core.data.replay import sequence_priorities
 
     np.testing.assert_allclose(sequence_priorities(abs_td, 0.9, mask), slow_priorities, rtol=1e-4, atol=1e-5)
     assert batch["truncated"][burn_in + 1 :].any() and batch["done"][burn_in + 1 :].any()  # the cases are exercised

@@ -105,8 +105,8 @@ def test_forget_bias_shifts_only_the_forget_gate_bias(kind):
 
 def test_build_model_passes_forget_bias_flag():
     from models import build_model
-    from rl_core.env_spec import DiscreteActions, EnvSpec, Observation
-    from rl_core.flags import make_parser
+    from rl_core.data.env_spec import DiscreteActions, EnvSpec, Observation
+    from rl_core.config.flags import make_parser
 
     spec = EnvSpec(Observation((3,), "<f4"), DiscreteActions(2))
     for core_flag in ("--use_lstm", "--use_quasi_lstm", "--use_rtrl"):

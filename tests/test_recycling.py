@@ -205,10 +205,10 @@ def test_resnet_recycles_its_blocks_first_convs_and_keeps_the_function(pong_fram
 
 
 def test_under_torchrun_the_scores_count_every_ranks_inputs():
-    """The per-unit means go through rl_core.collectives' all_reduce_sum, so every rank finds the units
+    """The per-unit means go through rl_core.numerics.collectives' all_reduce_sum, so every rank finds the units
     dormant on the ranks' inputs together: a unit silent on this rank's batch and active on another's
     is kept."""
-    from rl_core import collectives
+    from rl_core.numerics import collectives
 
     class TwoRanks:  # this rank's means plus another rank's, on whose inputs unit 0 is active
         def all_reduce_sum(self, tensor):

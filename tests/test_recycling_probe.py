@@ -2,9 +2,9 @@
 
 import torch
 
-from rl_core import checkpoint
+from rl_core.records import checkpoint_file
 from rl_core.agents import make_agent
-from rl_core.env_spec import EnvSpec
+from rl_core.data.env_spec import EnvSpec
 from rl_core.runtime.entry import parse_flags
 from tests.proc_utils import load_script
 from torchbeast_atari import env as atari
@@ -19,7 +19,7 @@ def _saved_run(tmp_path) -> str:
     torch.manual_seed(0)
     model = make_agent(flags, spec).build_model()
     path = str(tmp_path / "model.tar")
-    torch.save({"flags": checkpoint.flags_dict(flags), "model_state_dict": model.state_dict(), "step": 160}, path)
+    torch.save({"flags": checkpoint_file.flags_dict(flags), "model_state_dict": model.state_dict(), "step": 160}, path)
     return path
 
 

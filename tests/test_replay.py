@@ -1,4 +1,4 @@
-"""Tests for rl_core.replay against slow references in the papers' notation."""
+"""Tests for rl_core.data.replay against slow references in the papers' notation."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from rl_core.replay import PrioritizedReplay, SumTree, sequence_priorities
+from rl_core.data.replay import PrioritizedReplay, SumTree, sequence_priorities
 
 
 def _reference_find(leaves: np.ndarray, targets: np.ndarray) -> np.ndarray:

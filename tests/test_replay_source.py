@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 import torch
 
-from rl_core.replay_source import ReplaySource
+from rl_core.data.replay_source import ReplaySource
 from rl_core.runtime.threads import ErrorBox, start_thread
-from rl_core.unroll_batcher import POLICY_VERSION
+from rl_core.data.batch import POLICY_VERSION
 from tests.proc_utils import wait_for
 
 L1, K, B, T = 7, 4, 8, 4  # sequences of 7 steps from 4 envs; batches of 8 sequences, 4 trained steps each
@@ -207,7 +207,7 @@ def atari_sequences(n: int, length: int, seed: int = 0) -> np.ndarray:
 
 
 def test_frame_stacks_are_stored_once_and_restored_exactly():
-    from rl_core import frame_stacks
+    from rl_core.data import frame_stacks
 
     obs = atari_sequences(3, 25)
     frames, index = frame_stacks.encode(obs)

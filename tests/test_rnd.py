@@ -14,8 +14,8 @@ import torch
 from torch.nn import functional as F
 
 from rl_core.agents import make_agent, rnd_wraps
-from rl_core.env_spec import BoxActions, DiscreteActions, EnvSpec, Observation
-from rl_core.flags import make_parser
+from rl_core.data.env_spec import BoxActions, DiscreteActions, EnvSpec, Observation
+from rl_core.config.flags import make_parser
 from rl_core.losses import impala as impala_lib
 from rl_core.losses import rnd as rnd_lib
 from tests.test_agents import DISCRETE, B, T, _save_load, random_batch
@@ -142,7 +142,7 @@ def test_intrinsic_reward_and_predictor_loss_are_the_mean_squared_feature_error(
 @pytest.mark.parametrize("seed", range(4))
 def test_forward_filter_and_running_std_match_the_slow_loop(seed):
     rng = np.random.default_rng(seed)
-    from rl_core.normalization import RunningMeanStd
+    from rl_core.numerics.normalization import RunningMeanStd
 
     gamma, batches = 0.99, []
     rms, state = RunningMeanStd(()), torch.zeros(3, dtype=torch.float64)
@@ -554,7 +554,7 @@ def test_atari_rnd_defaults_are_the_papers():
 
 
 def test_set_valued_statistics_keep_the_union_of_the_run(tmp_path):
-    from rl_core import seen_sets
+    from rl_core.records import seen_sets
 
     assert seen_sets.members(seen_sets.to_mask([0, 3, 23, 30])) == [0, 3, 23]
     sets = seen_sets.SeenSets(str(tmp_path))
@@ -577,7 +577,7 @@ def test_set_valued_statistics_keep_the_union_of_the_run(tmp_path):
 def test_montezuma_reports_which_rooms_a_game_visited():
     """The real ALE: a game of Montezuma's Revenge starts in room 1; the statistic lists it."""
     import torchbeast_atari.env as atari
-    from rl_core import seen_sets
+    from rl_core.records import seen_sets
 
     env = atari.create_env("MontezumaRevenge", seed=0, episodic_life=False, max_episode_frames=400)
     env.reset(seed=0)

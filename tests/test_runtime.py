@@ -11,7 +11,7 @@ import time
 import pytest
 import torch
 
-from rl_core.env_package import installed_env_packages
+from rl_core.config.env_package import installed_env_packages
 from tests.proc_utils import alive, children, csv_rows, free_port, read, run, sockets_left, start, wait_for
 
 GYM = "torchbeast_gym.polybeast"
@@ -467,7 +467,7 @@ def test_every_numeric_flag_has_a_range_checked_when_parsed(package, capsys):
     import importlib
 
     from rl_core import agents
-    from rl_core.flag_ranges import COMMON_RANGES, numeric_dests
+    from rl_core.config.flag_ranges import COMMON_RANGES, numeric_dests
     from rl_core.runtime.entry import make_parser, parse_flags
 
     pkg = importlib.import_module(f"{package}.env")

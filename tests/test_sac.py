@@ -15,8 +15,8 @@ import torch
 from torch import distributions as D
 
 from rl_core.agents import make_agent
-from rl_core.env_spec import BoxActions, DiscreteActions, EnvSpec, Observation
-from rl_core.flags import make_parser
+from rl_core.data.env_spec import BoxActions, DiscreteActions, EnvSpec, Observation
+from rl_core.config.flags import make_parser
 from rl_core.losses import sac as lib
 
 BOX = EnvSpec(Observation((3,), "<f4"), BoxActions((2,), (-2.0, -1.0), (2.0, 3.0)))
@@ -397,7 +397,7 @@ def test_inference_copy_leaves_the_critics_out_and_publish_copies_by_name():
 def test_checkpoint_round_trip_resumes_exactly(spec, tmp_path):
     """model.tar holds the policy, both critics, both targets, alpha and the optimizer's state:
     training on from a saved and reloaded copy gives bit-identical weights."""
-    from rl_core import checkpoint
+    from rl_core.records import checkpoint_file
 
     agent, model = agent_and_model(spec)
     optimizer, scheduler = agent.make_optimizer(model)
@@ -413,10 +413,10 @@ def test_checkpoint_round_trip_resumes_exactly(spec, tmp_path):
 
     train(model, optimizer, batches[:3], seed=1)
     path = str(tmp_path / "model.tar")
-    checkpoint.save(path, {"model_state_dict": model.state_dict(), "optimizer_state_dict": optimizer.state_dict()})
+    checkpoint_file.save(path, {"model_state_dict": model.state_dict(), "optimizer_state_dict": optimizer.state_dict()})
     names = {k.split(".")[0] for k in model.state_dict()}
     assert {"actor_torso", "policy", "critics", "target_critics", "log_alpha", "updates"} <= names
-    saved = checkpoint.load(path)
+    saved = checkpoint_file.load(path)
     _, resumed = agent_and_model(spec, seed=99)
     resumed_optimizer, _ = agent.make_optimizer(resumed)
     resumed.load_state_dict(saved["model_state_dict"])
@@ -432,7 +432,7 @@ def test_checkpoint_round_trip_resumes_exactly(spec, tmp_path):
 
 
 def test_windows_draw_every_transition_uniformly():
-    from rl_core.replay import PrioritizedReplay
+    from rl_core.data.replay import PrioritizedReplay
 
     replay = PrioritizedReplay(50, priority_exponent=0.0, importance_sampling_exponent=0.0, seed=0)
     L1 = 9  # sequences of 8 transitions: step ids 0..8, 8..16, ... (overlapping by one)
@@ -452,7 +452,7 @@ def test_windows_draw_every_transition_uniformly():
 def test_windows_of_frame_stacks_decode_to_the_stored_stacks():
     import queue
 
-    from rl_core.replay_source import ReplaySource
+    from rl_core.data.replay_source import ReplaySource
 
     f = flags(
         "--replay_frame_stack", "--unroll_length=6", "--replay_buffer_size=64", "--batch_size=16", "--replay_ratio=100"

@@ -1,4 +1,4 @@
-"""The launcher's sizing (rl_core/sizing.py): the package's defaults on 2 cores, explicit flags win, the
+"""The launcher's sizing (rl_core/config/sizing.py): the package's defaults on 2 cores, explicit flags win, the
 16-core GPU anchor, the constraints, and one launcher run that logs and records what it chose."""
 
 import importlib
@@ -9,9 +9,9 @@ import os
 
 import pytest
 
-from rl_core import sizing
+from rl_core.config import sizing
 from rl_core.agents import AGENTS
-from rl_core.env_package import installed_env_packages
+from rl_core.config.env_package import installed_env_packages
 from rl_core.runtime import entry
 
 PACKAGES = list(installed_env_packages())  # every registered package (pyproject.toml)

@@ -13,7 +13,8 @@ import pytest
 
 from rl_core.errors import UserError
 from rl_core.runtime import transport as tp
-from rl_core.runtime.env_server import EnvServer, env_seed
+from rl_core.envs.seeds import env_seed
+from rl_core.runtime.env_server import EnvServer
 
 
 def socketpair():

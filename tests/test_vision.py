@@ -83,7 +83,7 @@ def test_the_atari_impala_default_init_lets_the_stem_see_pong():
     import numpy as np
 
     from models import build_model
-    from rl_core.env_spec import DiscreteActions, EnvSpec, Observation
+    from rl_core.data.env_spec import DiscreteActions, EnvSpec, Observation
     from rl_core.runtime import entry
     from torchbeast_atari import env as atari
 

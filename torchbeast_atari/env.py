@@ -448,10 +448,10 @@ class DistinctRamValues:
 
 class DistinctRamValueMask(DistinctRamValues):
     """The set of values one RAM byte took during the game, as a bitmask (bit k: value k; values
-    of 24 and above are left out): a set-valued statistic (``rl_core.seen_sets``), e.g. which rooms."""
+    of 24 and above are left out): a set-valued statistic (``rl_core.records.seen_sets``), e.g. which rooms."""
 
     def result(self) -> float:
-        from rl_core.seen_sets import to_mask
+        from rl_core.records.seen_sets import to_mask
 
         return to_mask(self._seen)
 
@@ -569,9 +569,9 @@ def create_env(
 
 
 # ------------------------------------------------------- package interface
-# Its flag defaults per agent, with a recurrent core and with --rnd: presets.py (rl_core/env_package.py reads them).
+# Its flag defaults per agent, with a recurrent core and with --rnd: presets.py (rl_core/config/env_package.py reads them).
 
-# Envs a server steps with a GPU learner on more than 2 cores, half as many without one (rl_core/sizing.py):
+# Envs a server steps with a GPU learner on more than 2 cores, half as many without one (rl_core/config/sizing.py):
 # 14 servers x 32 on 16 cores with an H100 reached 57k frames/s on Pong, the sizing's anchor.
 ENVS_PER_SERVER = 32
 # ...each process one server (--server_splits 1).  Splits pay in benchmarks/server_overlap.py's emulation of a GPU
@@ -585,8 +585,8 @@ FLAG_RANGES = {
     "max_episode_frames": "[1, inf)",
     "noop_max": "[0, inf)",
     "sticky_actions": "[0, 1]",
-}  # checked at parse time (rl_core/flag_ranges.py)
-ACTION_KIND = "discrete"  # its envs' actions, known before one is made (rl_core/env_package.py)
+}  # checked at parse time (rl_core/config/flag_ranges.py)
+ACTION_KIND = "discrete"  # its envs' actions, known before one is made (rl_core/config/env_package.py)
 
 
 def add_flags(parser) -> None:

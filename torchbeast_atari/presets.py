@@ -1,4 +1,4 @@
-"""torchbeast_atari's flag defaults per agent, with a recurrent core and with --rnd (rl_core/env_package.py reads
+"""torchbeast_atari's flag defaults per agent, with a recurrent core and with --rnd (rl_core/config/env_package.py reads
 ``agent_defaults``, ``core_defaults`` and ``rnd_defaults`` here).  Data only: no torch, no ALE, so that importing it
 is cheap; the measurements behind each value are in docs/experiments/."""
 

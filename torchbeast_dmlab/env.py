@@ -403,7 +403,7 @@ class TestRun:
     episodes: int
 
     def protocol_run(self) -> dict:
-        """This run in ``rl_core.evaluation``'s ``test_protocol`` format."""
+        """This run in ``rl_core.evaluation.episodes``'s ``test_protocol`` format."""
         return {"name": self.name, "episodes": self.episodes, "group": self.group, "overrides": {"env": self.level}}
 
 
@@ -420,21 +420,21 @@ def final_test_runs(flags) -> list[TestRun]:
 
 
 def final_test_seeds(flags, run_index: int) -> list[int]:
-    """The env seeds of final-test run ``run_index``: those ``rl_core.evaluation`` gives it."""
-    from rl_core.evaluation import test_seeds
+    """The env seeds of final-test run ``run_index``: those ``rl_core.evaluation.episodes`` gives it."""
+    from rl_core.evaluation.episodes import test_seeds
 
     return test_seeds(flags, run_index)
 
 
 # ------------------------------------------------------- package interface
-# Its flag defaults per agent: presets.py (rl_core/env_package.py reads them).
+# Its flag defaults per agent: presets.py (rl_core/config/env_package.py reads them).
 
-# Envs a server steps on more than 2 cores (rl_core/sizing.py): R2AC's layout, one env per server process.
+# Envs a server steps on more than 2 cores (rl_core/config/sizing.py): R2AC's layout, one env per server process.
 ENVS_PER_SERVER = 1
 
 
-FLAG_RANGES = {"num_action_repeats": "[1, inf)"}  # checked at parse time (rl_core/flag_ranges.py)
-ACTION_KIND = "discrete"  # its envs' actions, known before one is made (rl_core/env_package.py)
+FLAG_RANGES = {"num_action_repeats": "[1, inf)"}  # checked at parse time (rl_core/config/flag_ranges.py)
+ACTION_KIND = "discrete"  # its envs' actions, known before one is made (rl_core/config/env_package.py)
 
 
 def add_flags(parser) -> None:

@@ -1,4 +1,4 @@
-"""torchbeast_dmlab's flag defaults per agent (rl_core/env_package.py reads ``agent_defaults`` here; IMPALA keeps the
+"""torchbeast_dmlab's flag defaults per agent (rl_core/config/env_package.py reads ``agent_defaults`` here; IMPALA keeps the
 R2AC settings that ``env.add_flags`` sets).  Data only: no torch, no deepmind_lab."""
 
 from __future__ import annotations

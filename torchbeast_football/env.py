@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from rl_core.envpool_env import SingleEnvpoolEnv
+from rl_core.envs.envpool_env import SingleEnvpoolEnv
 from rl_core.errors import UserError
 from torchbeast_football.presets import IMPALA_DEFAULTS
 
@@ -183,7 +183,7 @@ class FootballEnv(SingleEnvpoolEnv):
         self._build(seed)
 
     def _make_pool(self, seed: int):
-        from rl_core.envpool_env import import_envpool
+        from rl_core.envs.envpool_env import import_envpool
 
         envpool = import_envpool()  # without matplotlib (envpool's Jumanji renderers)
 
@@ -232,13 +232,13 @@ def create_env(
 
 
 # ------------------------------------------------------- package interface
-# Its flag defaults per agent: presets.py (rl_core/env_package.py reads them).
+# Its flag defaults per agent: presets.py (rl_core/config/env_package.py reads them).
 
-# Envs a server steps with a GPU learner on more than 2 cores, half as many without one (rl_core/sizing.py):
+# Envs a server steps with a GPU learner on more than 2 cores, half as many without one (rl_core/config/sizing.py):
 # Football steps ~350 times a second, so 16 already keep a core busy.
 ENVS_PER_SERVER = 16
 
-ACTION_KIND = "discrete"  # its envs' actions, known before one is made (rl_core/env_package.py)
+ACTION_KIND = "discrete"  # its envs' actions, known before one is made (rl_core/config/env_package.py)
 
 
 def add_flags(parser) -> None:
@@ -292,6 +292,6 @@ def test_protocol(flags) -> list[dict]:
 
 
 if __name__ == "__main__":  # a quick throughput figure: python -m torchbeast_football.env [name] [steps]
-    from rl_core.env_speed import main
+    from rl_core.envs.env_speed import main
 
     main(create_env, DEFAULT_ENV, 5_000)

@@ -1,5 +1,5 @@
 """torchbeast_football's flag defaults: SEED RL's Football V-trace settings (the package's, IMPALA's) and PPO's
-(rl_core/env_package.py reads ``agent_defaults`` here).  Data only: no torch, no envpool; each value names its
+(rl_core/config/env_package.py reads ``agent_defaults`` here).  Data only: no torch, no envpool; each value names its
 source."""
 
 from __future__ import annotations

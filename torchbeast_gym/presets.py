@@ -1,5 +1,5 @@
 """torchbeast_gym's flag defaults: the package's (IMPALA's), and per agent, with a recurrent core and with --rnd
-(rl_core/env_package.py reads ``agent_defaults``, ``core_defaults`` and ``rnd_defaults`` here).  Data only: no torch,
+(rl_core/config/env_package.py reads ``agent_defaults``, ``core_defaults`` and ``rnd_defaults`` here).  Data only: no torch,
 no gymnasium; the measurements behind each value are in docs/experiments/."""
 
 from __future__ import annotations

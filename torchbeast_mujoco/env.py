@@ -18,7 +18,7 @@ envpool pool of one env (``num_envs=1``, one worker thread):
   step's action and returning a reset observation with reward 0.  This env
   never lets that step happen: after an episode ends, ``reset()`` resets the
   pool explicitly, and ``step()`` before that raises (the env server and
-  ``rl_core.evaluation`` call ``reset()`` themselves after every end);
+  ``rl_core.evaluation.episodes`` call ``reset()`` themselves after every end);
 * envpool seeds a pool when it is made, so ``reset(seed=s)`` makes a new pool
   with seed ``s`` (about 5 ms) unless the pool was just made with ``s`` and has
   not played yet; ``reset()`` without a seed continues the pool's random
@@ -52,7 +52,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from rl_core.envpool_env import SingleEnvpoolEnv
+from rl_core.envs.envpool_env import SingleEnvpoolEnv
 from rl_core.errors import UserError
 from torchbeast_mujoco.presets import ENV_DEFAULTS
 
@@ -133,7 +133,7 @@ def canonical_env_id(name: str) -> str:
 
 def _envpool_gl_libraries() -> list[str]:
     """envpool's bundled GL libraries, dependencies first (empty where the wheel has none)."""
-    from rl_core.envpool_env import import_envpool
+    from rl_core.envs.envpool_env import import_envpool
 
     envpool = import_envpool()  # without matplotlib (envpool's Jumanji renderers)
 
@@ -153,7 +153,7 @@ def _load_gl_globally() -> None:
 
 def _render_probe() -> None:
     """Run in a child process by :func:`enable_rendering`: exit 0 iff a MuJoCo frame renders."""
-    from rl_core.envpool_env import import_envpool
+    from rl_core.envs.envpool_env import import_envpool
 
     envpool = import_envpool()  # without matplotlib (envpool's Jumanji renderers)
 
@@ -248,7 +248,7 @@ class MujocoEnv(SingleEnvpoolEnv):
         self.max_episode_steps = int(self._pool.spec.config.max_episode_steps)
 
     def _make_pool(self, seed: int):
-        from rl_core.envpool_env import import_envpool
+        from rl_core.envs.envpool_env import import_envpool
 
         envpool = import_envpool()  # without matplotlib (envpool's Jumanji renderers)
 
@@ -323,14 +323,14 @@ def create_env(
 
 
 # ------------------------------------------------------- package interface
-# Its flag defaults per agent, and every agent's on MuJoCo: presets.py (rl_core/env_package.py reads them).
+# Its flag defaults per agent, and every agent's on MuJoCo: presets.py (rl_core/config/env_package.py reads them).
 
-# Envs a server steps with a GPU learner on more than 2 cores, half as many without one (rl_core/sizing.py).
+# Envs a server steps with a GPU learner on more than 2 cores, half as many without one (rl_core/config/sizing.py).
 ENVS_PER_SERVER = 32
 
 
-FLAG_RANGES = {"render_size": "[1, inf)"}  # checked at parse time (rl_core/flag_ranges.py)
-ACTION_KIND = "box"  # its envs' actions, known before one is made (rl_core/env_package.py)
+FLAG_RANGES = {"render_size": "[1, inf)"}  # checked at parse time (rl_core/config/flag_ranges.py)
+ACTION_KIND = "box"  # its envs' actions, known before one is made (rl_core/config/env_package.py)
 
 
 def add_flags(parser) -> None:
@@ -383,6 +383,6 @@ def test_protocol(flags) -> list[dict]:
 
 
 if __name__ == "__main__":  # a quick throughput figure: python -m torchbeast_mujoco.env [name] [steps]
-    from rl_core.env_speed import main
+    from rl_core.envs.env_speed import main
 
     main(create_env, DEFAULT_ENV, 20_000)

@@ -1,4 +1,4 @@
-"""torchbeast_mujoco's flag defaults: every agent's on MuJoCo, and per agent (rl_core/env_package.py reads
+"""torchbeast_mujoco's flag defaults: every agent's on MuJoCo, and per agent (rl_core/config/env_package.py reads
 ``agent_defaults`` here).  Data only: no torch, no envpool; each value names its source."""
 
 from __future__ import annotations

@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from rl_core.envpool_env import SingleEnvpoolEnv
+from rl_core.envs.envpool_env import SingleEnvpoolEnv
 from rl_core.errors import UserError
 
 __all__ = [
@@ -214,7 +214,7 @@ class ProcgenEnv(SingleEnvpoolEnv):
         self._build(seed)
 
     def _make_pool(self, seed: int):
-        from rl_core.envpool_env import import_envpool
+        from rl_core.envs.envpool_env import import_envpool
 
         envpool = import_envpool()  # without matplotlib (envpool's Jumanji renderers)
 
@@ -327,7 +327,7 @@ def game_for_env(games: tuple[str, ...], server_index: int, slot: int, envs_per_
 
 def _slot_of_seed(flags, seed: int) -> tuple[int, int] | None:
     """(server, slot) whose env seed the env server derived as ``seed``; None if none matches."""
-    from rl_core.runtime.env_server import env_seed
+    from rl_core.envs.seeds import env_seed
 
     server = flags.server_index or 0
     for slot in range(flags.num_actors // flags.num_servers):
@@ -348,7 +348,7 @@ class LevelSet:
     together, mean and std over their means, as the R2AC code reports them).
     ``held_out``: no level of the set was a training level (False when
     training used every level, ``--num_levels 0``).  The envs' seeds are not
-    part of the set: ``rl_core.evaluation`` gives run ``r`` the env seeds
+    part of the set: ``rl_core.evaluation.episodes`` gives run ``r`` the env seeds
     ``env_seed(--seed, TEST_SEED_OFFSET + r, slot)``, which no training env has.
     """
 
@@ -367,7 +367,7 @@ class LevelSet:
         return {"start_level": self.start_level, "num_levels": self.num_levels}
 
     def protocol_run(self) -> dict:
-        """This set as one run of ``rl_core.evaluation``'s ``test_protocol`` format."""
+        """This set as one run of ``rl_core.evaluation.episodes``'s ``test_protocol`` format."""
         return {"name": self.name, "episodes": self.episodes, "group": self.group, "overrides": self.overrides()}
 
 
@@ -401,9 +401,9 @@ LEVEL_SETS = final_test_level_sets  # the same function under a shorter public n
 
 
 # ------------------------------------------------------- package interface
-# Its flag defaults per agent: presets.py (rl_core/env_package.py reads them).
+# Its flag defaults per agent: presets.py (rl_core/config/env_package.py reads them).
 
-# Envs a server steps with a GPU learner on more than 2 cores, half as many without one (rl_core/sizing.py).
+# Envs a server steps with a GPU learner on more than 2 cores, half as many without one (rl_core/config/sizing.py).
 ENVS_PER_SERVER = 32
 
 
@@ -413,8 +413,8 @@ FLAG_RANGES = {
     "start_level": "[0, inf)",
     "valid_num_levels": "[0, inf)",
     "valid_start_level": "[0, inf)",
-}  # checked at parse time (rl_core/flag_ranges.py)
-ACTION_KIND = "discrete"  # its envs' actions, known before one is made (rl_core/env_package.py)
+}  # checked at parse time (rl_core/config/flag_ranges.py)
+ACTION_KIND = "discrete"  # its envs' actions, known before one is made (rl_core/config/env_package.py)
 
 
 def add_flags(parser) -> None:
@@ -476,7 +476,7 @@ def _games(flags) -> tuple[str, ...]:
 
 def num_actors_multiple(flags) -> int:
     """--num_actors must be a multiple of this (``check_flags``): the games of a --multi_env run, so that
-    every game gets as many envs; what the launcher's sizing (``rl_core.sizing``) keeps to."""
+    every game gets as many envs; what the launcher's sizing (``rl_core.config.sizing``) keeps to."""
     return max(1, flags.multi_env)
 
 
@@ -597,6 +597,6 @@ def validation_protocol(flags) -> list[dict]:
 
 
 if __name__ == "__main__":  # a quick throughput figure: python -m torchbeast_procgen.env [name] [steps]
-    from rl_core.env_speed import main
+    from rl_core.envs.env_speed import main
 
     main(create_env, DEFAULT_GAME, 20_000)

@@ -1,4 +1,4 @@
-"""torchbeast_procgen's flag defaults per agent (rl_core/env_package.py reads ``agent_defaults`` here; IMPALA keeps
+"""torchbeast_procgen's flag defaults per agent (rl_core/config/env_package.py reads ``agent_defaults`` here; IMPALA keeps
 the R2AC settings that ``env.add_flags`` sets).  Data only: no torch, no envpool."""
 
 from __future__ import annotations

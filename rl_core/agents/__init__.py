@@ -22,7 +22,7 @@ from rl_core.agents.traits import AgentTraits
 
 if TYPE_CHECKING:  # flags are parsed in env servers too, which never import torch
     from rl_core.agents.base import Agent
-    from rl_core.env_spec import EnvSpec
+    from rl_core.data.env_spec import EnvSpec
 
 # The agents' folders, in --agent's order.
 BUILTIN = ("rl_core.agents.impala", "rl_core.agents.policy_gradient", "rl_core.agents.r2d2", "rl_core.agents.sac")
@@ -124,7 +124,7 @@ def check_action_space(flags, spec: EnvSpec) -> None:
 
 
 def flag_ranges() -> dict[str, str]:
-    """The ranges of every agent's numeric flags, the shared groups' and RND's (``rl_core/flag_ranges.py``)."""
+    """The ranges of every agent's numeric flags, the shared groups' and RND's (``rl_core/config/flag_ranges.py``)."""
     from rl_core.agents.shared_flags import RANGES
 
     return dict(RANGES, **{k: v for spec in SPECS.values() for k, v in spec.flag_ranges.items()}, **rnd_config.RANGES)

@@ -18,7 +18,7 @@ knows no agent by name.  It asks the agent for:
   ``stride`` steps (IMPALA: unrolls of T+1 sharing one step; R2D2: burn-in + T + 1 steps
   overlapping by half);
 * ``make_data_source(learner_queue, pin)``: how those reach the learner: batches of B unrolls
-  (``UnrollBatcher``) or samples of a replay (``rl_core.replay_source``; ``pin``: sampled ahead into
+  (``UnrollBatcher``) or samples of a replay (``rl_core.data.replay_source``; ``pin``: sampled ahead into
   pinned memory, for a learner on CUDA), and
   ``learner_queue_size(K)``: how many chunks of K envs' sequences may wait for it;
 * ``make_optimizer(model)``: optimizer and learning-rate schedule (which also drives ``entropy_cost()``
@@ -40,14 +40,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from rl_core.env_spec import EnvSpec
-
-
-def action_field(spec: EnvSpec) -> tuple[tuple, np.dtype]:
-    """Per-step shape and dtype of an action: int64 [] for discrete, float32 [D] for a box."""
-    if spec.discrete:
-        return (), np.dtype(np.int64)
-    return spec.action.shape, np.dtype(np.float32)
+from rl_core.data.batch import Batch
+from rl_core.data.env_spec import EnvSpec
 
 
 @dataclass(frozen=True)
@@ -114,7 +108,7 @@ class Agent:
         return T, T
 
     def make_data_source(self, learner_queue, pin: bool = False):
-        from rl_core.unroll_batcher import UnrollBatcher
+        from rl_core.data.unroll_batcher import UnrollBatcher
 
         return UnrollBatcher(learner_queue, self.flags.batch_size, self.flags.unroll_length)
 
@@ -123,7 +117,7 @@ class Agent:
         return max(2, 2 * math.ceil(self.flags.batch_size / chunk_envs))
 
     def make_optimizer(self, model: nn.Module):
-        from rl_core.optim import make_optimizer, remaining_share
+        from rl_core.numerics.optim import make_optimizer, remaining_share
 
         optimizer, scheduler = make_optimizer(self.flags, [p for p in model.parameters() if p.requires_grad])
         if getattr(self.flags, "entropy_decay", "none") == "linear":
@@ -131,5 +125,5 @@ class Agent:
             self.entropy_share = lambda: remaining(scheduler.last_epoch)
         return optimizer, scheduler
 
-    def updates(self, model, batch: dict, state: tuple) -> Iterator[tuple[torch.Tensor, dict]]:
+    def updates(self, model, batch: Batch, state: tuple) -> Iterator[tuple[torch.Tensor, dict]]:
         raise NotImplementedError

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-# The ranges of the shared groups' numeric flags (rl_core/flag_ranges.py).
+# The ranges of the shared groups' numeric flags (rl_core/config/flag_ranges.py).
 RANGES = {
     "policy_init_scale": "[0, inf)",
     "num_epochs": "[1, inf)",

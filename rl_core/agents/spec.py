@@ -30,7 +30,7 @@ class AgentSpec:
     env package (a package's presets go over them).  ``flag_groups``: the functions adding the flags it reads
     (groups shared with other agents are added once; every registered agent's flags are in every parser, so
     that a package's presets may set any of them).  ``check``: its flags' consistency, refused with
-    ``parser.error`` in one line; ``flag_ranges``: its own numeric flags' ranges (``rl_core/flag_ranges.py``).  ``rnd``: whether ``--rnd`` may wrap it.
+    ``parser.error`` in one line; ``flag_ranges``: its own numeric flags' ranges (``rl_core/config/flag_ranges.py``).  ``rnd``: whether ``--rnd`` may wrap it.
     """
 
     name: str

@@ -15,7 +15,7 @@ from typing import Literal
 class AgentTraits:
     """``replays``: it learns from a replay of past sequences, not from batches of the latest unrolls.
 
-    ``sizing``: how ``rl_core/sizing.py`` lays its envs out on more cores: ``"scaled"``, a server per free
+    ``sizing``: how ``rl_core/config/sizing.py`` lays its envs out on more cores: ``"scaled"``, a server per free
     core, each of the package's envs per server; ``"on_policy"``, at most one batch of envs (more would act
     on a stale policy), spread over the servers; ``"fixed"``, the package's defaults (its env steps are
     bound by learner updates at --replay_ratio).

@@ -23,12 +23,11 @@ import time
 import numpy as np
 import torch
 
-from rl_core.agents.base import action_field
-from rl_core.env_spec import EnvSpec
+from rl_core.data.batch import POLICY_VERSION, step_fields
+from rl_core.data.env_spec import EnvSpec
 from rl_core.errors import EnvServerError, RunFailure, UserError
 from rl_core.runtime import transport as tp
-from rl_core.runtime.batcher import InferenceBatcher
-from rl_core.runtime.learner import POLICY_VERSION
+from rl_core.runtime.inference import InferenceBatcher
 
 log = logging.getLogger("actor_pool")
 
@@ -139,8 +138,7 @@ class ActorThread:
         self.stats = stats
         self.stop = stop
         self.K = spec.num_envs
-        action_shape, action_dtype = action_field(spec)
-        self.fields = {"action": (action_shape, action_dtype), **agent.unroll_fields()}
+        self.fields = {**step_fields(spec), **agent.unroll_fields()}  # rl_core/data/batch.py's, then the agent's
         self.length, self.stride = agent.sequence()
         env_ids = np.arange(index * self.K, (index + 1) * self.K)
         self.constant_inputs = agent.actor_inputs(env_ids, flags.num_actors)
@@ -148,16 +146,7 @@ class ActorThread:
     # ------------------------------------------------------------ buffers
     def _new_store(self) -> dict[str, np.ndarray]:
         T1, K = self.length + 1, self.K
-        store = {
-            "obs": np.empty((T1, K, *self.spec.obs.shape), np.dtype(self.spec.obs.dtype)),
-            "reward": np.zeros((T1, K), np.float32),
-            "done": np.zeros((T1, K), np.bool_),
-            "truncated": np.zeros((T1, K), np.bool_),
-            POLICY_VERSION: np.zeros((T1, K), np.int32),
-        }
-        for name, (shape, dtype) in self.fields.items():
-            store[name] = np.zeros((T1, K, *shape), dtype)
-        return store
+        return {name: np.zeros((T1, K, *shape), dtype) for name, (shape, dtype) in self.fields.items()}
 
     def _check_finite(self, msg: dict) -> None:
         """A NaN or inf in a float observation or a reward ends the run naming where it came from
@@ -332,36 +321,3 @@ class ActorThread:
             except queue.Full:
                 if self.stop.is_set():
                     raise tp.Stopped()
-
-
-def inference_loop(
-    batcher: InferenceBatcher, model, lock: threading.Lock, device, stop: threading.Event, agent
-) -> None:
-    """Answer batched requests with the inference model (central inference): ``agent.act``."""
-    while True:
-        answer(batcher.get_batch(stop), model, lock, device, agent)
-
-
-def answer(requests: list, model, lock: threading.Lock, device, agent) -> None:
-    """One forward pass for ``requests`` (``batcher.Request``s, concatenated in their order); each gets
-    its envs' actions, the agent's per-step fields, new state and the version of the weights that ran
-    (``learner.Publisher``)."""
-    sizes = [r.size for r in requests]
-    inputs = {
-        k: torch.cat([r.inputs[k] for r in requests], dim=1).to(device, non_blocking=True) for k in requests[0].inputs
-    }
-    states = requests[0].state
-    if len(states):
-        states = tuple(torch.cat([r.state[i] for r in requests], dim=0) for i in range(len(states)))
-    with lock, torch.inference_mode():
-        version = model.policy_version
-        action, extras, new_state = agent.act(model, inputs, states)
-    action = action[0].cpu().numpy()
-    extras = {k: v[0].float().cpu().numpy() for k, v in extras.items()}
-    split_state = [torch.split(s, sizes, dim=0) for s in new_state] if len(new_state) else []
-    start = 0
-    for i, (request, size) in enumerate(zip(requests, sizes)):
-        end = start + size
-        state_i = tuple(s[i] for s in split_state)
-        request.set_result((action[start:end], {k: v[start:end] for k, v in extras.items()}, state_i, version))
-        start = end

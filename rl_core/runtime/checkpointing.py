@@ -7,7 +7,7 @@ import logging
 import os
 import threading
 
-from rl_core import checkpoint
+from rl_core.records import checkpoint_file
 from rl_core.agents import STATE_FLAGS, describe_agent
 from rl_core.errors import CheckpointWriteError, UserError
 
@@ -31,7 +31,7 @@ class Checkpoints:
     def read(cls, flags, global_flags, rundir: str, stop: threading.Event) -> Checkpoints:
         """A checkpoint to resume is read (and refused, in one line) before any server starts."""
         path = os.path.join(rundir, "model.tar")
-        saved = checkpoint.load(path) if os.path.exists(path) else None
+        saved = checkpoint_file.load(path) if os.path.exists(path) else None
         checkpoints = cls(flags, global_flags, rundir, path, saved, stop)
         if saved is not None:
             checkpoints._check_same_agent(saved.get("flags", {}))
@@ -138,7 +138,7 @@ class Checkpoints:
                 "model_state_dict": {k: v.detach().cpu() for k, v in learner.model.state_dict().items()},
                 "optimizer_state_dict": learner.optimizer.state_dict(),
                 "scheduler_state_dict": learner.scheduler.state_dict(),
-                "flags": checkpoint.flags_dict(self.global_flags),
+                "flags": checkpoint_file.flags_dict(self.global_flags),
                 "step": learner.step,
                 "learner_steps": learner.learner_steps,
             }
@@ -146,7 +146,7 @@ class Checkpoints:
                 payload["recent_returns"] = list(recent_returns)
             writing = path
             try:
-                checkpoint.save(path, payload)
+                checkpoint_file.save(path, payload)
                 if path == self.path and hasattr(data_source, "save"):
                     writing = os.path.join(self.rundir, "replay.tar")
                     data_source.save(self.rundir)
@@ -161,11 +161,11 @@ class Checkpoints:
     def save_model(self, path: str, model, step: int, **extra) -> None:
         """A model's weights alone (model_best_val.tar), with the run's flags and ``extra``."""
         try:
-            checkpoint.save(
+            checkpoint_file.save(
                 path,
                 {
                     "model_state_dict": {k: v.detach().cpu() for k, v in model.state_dict().items()},
-                    "flags": checkpoint.flags_dict(self.global_flags),
+                    "flags": checkpoint_file.flags_dict(self.global_flags),
                     "step": step,
                     **extra,
                 },
@@ -178,4 +178,4 @@ class Checkpoints:
         kept = self.saved_step
         kept = f"model.tar of step {kept:,} is kept" if kept is not None else "no checkpoint had been saved yet"
         self.stop.set()
-        return CheckpointWriteError(f"{checkpoint.describe_write_error(path, error)}; {kept}")
+        return CheckpointWriteError(f"{checkpoint_file.describe_write_error(path, error)}; {kept}")

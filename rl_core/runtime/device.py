@@ -8,7 +8,7 @@ import torch
 
 from rl_core.runtime import distributed
 from rl_core.runtime import transport as tp
-from rl_core.sizing import usable_cores
+from rl_core.config.sizing import usable_cores
 
 log = logging.getLogger("learner")
 

@@ -17,7 +17,7 @@ rank; the main thread only joins those of the start):
   because an agent's update may call parts of the model that a DDP wrapper's forward does not see
   (SAC's critics, RND's predictor) and skip parameters in some losses), so each rank's optimizer takes
   the same step;
-* statistics: ``Group.all_reduce_sum`` (through ``rl_core.collectives``, where ``start`` makes the group
+* statistics: ``Group.all_reduce_sum`` (through ``rl_core.numerics.collectives``, where ``start`` makes the group
   the active one) merges the moments of RunningMeanStd and ValueNormalizer (PopArt)
   updates, and ``any_rank`` the decisions an agent takes from its batch (RND's random start);
 * every learner batch: ``agree`` sums the ranks' new env steps and ORs their wish to stop, so every
@@ -42,7 +42,7 @@ import torch
 from torch import nn
 
 from rl_core import agents
-from rl_core.collectives import set_active
+from rl_core.numerics.collectives import set_active
 from rl_core.errors import RunFailure, UserError
 from rl_core.runtime.transport import Stopped
 

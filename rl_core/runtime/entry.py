@@ -1,6 +1,6 @@
 """The three entry points every environment package exposes, written once.
 
-An environment package's ``env.py`` (its interface: rl_core/env_package.py) is checked here once and
+An environment package's ``env.py`` (its interface: rl_core/config/env_package.py) is checked here once and
 wrapped in an ``EnvPackage``; its ``polybeast.py``, ``polybeast_env.py`` and ``polybeast_learner.py``
 call ``launcher_main``, ``env_main`` and ``learner_main`` with it.
 """
@@ -24,10 +24,10 @@ import signal
 import sys
 import threading
 
-from rl_core import flags as flags_lib
-from rl_core.env_package import EnvPackage, env_package
+from rl_core.config import flags as flags_lib
+from rl_core.config.env_package import EnvPackage, env_package
 from rl_core.errors import UserError
-from rl_core.run_log import setup_logging
+from rl_core.records.run_log import setup_logging
 from rl_core.runtime import transport as tp
 from rl_core.runtime.supervisor import FAILURE_FILE_ENV
 
@@ -93,11 +93,11 @@ def given_flags(parser, argv) -> dict:
 
 
 def apply_sizing(env_pkg, parser, argv):
-    """The launcher's sizing (``rl_core.sizing``): --num_servers, --num_actors and --batch_size for this
+    """The launcher's sizing (``rl_core.config.sizing``): --num_servers, --num_actors and --batch_size for this
     machine, the agent and the package, set as defaults under the flags given (which always win).
     A resumed run (--xpid of a run directory with a model.tar) keeps what its meta.json says was sized
     when it started.  Returns the ``Sizing``, or None for --mode test (the checkpoint's flags)."""
-    from rl_core import sizing as sizing_lib
+    from rl_core.config import sizing as sizing_lib
 
     env_pkg = env_package(env_pkg)
     known, _ = parser.parse_known_args([a for a in argv if a not in ("-h", "--help")])
@@ -158,7 +158,7 @@ def _sized_per_rank(sizing_lib, world, gpu, agent, envs_per_server, defaults, gi
 def _resumed_sizing(known, given: dict, defaults: dict):
     """The sizing a resumed run started with (its meta.json's ``sizing``), for the flags it sized itself
     and this command line does not give; None for a new run or one that recorded none."""
-    from rl_core import sizing as sizing_lib
+    from rl_core.config import sizing as sizing_lib
 
     if not known.xpid:
         return None
@@ -243,7 +243,7 @@ def parse_command_line(env_pkg, argv=None, prog=None, parser=None, auto_size=Fal
     sizing = apply_sizing(env_pkg, parser, argv) if auto_size else None
     flags = parser.parse_args(argv)
     from rl_core import agents
-    from rl_core.flag_ranges import check_ranges
+    from rl_core.config.flag_ranges import check_ranges
 
     check_ranges(parser, flags, dict(agents.flag_ranges(), **(env_pkg.FLAG_RANGES or {})))
     flags_lib.check(parser, flags)
@@ -312,7 +312,7 @@ def check_action_kind(env_pkg, parser, flags) -> None:
 def _maybe_test_mode(env_pkg, flags, parser, argv) -> None:
     if flags.mode == "test":
         from rl_core.runtime.distributed import world_from_environ
-        from rl_core.runtime.test_mode import evaluate_checkpoint
+        from rl_core.runtime.evaluate_checkpoint import evaluate_checkpoint
 
         world = world_from_environ()
         if world is not None and world.rank != 0:  # one evaluation, not one per rank
@@ -351,11 +351,11 @@ def env_main(env_pkg, argv=None) -> None:
     if flags.server_index is None:
         _run_all_servers(env_pkg, flags, argv)
         return
+    from rl_core.envs.seeds import env_seed
     from rl_core.runtime.env_server import (
         ENV_ERROR_EXIT_CODE,
         EnvError,
         EnvServer,
-        env_seed,
         install_termination_handlers,
         serve_splits,
         watch_parent,
@@ -509,7 +509,7 @@ def _hide_secrets_from_own_argv() -> None:
     """Redact secrets in ``sys.argv`` once parsed: wandb (and anything else) that records the
     command line sees ``--server_secret <redacted>``.  (The OS still shows the real command line
     to this machine's users: prefer $POLYBEAST_SECRET.)"""
-    from rl_core.checkpoint import redact_argv
+    from rl_core.records.checkpoint_file import redact_argv
 
     sys.argv[:] = redact_argv(sys.argv)
 

@@ -38,18 +38,13 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from rl_core.env_spec import DiscreteActions, EnvSpec, Observation, action_space_of
+from rl_core.data.env_spec import DiscreteActions, EnvSpec, Observation, action_space_of
 from rl_core.runtime import transport as tp
 from rl_core.runtime.threads import name_os_thread
 
 log = logging.getLogger("env_server")
 
 ENV_ERROR_EXIT_CODE = 3
-
-
-def env_seed(run_seed: int, server_index: int, slot: int) -> int:
-    """A distinct, repeatable seed per (run, server, slot)."""
-    return int(np.random.SeedSequence([run_seed, server_index, slot]).generate_state(1)[0])
 
 
 class RateLimitedWarning:

@@ -21,7 +21,7 @@ from torch import nn
 
 from rl_core.errors import TrainingDiverged
 from rl_core.runtime.transport import Stopped
-from rl_core.unroll_batcher import POLICY_VERSION
+from rl_core.data.batch import POLICY_VERSION
 
 
 def inference_copy(model: nn.Module) -> nn.Module:

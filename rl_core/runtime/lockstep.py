@@ -26,7 +26,7 @@ import threading
 
 from rl_core.errors import RunFailure
 from rl_core.runtime import transport as tp
-from rl_core.runtime.batcher import Request
+from rl_core.runtime.inference import Request
 
 
 class Lockstep:
@@ -42,7 +42,7 @@ class Lockstep:
         after_batch=None,
     ):
         """``actors``: ``ActorThread``s of the servers, in order; ``answer(requests)``: one inference pass
-        (``actor_pool.answer`` bound to the inference model); ``after_batch(step before, step after)``:
+        (``inference.answer`` bound to the inference model); ``after_batch(step before, step after)``:
         called after each learned batch (the run's logs)."""
         self.actors = actors
         self.answer = answer

@@ -11,14 +11,15 @@ import threading
 
 import torch
 
-from rl_core import evaluation
+from rl_core.evaluation import episodes
 from rl_core.agents import make_agent
-from rl_core.env_spec import EnvSpec
+from rl_core.data.env_spec import EnvSpec
 from rl_core.errors import UserError
 from rl_core.runtime import distributed
 from rl_core.runtime import transport as tp
-from rl_core.runtime.actor_pool import ActorThread, RunStats, answer, connect_server, inference_loop, spec_key
-from rl_core.runtime.batcher import InferenceBatcher
+from rl_core.runtime.actor_pool import ActorThread, RunStats, connect_server, spec_key
+from rl_core.runtime.inference import answer, inference_loop
+from rl_core.runtime.inference import InferenceBatcher
 from rl_core.runtime.device import inference_precision
 from rl_core.runtime.learner import Learner, Weights, inference_copy, publish
 from rl_core.runtime.lockstep import Lockstep
@@ -85,9 +86,9 @@ def check_num_actions(flags, spec: EnvSpec) -> None:
 def check_can_record(env_pkg, flags) -> None:
     """--record_video fails at the start, not at the first validation or the final test."""
     try:
-        env = evaluation.make_test_env_fn(env_pkg, flags, {}, record=True)(0)
+        env = episodes.make_test_env_fn(env_pkg, flags, {}, record=True)(0)
         obs, _ = env.reset(seed=0)
-        frame = evaluation.frame_of(env, obs)
+        frame = episodes.frame_of(env, obs)
         env.close()
     except Exception as e:  # noqa: BLE001
         first = (str(e).strip().splitlines() or [type(e).__name__])[0]

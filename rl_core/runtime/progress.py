@@ -10,7 +10,7 @@ import time
 
 import numpy as np
 
-from rl_core import seen_sets
+from rl_core.records import seen_sets
 
 log = logging.getLogger("learner")
 
@@ -89,7 +89,7 @@ def describe_core(f, recurrent: bool = True) -> str:
 
 def announce_sources(flags, sources: dict[str, str]) -> list[str]:
     """The start's lines: the values that are not their flags' own defaults, grouped by where they came from."""
-    from rl_core import flags as flags_lib
+    from rl_core.config import flags as flags_lib
 
     base = {a.dest: a.default for a in flags_lib.make_parser()._actions}
     groups: dict[str, list[str]] = {}

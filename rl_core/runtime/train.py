@@ -12,11 +12,11 @@ import time
 import numpy as np
 import torch
 
-from rl_core import checkpoint
+from rl_core.records import checkpoint_file
 from rl_core.agents import agent_traits
 from rl_core.errors import CheckpointWriteError, RunFailure, UserError
-from rl_core.run_dir import open_run_dir, put_back_meta, read_meta
-from rl_core.run_log import RunLog, setup_logging
+from rl_core.records.run_dir import open_run_dir, put_back_meta, read_meta
+from rl_core.records.run_log import RunLog, setup_logging
 from rl_core.runtime import distributed
 from rl_core.runtime.allocator import keep_freed_memory
 from rl_core.runtime.checkpointing import Checkpoints
@@ -59,7 +59,7 @@ class Training:
         self.group: distributed.Group | None = None
         self.env_pkg = env_pkg
         self.supervisor = supervisor
-        self.sizing = sizing  # rl_core.sizing.Sizing: what the launcher chose and why; None: the flags as given
+        self.sizing = sizing  # rl_core.config.sizing.Sizing: what the launcher chose and why; None: the flags as given
         self.sources = sources or {}  # each flag's source (entry.flag_sources): announced, and kept in meta.json
         self.stop = threading.Event()
         self.test_stop = threading.Event()
@@ -118,7 +118,7 @@ class Training:
         previous_meta = read_meta(rundir) if self.checkpoints.saved is not None else None  # put back if refused
         setup_logging(rundir)
         self._announce()
-        for name in checkpoint.remove_partial_writes(rundir):  # no save is under way: the lock is held
+        for name in checkpoint_file.remove_partial_writes(rundir):  # no save is under way: the lock is held
             log.info("removed %s, the partial write of a checkpoint that a killed run left", name)
         try:
             self.run_log = RunLog(rundir, self.global_flags)
@@ -218,7 +218,7 @@ class Training:
         if f.record_video:
             check_can_record(self.env_pkg, f)
         if self.rundir is not None:
-            self.run_log.write_meta(flags=checkpoint.flags_dict(self.global_flags), env_spec=links.spec.to_json())
+            self.run_log.write_meta(flags=checkpoint_file.flags_dict(self.global_flags), env_spec=links.spec.to_json())
         self.parts = parts = build_parts(
             f, links, self.connections, self.device, self.checkpoints, self.group, self.stop
         )

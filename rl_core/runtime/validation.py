@@ -1,4 +1,4 @@
-"""Validation during training, and the final test at its end (the package's protocols, rl_core/evaluation.py)."""
+"""Validation during training, and the final test at its end (the package's protocols, rl_core/evaluation/episodes.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import os
 import threading
 import time
 
-from rl_core import checkpoint, evaluation
+from rl_core.records import checkpoint_file
+from rl_core.evaluation import episodes
 from rl_core.runtime.threads import start_thread
 
 log = logging.getLogger("learner")
@@ -45,7 +46,7 @@ class Validation:
         self.best_path = os.path.join(rundir, "model_best_val.tar")
         self.best = float("-inf")
         if os.path.exists(self.best_path):
-            self.best = float(checkpoint.load(self.best_path).get("valid_return", float("-inf")))
+            self.best = float(checkpoint_file.load(self.best_path).get("valid_return", float("-inf")))
 
     def take_for_row(self) -> float:
         value, self.for_row = self.for_row, float("nan")
@@ -57,7 +58,7 @@ class Validation:
         self._collect()
         f, step = self.flags, self.parts.learner.step
         due = f.validate_every > 0 and now - self.last_time >= f.validate_every * 60
-        due = due or evaluation.crossed(self.last_step, step, f.validate_step_every)
+        due = due or episodes.crossed(self.last_step, step, f.validate_step_every)
         self.last_step = step
         if due:
             self.last_time = now
@@ -69,7 +70,7 @@ class Validation:
         if not self.enabled:
             return
         f, step = self.flags, self.parts.learner.step
-        due = evaluation.crossed(self.last_step, step, f.validate_step_every)
+        due = episodes.crossed(self.last_step, step, f.validate_step_every)
         self.last_step = step
         self._wait()
         if due:
@@ -94,11 +95,11 @@ class Validation:
         self.count += 1
 
         def run():
-            frames = evaluation.Recording() if record else None
-            result = evaluation.validate(model, self.env_pkg, f, parts.device, frames, self.abort, parts.agent)
+            frames = episodes.Recording() if record else None
+            result = episodes.validate(model, self.env_pkg, f, parts.device, frames, self.abort, parts.agent)
             video = None
             if frames:
-                from rl_core.video import write_video
+                from rl_core.evaluation.video import write_video
 
                 video = write_video(frames, os.path.join(self.rundir, "valid_first_episode"), fps=frames.fps)
             if result is not None:
@@ -134,17 +135,17 @@ def run_final_test(flags, parts, env_pkg, run_log, rundir: str, checkpoint_path:
     f, learner = flags, parts.learner
     log.info("final test of the model at step %d", learner.step)
     record = os.path.join(rundir, "test_first_episode") if f.record_video else None
-    result = evaluation.final_test(learner.model, env_pkg, f, parts.device, record, stop, agent=parts.agent)
+    result = episodes.final_test(learner.model, env_pkg, f, parts.device, record, stop, agent=parts.agent)
     if stop.is_set():
         log.info("final test interrupted: nothing written")
         return
     result.update(step=learner.step, xpid=f.xpid, checkpoint=checkpoint_path)
-    evaluation.write_json(os.path.join(rundir, "final_test.json"), result)
+    episodes.write_json(os.path.join(rundir, "final_test.json"), result)
     report_final_test(result, run_log, learner.step)
 
 
 def report_final_test(result: dict, run_log, step: int) -> None:
-    evaluation.log_result(result, "final test")
+    episodes.log_result(result, "final test")
     scalars, summary = {}, {}
     for group, g in result["groups"].items():
         scalars[f"final_test/{group}_mean"] = g["mean"]

@@ -27,12 +27,13 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from rl_core.agents.base import Agent, action_field, extrinsic_stream
+from rl_core.agents.base import Agent, extrinsic_stream
+from rl_core.data.batch import action_field
 from rl_core.agents.impala.agent import sample_actions
-from rl_core.distributions import make_distribution
+from rl_core.numerics.distributions import make_distribution
 from rl_core.losses import advantages as adv_lib
 from rl_core.losses import policy_gradient as pg_lib
-from rl_core.optim import remaining_share
+from rl_core.numerics.optim import remaining_share
 
 STEP_KEYS = ("action", "done", "truncated", "log_prob")
 

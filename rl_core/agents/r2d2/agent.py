@@ -6,7 +6,7 @@ Learning"): recurrent n-step double Q-learning from prioritized sequence replay.
   requests; validation and the final test use ``--eval_epsilon``.
 * Data: every ``--sequence_stride`` steps (default unroll_length / 2) an env hands over a
   sequence of burn_in + unroll_length + 1 steps with the recurrent state at its first step;
-  sequences go into a prioritized replay (``rl_core.replay_source``).
+  sequences go into a prioritized replay (``rl_core.data.replay_source``).
 * Learning: the stored state is burned in over the first ``--burn_in`` steps without gradient
   (online and target networks alike); on the remaining T + 1 steps the n-step double-Q targets
   y_t with value rescaling h give the TD errors delta_t = h(y_t) - Q(s_t, a_t) of transitions
@@ -27,7 +27,8 @@ import torch
 from rl_core.agents.base import Agent
 from rl_core.losses import r2d2 as r2d2_lib
 from rl_core.losses.advantages import bootstrap_truncations
-from rl_core.replay import sequence_priorities
+from rl_core.data.batch import REPLAY_INDEX, REPLAY_WEIGHT
+from rl_core.data.replay import sequence_priorities
 
 
 class R2D2Agent(Agent):
@@ -46,7 +47,7 @@ class R2D2Agent(Agent):
         return model
 
     def make_optimizer(self, model):
-        from rl_core.optim import make_optimizer
+        from rl_core.numerics.optim import make_optimizer
 
         online = [
             p for name, p in model.named_parameters() if p.requires_grad and not name.startswith("target_network.")
@@ -82,7 +83,7 @@ class R2D2Agent(Agent):
 
     # ---------------------------------------------------------- learning
     def make_data_source(self, learner_queue, pin: bool = False):
-        from rl_core.replay_source import ReplaySource
+        from rl_core.data.replay_source import ReplaySource
 
         self.source = ReplaySource(learner_queue, self.flags, stride=self.sequence()[1], seed=self.flags.seed, pin=pin)
         return self.source
@@ -115,14 +116,14 @@ class R2D2Agent(Agent):
             truncated = truncated[burn + 1 :] if truncated is not None else torch.zeros_like(batch["done"][burn + 1 :])
             rewards, discounts, mask = bootstrap_truncations(rewards.to(q.dtype), discounts, values[:-1], truncated)
             targets = r2d2_lib.n_step_targets(rewards, discounts, values[1:], f.n_steps)
-        out = r2d2_lib.r2d2_loss(q_taken, targets, batch["replay/weight"].to(q.dtype), mask, eps)
+        out = r2d2_lib.r2d2_loss(q_taken, targets, batch[REPLAY_WEIGHT].to(q.dtype), mask, eps)
         abs_td = out.td_errors.abs()
         stats = {
             "total_loss": out.loss.detach(),
             "mean_abs_td": (abs_td.sum() / mask.sum().clamp(min=1)).detach(),
             "mean_q": q_taken.detach().mean(),
             "max_abs_q": q.detach().abs().max(),
-            "mean_is_weight": batch["replay/weight"].mean(),
+            "mean_is_weight": batch[REPLAY_WEIGHT].mean(),
         }
         return out.loss, abs_td, mask, stats
 
@@ -135,7 +136,7 @@ class R2D2Agent(Agent):
         # After the optimizer step: the sampled sequences' new priorities, the target network.
         priorities = sequence_priorities(abs_td, f.priority_eta, mask)
         if self.source is not None:
-            self.source.update_priorities(batch["replay/index"], priorities)
+            self.source.update_priorities(batch[REPLAY_INDEX], priorities)
         with torch.no_grad():
             model.updates += 1
             if int(model.updates) % f.target_update_period == 0:

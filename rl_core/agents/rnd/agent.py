@@ -33,7 +33,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from rl_core import collectives
+from rl_core.numerics import collectives
 from rl_core.agents.base import Agent, ValueStream, extrinsic_stream
 from rl_core.losses import rnd as rnd_lib
 from rl_core.losses.scan import discounted_scan

@@ -9,7 +9,7 @@ with discrete actions as in Christodoulou 2019 ("Soft Actor-Critic for Discrete 
   and the final test take its mode, the squashed mean (or the most likely action).  With
   ``--random_init_steps N`` a fresh run's first N steps are uniform random actions.
 * Data: every ``--unroll_length`` steps an env hands over its last T + 1 steps; they go into a
-  uniform replay (``rl_core.replay_source`` over the prioritized buffer with priority
+  uniform replay (``rl_core.data.replay_source`` over the prioritized buffer with priority
   exponent 0: every sequence, then every transition of it, equally likely) of
   ``--replay_buffer_size`` transitions; a batch is ``--batch_size`` transitions (windows of
   2 steps); each inserted transition is sampled ``--replay_ratio`` times on average; learning
@@ -36,8 +36,8 @@ import torch
 from torch.nn import functional as F
 
 from rl_core.agents.base import Agent
-from rl_core.distributions import Gaussian, make_distribution
-from rl_core.env_spec import ActionSpace, DiscreteActions
+from rl_core.numerics.distributions import Gaussian, make_distribution
+from rl_core.data.env_spec import ActionSpace, DiscreteActions
 from rl_core.errors import UserError
 from rl_core.losses import sac as sac_lib
 
@@ -75,7 +75,7 @@ class SACAgent(Agent):
         return build_sac_model(self.flags, self.spec)
 
     def make_optimizer(self, model):
-        from rl_core.optim import make_optimizer
+        from rl_core.numerics.optim import make_optimizer
 
         f = self.flags  # a learner step trains B transitions: B / replay ratio env steps
         params = [p for p in model.parameters() if p.requires_grad]
@@ -125,7 +125,7 @@ class SACAgent(Agent):
 
     # ---------------------------------------------------------- learning
     def make_data_source(self, learner_queue, pin: bool = False):
-        from rl_core.replay_source import ReplaySource
+        from rl_core.data.replay_source import ReplaySource
 
         f = self.flags
         T = f.unroll_length

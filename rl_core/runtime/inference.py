@@ -1,9 +1,9 @@
-"""Dynamic inference batching: requests from all env servers, one forward pass.
+"""Central inference (as SEED RL's): requests from all env servers, batched dynamically, one forward pass.
 
-Each actor thread submits the inputs of its K envs and waits; an inference thread
-takes every pending request (up to ``max_batch_size`` envs, waiting at most
-``timeout_s`` after the first for more) and answers them together, as SEED RL's
-central inference does.
+Each actor thread submits the inputs of its K envs and waits; an inference thread (``inference_loop``)
+takes every pending request from the ``InferenceBatcher`` (up to ``max_batch_size`` envs, waiting at most
+``timeout_s`` after the first for more) and answers them together (``answer``: ``agent.act`` on the
+inference copy of the model).
 """
 
 from __future__ import annotations
@@ -11,6 +11,8 @@ from __future__ import annotations
 import collections
 import threading
 import time
+
+import torch
 
 from rl_core.runtime.transport import Stopped
 
@@ -104,3 +106,36 @@ class InferenceBatcher:
         with self._cond:
             while self._pending:
                 self._pending.popleft().set_error(error)
+
+
+def inference_loop(
+    batcher: InferenceBatcher, model, lock: threading.Lock, device, stop: threading.Event, agent
+) -> None:
+    """Answer batched requests with the inference model (central inference): ``agent.act``."""
+    while True:
+        answer(batcher.get_batch(stop), model, lock, device, agent)
+
+
+def answer(requests: list, model, lock: threading.Lock, device, agent) -> None:
+    """One forward pass for ``requests`` (``batcher.Request``s, concatenated in their order); each gets
+    its envs' actions, the agent's per-step fields, new state and the version of the weights that ran
+    (``learner.Publisher``)."""
+    sizes = [r.size for r in requests]
+    inputs = {
+        k: torch.cat([r.inputs[k] for r in requests], dim=1).to(device, non_blocking=True) for k in requests[0].inputs
+    }
+    states = requests[0].state
+    if len(states):
+        states = tuple(torch.cat([r.state[i] for r in requests], dim=0) for i in range(len(states)))
+    with lock, torch.inference_mode():
+        version = model.policy_version
+        action, extras, new_state = agent.act(model, inputs, states)
+    action = action[0].cpu().numpy()
+    extras = {k: v[0].float().cpu().numpy() for k, v in extras.items()}
+    split_state = [torch.split(s, sizes, dim=0) for s in new_state] if len(new_state) else []
+    start = 0
+    for i, (request, size) in enumerate(zip(requests, sizes)):
+        end = start + size
+        state_i = tuple(s[i] for s in split_state)
+        request.set_result((action[start:end], {k: v[start:end] for k, v in extras.items()}, state_i, version))
+        start = end

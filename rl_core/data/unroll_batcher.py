@@ -1,6 +1,5 @@
 """The learner's batches of unrolls: ``UnrollBatcher`` joins the actors' chunks of K envs into batches
-of exactly B columns (the data source of the agents that learn from their latest unrolls), and
-``POLICY_VERSION``, the field the runtime adds to every unroll."""
+of exactly B columns (the data source of the agents that learn from their latest unrolls)."""
 
 from __future__ import annotations
 
@@ -10,11 +9,6 @@ import threading
 import torch
 
 from rl_core.errors import Stopped
-
-# The unroll store's runtime field (rl_core/runtime/actor_pool.py): per step, the version of the weights
-# whose inference chose its action.  The learner takes it off every batch (rl_core/runtime/learner.py's
-# ``Learner.to_device``): no agent sees it.
-POLICY_VERSION = "policy_version"
 
 
 class UnrollBatcher:

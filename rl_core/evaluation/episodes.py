@@ -1,6 +1,6 @@
 """Playing whole episodes with a frozen model: validation, the final test, eval-only runs.
 
-``env_pkg`` is an ``EnvPackage`` (rl_core/env_package.py); its package may define:
+``env_pkg`` is an ``EnvPackage`` (rl_core/config/env_package.py); its package may define:
 
 * ``test_protocol(flags) -> list[dict]``: the runs of its final test, each
   ``{"name", "episodes", "group", "overrides"}`` (``overrides``: flag values for
@@ -35,10 +35,10 @@ from typing import Callable
 import numpy as np
 import torch
 
-from rl_core import seen_sets
-from rl_core.env_package import EnvPackage
-from rl_core.env_spec import ActionSpace, DiscreteActions, EnvSpec, Observation
-from rl_core.runtime.env_server import env_seed
+from rl_core.records import seen_sets
+from rl_core.config.env_package import EnvPackage
+from rl_core.data.env_spec import ActionSpace, DiscreteActions, EnvSpec, Observation
+from rl_core.envs.seeds import env_seed
 
 log = logging.getLogger("evaluation")
 
@@ -125,7 +125,7 @@ def play(
     without an agent, IMPALA's.  Env i plays every ``len(seeds)``-th episode, so long
     episodes are not under-counted.  ``record_frames`` (a list) receives env 0's first episode.
     """
-    from rl_core.agents.base import action_field
+    from rl_core.data.batch import action_field
 
     n = max(1, min(len(seeds), num_episodes))
     quota = [num_episodes // n + (i < num_episodes % n) for i in range(n)]
@@ -268,7 +268,7 @@ def final_test(
     agent=None,
 ) -> dict:
     """Run the package's protocol; returns the result written to final_test.json."""
-    from rl_core.video import write_video
+    from rl_core.evaluation.video import write_video
 
     runs = protocol(env_pkg, flags)
     results, frames = [], Recording() if record_path else None

@@ -37,16 +37,17 @@ import threading
 import numpy as np
 import torch
 
-from rl_core import checkpoint, frame_stacks
+from rl_core.records import checkpoint_file
+from rl_core.data import frame_stacks
 from rl_core.errors import RunFailure, Stopped, UserError
-from rl_core.replay import PrioritizedReplay
-from rl_core.unroll_batcher import POLICY_VERSION
+from rl_core.data.replay import PrioritizedReplay
+from rl_core.data.batch import POLICY_VERSION, REPLAY_INDEX, REPLAY_WEIGHT
 
 log = logging.getLogger("replay")
 
 STATE = "state/"
 PREFETCH = 2  # batches sampled ahead of the learner
-FRAMES, INDEX = "obs/frames", "obs/index"  # --replay_frame_stack: each frame once (rl_core.frame_stacks)
+FRAMES, INDEX = "obs/frames", "obs/index"  # --replay_frame_stack: each frame once (rl_core.data.frame_stacks)
 
 
 class ReplaySource:
@@ -216,8 +217,8 @@ class ReplaySource:
         if FRAMES in items:
             items["obs"] = frame_stacks.decode(items.pop(FRAMES), items.pop(INDEX))
         batch = {k: v.transpose(0, 1) for k, v in items.items()}
-        batch["replay/index"] = torch.from_numpy(indices)
-        batch["replay/weight"] = weights
+        batch[REPLAY_INDEX] = torch.from_numpy(indices)
+        batch[REPLAY_WEIGHT] = weights
         if self.pin:
             batch = {k: v.pin_memory() for k, v in batch.items()}
             state = tuple(s.pin_memory() for s in state)
@@ -268,7 +269,7 @@ class ReplaySource:
                 "steps_at_start": -1 if self.steps_at_start is None else self.steps_at_start,
             }
         with self.replay.lock:  # the state shares the replay's arrays: no insert while they are written
-            checkpoint.save(os.path.join(rundir, "replay.tar"), {"replay": self.replay.state_dict(), **counters})
+            checkpoint_file.save(os.path.join(rundir, "replay.tar"), {"replay": self.replay.state_dict(), **counters})
         log.info("saved the replay (%s, %.1f MB)", self.amount(len(self.replay)), self.replay.nbytes / 2**20)
 
     def restore(self, rundir: str) -> None:
@@ -277,7 +278,7 @@ class ReplaySource:
         if not self.flags.checkpoint_replay or not os.path.exists(path):
             log.info("the replay starts empty: learning resumes once it holds %s", self.amount(self.min_size))
             return
-        state = checkpoint.load(path, key="replay", fix="delete it to refill the replay before learning")
+        state = checkpoint_file.load(path, key="replay", fix="delete it to refill the replay before learning")
         try:
             self.replay.load_state_dict(state["replay"])
         except (KeyError, ValueError) as e:

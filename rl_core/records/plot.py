@@ -1,6 +1,6 @@
 """Learning curves: smoothed episode return against env steps, one line per run.
 
-    python -m rl_core.plot RUN_DIR [RUN_DIR ...] --out curves.png [--smoothing 0.9]
+    python -m rl_core.records.plot RUN_DIR [RUN_DIR ...] --out curves.png [--smoothing 0.9]
 
 Reads each run's logs.csv, so it works on a run still in progress.
 """
@@ -76,7 +76,7 @@ def plot(run_dirs: list[str], out: str, smoothing: float = 0.9, title: str | Non
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m rl_core.plot", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m rl_core.records.plot", description=__doc__.splitlines()[0])
     parser.add_argument("run_dirs", nargs="+", help="Run directories (savedir/xpid).")
     parser.add_argument("--out", default="curves.png", help="Output image.")
     parser.add_argument("--smoothing", type=float, default=0.9, help="EMA weight in [0, 1).")

@@ -86,7 +86,7 @@ class EnvPackage:
         if missing:
             raise UserError(
                 f"env package {name} lacks {' and '.join(missing)}: an env package's env.py defines "
-                f"add_flags(parser) and make_env(flags, seed) (rl_core/env_package.py)"
+                f"add_flags(parser) and make_env(flags, seed) (rl_core/config/env_package.py)"
             )
         self.presets = presets = presets_module(module)
         self.presets_name = presets.__name__ if presets else name  # where its defaults per agent are read
@@ -98,13 +98,13 @@ class EnvPackage:
         if wrong:
             raise UserError(
                 f"env package {name}: {' and '.join(wrong)} must be "
-                f"{'a function' if len(wrong) == 1 else 'functions'} (rl_core/env_package.py)"
+                f"{'a function' if len(wrong) == 1 else 'functions'} (rl_core/config/env_package.py)"
             )
         twice = [f for f in preset if f in found and found[f] is not preset[f]]
         if twice:
             raise UserError(
                 f"env package {name}: {' and '.join(twice)} defined in both env.py and presets.py: "
-                f"keep {'it' if len(twice) == 1 else 'them'} in presets.py (rl_core/env_package.py)"
+                f"keep {'it' if len(twice) == 1 else 'them'} in presets.py (rl_core/config/env_package.py)"
             )
         self._optional = {**found, **preset}
         self.module = module
@@ -153,7 +153,7 @@ class EnvPackage:
             fn(parser, flags)
 
     def test_protocol(self, flags) -> list[dict]:
-        """The final test's runs (rl_core/evaluation.py); without ``test_protocol``: 100 episodes."""
+        """The final test's runs (rl_core/evaluation/episodes.py); without ``test_protocol``: 100 episodes."""
         fn = self._optional.get("test_protocol")
         return fn(flags) if fn else [{"name": "test", "episodes": 100, "group": "test", "overrides": {}}]
 

@@ -144,7 +144,7 @@ def make_parser(prog: str | None = None) -> argparse.ArgumentParser:
         default=8,
         metavar="N",
         help="Total number of environments. Not given, polybeast sizes it (and --num_servers, and "
-        "IMPALA's --batch_size) to the machine's cores, its GPU and the agent (rl_core/sizing.py; "
+        "IMPALA's --batch_size) to the machine's cores, its GPU and the agent (rl_core/config/sizing.py; "
         "the package's defaults on 2 cores); the run's first lines say what and why.",
     )
     g.add_argument(
@@ -162,7 +162,7 @@ def make_parser(prog: str | None = None) -> argparse.ArgumentParser:
         metavar="H",
         help="Env servers per process, stepped in turn: one steps its envs while the others' actions are "
         "in flight (sample-factory's double-buffered sampling); --num_servers / H processes.  Not "
-        "given, polybeast chooses (rl_core/sizing.py).",
+        "given, polybeast chooses (rl_core/config/sizing.py).",
     )
     g.add_argument(
         "--pipes_basename",
@@ -351,7 +351,7 @@ def make_parser(prog: str | None = None) -> argparse.ArgumentParser:
 
 def check(parser: argparse.ArgumentParser, flags: argparse.Namespace) -> None:
     """Inconsistent flags end with one line naming the cause (parser.error exits 2); each numeric
-    flag's own range is checked before, by ``rl_core.flag_ranges``."""
+    flag's own range is checked before, by ``rl_core.config.flag_ranges``."""
     if flags.num_actors % flags.num_servers:
         parser.error(
             f"--num_actors ({flags.num_actors}) must be a multiple of --num_servers ({flags.num_servers}): "

@@ -32,7 +32,7 @@ from typing import Optional, Sequence, Tuple, Union
 import torch
 import torch.nn.functional as F
 
-from rl_core.env_spec import ActionSpace, BoxActions, DiscreteActions
+from rl_core.data.env_spec import ActionSpace, BoxActions, DiscreteActions
 
 # Squashed log_prob(a) inverts a = loc + scale * tanh(u) with u = atanh(y),
 # y = (a - loc) / scale clamped to [-1 + SQUASH_EPS, 1 - SQUASH_EPS].  Actions
@@ -303,7 +303,7 @@ def make_distribution(action: ActionSpace, params: dict, squash: bool = False) -
     """The policy's distribution for an action space.
 
     Args:
-        action: ``DiscreteActions(A)`` or ``BoxActions((D,), low, high)`` (rl_core/env_spec.py).
+        action: ``DiscreteActions(A)`` or ``BoxActions((D,), low, high)`` (rl_core/data/env_spec.py).
         params: ``{"policy_logits": [..., A]}`` for discrete, or
             ``{"policy_mean": [..., D], "policy_std": [..., D]}`` for box.
         squash: tanh-squash the Gaussian into [low, high] (box only; an error

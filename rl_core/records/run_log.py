@@ -17,10 +17,10 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def _checkpoint():
-    """rl_core.checkpoint imports torch, which env servers (they import this module) never need."""
-    from rl_core import checkpoint
+    """rl_core.records.checkpoint_file imports torch, which env servers (they import this module) never need."""
+    from rl_core.records import checkpoint_file
 
-    return checkpoint
+    return checkpoint_file
 
 
 def git_commit() -> str | None:

@@ -8,10 +8,11 @@ import os
 
 import torch
 
-from rl_core import checkpoint, evaluation
-from rl_core.env_spec import EnvSpec
+from rl_core.records import checkpoint_file
+from rl_core.evaluation import episodes
+from rl_core.data.env_spec import EnvSpec
 from rl_core.errors import UserError
-from rl_core.run_log import setup_logging
+from rl_core.records.run_log import setup_logging
 
 log = logging.getLogger("test_mode")
 
@@ -35,14 +36,14 @@ def local_spec(env) -> EnvSpec:
 def evaluate_checkpoint(flags, env_pkg, parser, argv: list[str]) -> int:
     setup_logging(None)
     try:
-        saved = checkpoint.load(flags.checkpoint, fix="pass --checkpoint the model.tar of a run of this project")
+        saved = checkpoint_file.load(flags.checkpoint, fix="pass --checkpoint the model.tar of a run of this project")
         given = explicit_dests(parser, argv)
         for key, value in saved.get("flags", {}).items():
             if key not in given and hasattr(flags, key) and key not in ("mode", "checkpoint"):
                 setattr(flags, key, value)
         from rl_core.agents import make_agent
 
-        probe = evaluation.make_test_env_fn(env_pkg, flags, {}, record=False)(0)
+        probe = episodes.make_test_env_fn(env_pkg, flags, {}, record=False)(0)
         spec = local_spec(probe)
         probe.close()
         agent = make_agent(flags, spec)
@@ -58,14 +59,14 @@ def evaluate_checkpoint(flags, env_pkg, parser, argv: list[str]) -> int:
         stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
         record = os.path.join(outdir, f"eval-{stamp}-first_episode") if flags.record_video else None
         log.info("testing %s (step %s) on %s", flags.checkpoint, saved.get("step"), flags.env)
-        result = evaluation.final_test(model, env_pkg, flags, device, record, agent=agent)
+        result = episodes.final_test(model, env_pkg, flags, device, record, agent=agent)
     except UserError as e:
         log.error("error: %s", e)
         return 2
     result.update(step=saved.get("step"), checkpoint=os.path.abspath(flags.checkpoint), env=flags.env)
     path = os.path.join(outdir, f"eval-{stamp}.json")
-    evaluation.write_json(path, result)
-    evaluation.log_episodes(result)
-    evaluation.log_result(result, "test")
+    episodes.write_json(path, result)
+    episodes.log_episodes(result)
+    episodes.log_result(result, "test")
     log.info("wrote %s", path)
     return 0

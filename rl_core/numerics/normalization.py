@@ -20,7 +20,7 @@ from typing import Optional, Sequence, Union
 import torch
 from torch import nn
 
-from rl_core import collectives
+from rl_core.numerics import collectives
 
 
 def _compute_dtype(x: torch.Tensor) -> torch.dtype:

@@ -1,0 +1,1 @@
+"""Numerics the agents share: action distributions, running normalizers, the optimizer and its schedule, and the statistics' collectives over torchrun's ranks."""
