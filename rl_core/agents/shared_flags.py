@@ -179,7 +179,7 @@ def replay(p: argparse.ArgumentParser) -> None:
 
 
 def check_replay(parser: argparse.ArgumentParser, flags: argparse.Namespace) -> None:
-    """A replay that learning would never start from; --entropy_decay, which schedules no replay agent's cost."""
+    """A replay that learning would never start from."""
     if flags.replay_buffer_min_size > flags.replay_buffer_size:
         parser.error(
             f"--replay_buffer_min_size {flags.replay_buffer_min_size} exceeds --replay_buffer_size "
