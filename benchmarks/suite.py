@@ -2,12 +2,12 @@
 committed run summaries and the results page drawn from them.
 
     python benchmarks/suite.py run --package torchbeast_atari --envs PongNoFrameskip-v4 BreakoutNoFrameskip-v4 \\
-        --agents impala ppo --seeds 1 2 3 [--total_steps N] [--savedir DIR] [-- FLAG ...]
+        --agents impala ppo --seeds 1 2 3 [--total_steps N] [--savedir DIR] [--label TEXT] [-- FLAG ...]
     python benchmarks/suite.py table RUN_DIR ... [--score 18] [--png curves.png] [--steps_at 1000000 ...]
     python benchmarks/suite.py collect RUN_DIR ... [--out docs/data] [--machine TEXT] [--label TEXT] [--score S ...]
     python benchmarks/suite.py render [--data docs/data] [--out docs/results.md] [--img docs/img]
 
-``run`` starts ``python -m <package>.polybeast --env E --agent A --seed S --xpid <E>_<A>_seed<S> --savedir DIR
+``run`` starts ``python -m <package>.polybeast --env E --agent A --seed S --xpid <E>_<A>_seed<S>[_<label>] --savedir DIR
 --pipes_basename unix:/tmp/suite-<pid>-<i>`` (``--total_steps N`` when given, then the flags after ``--``) for each
 env, agent and seed, one run after another: every other flag is the package's default for the agent, which is what
 is measured.  A run whose directory finished (logs.csv reached the run's --total_steps and final_test.json exists)
@@ -85,9 +85,9 @@ class Plan:
     final_test: bool  # not --disable_final_test
 
 
-def xpid(env: str, agent: str, seed: int) -> str:
-    """The run directory's name under --savedir."""
-    return f"{env.replace('/', '-')}_{agent}_seed{seed}"
+def xpid(env: str, agent: str, seed: int, label: str = "") -> str:
+    """The run directory's name under --savedir (``_<label>`` after it where the runs have one)."""
+    return f"{env.replace('/', '-')}_{agent}_seed{seed}" + (f"_{path_name(label)}" if label else "")
 
 
 def launcher_args(args, env: str, agent: str, seed: int, index: int, extra: list[str]) -> list[str]:
@@ -100,7 +100,7 @@ def launcher_args(args, env: str, agent: str, seed: int, index: int, extra: list
         "--seed",
         str(seed),
         "--xpid",
-        xpid(env, agent, seed),
+        xpid(env, agent, seed, args.label),
         "--savedir",
         args.savedir,
         "--pipes_basename",
@@ -130,7 +130,7 @@ def plans(args, extra: list[str]) -> list[Plan]:
                 out.append(
                     Plan(
                         f"{env} {agent} seed {seed}",
-                        os.path.join(args.savedir, xpid(env, agent, seed)),
+                        os.path.join(args.savedir, xpid(env, agent, seed, args.label)),
                         argv,
                         flags.total_steps,
                         not flags.disable_final_test,
@@ -1074,6 +1074,7 @@ PACKAGE_TITLES = {
     "torchbeast_football": "Football",
     "torchbeast_procgen": "Procgen",
     "torchbeast_dmlab": "DeepMind Lab",
+    "torchbeast_memory": "Memory tasks: POPGym, MiniGrid",
 }
 
 
@@ -1204,6 +1205,12 @@ def make_parser() -> FlagParser:
     )
     r.add_argument("--savedir", default="~/logs/torchbeast/atari_suite", help="Where the run directories go.")
     r.add_argument("--package", default="torchbeast_atari", help="The torchbeast_X package whose launcher runs.")
+    r.add_argument(
+        "--label",
+        default="",
+        help="Tells these runs apart from others of the same env, agent and seed (the flags after -- differ, e.g. "
+        "the core): their run directories end in _<label>; collect them with the same --label.",
+    )
     t = sub.add_parser(
         "table",
         help="The results table (markdown) and curves of run directories.",

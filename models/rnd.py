@@ -6,7 +6,8 @@ and Appendix A.4; OpenAI's ``CnnPolicy`` of random-network-distillation).
   with ReLU and a linear layer of ``feature_size``; leaky ReLU after each convolution,
   orthogonal initialisation with gain sqrt(2), zero biases.  They see the newest frame of an
   observation (``channels``: Atari's last grayscale frame of the stack of 4);
-* vectors: the same shapes with linear layers of ``mlp_sizes`` in place of the convolutions.
+* vectors, and images smaller than the convolutions' 36x36 reach (MiniGrid's views), flattened: the same shapes
+  with linear layers of ``mlp_sizes`` in place of the convolutions.
 
 Their input is normalized per element by a running mean and std and clipped to +-5
 (Section 2.4); the statistics live here (``obs_rms``), with those of the intrinsic reward
@@ -29,6 +30,7 @@ from models.init import orthogonal_weight
 from rl_core.numerics.normalization import RunningMeanStd
 
 OBS_CLIP = 5.0
+CONV_MIN_SIDE = 36  # the smallest image side the three convolutions take (8x8/4, 4x4/2, 3x3/1 leave 1x1)
 
 
 def _orthogonal_init(module: nn.Module, gain: float = math.sqrt(2)) -> None:
@@ -77,7 +79,8 @@ class RNDNetwork(nn.Module):
 
     def __init__(self, in_shape: Sequence[int], feature_size: int, hidden: Sequence[int], mlp_sizes: Sequence[int]):
         super().__init__()
-        self.trunk = _ConvTrunk(in_shape) if len(in_shape) == 3 else _MLPTrunk(math.prod(in_shape), mlp_sizes)
+        convolved = len(in_shape) == 3 and min(in_shape[1:]) >= CONV_MIN_SIDE
+        self.trunk = _ConvTrunk(in_shape) if convolved else _MLPTrunk(math.prod(in_shape), mlp_sizes)
         layers, last = [], self.trunk.out_size
         for size in hidden:
             layers.append(nn.Linear(last, size))

@@ -2,7 +2,7 @@
 
 uint8 observations are scaled by 1/255 inside (folded into the first conv's
 weights, which saves a pass over the float copy of the batch); float
-observations are used as given.  A stem computes in its parameters' dtype
+observations are used as given (GridStem: symbolic grids, uint8 too).  A stem computes in its parameters' dtype
 (float32, or bfloat16 for reduced-precision inference). Any leading dims are accepted
 ([T, B, C, H, W] -> [T, B, out_size]).
 The fc layer's input size is found by a dry run of the conv trunk on the
@@ -17,7 +17,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-__all__ = ["AtariNetStem", "ResNetStem"]
+__all__ = ["AtariNetStem", "GridStem", "ResNetStem"]
 
 
 def _check_obs_shape(obs_shape: Sequence[int]) -> tuple[int, int, int]:
@@ -168,3 +168,26 @@ class ResNetStem(_Stem):
                 pairs.append(RecyclePair(block.conv1, block.conv2, h))
                 x = x + block.conv2(h)
         return pairs
+
+
+class GridStem(nn.Module):
+    """Symbolic grids, each cell one-hot in the channels ([C, V, V], MiniGrid's encoded view): two 3x3 convs of 16
+    and 32 channels that keep the side (padding 1, so any view from 1x1 works), ReLU; fc ``out_size`` + ReLU.  A
+    stem of the size MiniGrid's baselines use on its 7x7 views (rl-starter-files: three 2x2 convs to 64
+    features); values are used as given, uint8 ones not scaled by 1/255."""
+
+    def __init__(self, obs_shape: Sequence[int], out_size: int = 256):
+        super().__init__()
+        self.obs_shape = _check_obs_shape(obs_shape)
+        self.out_size = out_size
+        self.conv1 = nn.Conv2d(self.obs_shape[0], 16, kernel_size=3, padding=1)
+        self.conv2 = nn.Conv2d(16, 32, kernel_size=3, padding=1)
+        self.fc = nn.Linear(32 * self.obs_shape[1] * self.obs_shape[2], out_size)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        if tuple(obs.shape[-3:]) != self.obs_shape:
+            raise ValueError(f"expected observations [..., {self.obs_shape}], got {tuple(obs.shape)}")
+        lead = obs.shape[:-3]
+        x = obs.reshape(-1, *self.obs_shape).to(self.fc.weight.dtype)
+        x = torch.relu(self.conv2(torch.relu(self.conv1(x))))
+        return torch.relu(self.fc(x.flatten(1))).reshape(*lead, self.out_size)

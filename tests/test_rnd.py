@@ -734,3 +734,16 @@ def test_the_corridors_values_point_home_for_a_policy_that_does_not_explore():
     assert (
         done and reward == pytest.approx(1 + STEP_REWARD) and info["episode_stats"]["furthest_cell"] == env.length - 1
     )
+
+
+def test_images_smaller_than_the_convolutions_reach_take_the_mlp_trunk():
+    """A MiniGrid view (one-hot [20, 7, 7]) is smaller than the paper's convolutions take: flattened, it goes through
+    the vector trunk; an image of side 36 or more through the convolutions."""
+    from models.rnd import CONV_MIN_SIDE, RNDNetwork
+
+    small = RNDNetwork((20, 7, 7), 512, (), (64, 64))
+    assert not any(isinstance(m, torch.nn.Conv2d) for m in small.modules())
+    assert small(torch.zeros(3, 20, 7, 7)).shape == (3, 512)
+    large = RNDNetwork((1, CONV_MIN_SIDE, CONV_MIN_SIDE), 512, (), (64, 64))
+    assert any(isinstance(m, torch.nn.Conv2d) for m in large.modules())
+    assert large(torch.zeros(3, 1, CONV_MIN_SIDE, CONV_MIN_SIDE)).shape == (3, 512)

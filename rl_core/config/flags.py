@@ -244,8 +244,9 @@ def make_parser(prog: str | None = None) -> argparse.ArgumentParser:
     g.add_argument(
         "--model",
         default="atari",
-        choices=["atari", "resnet"],
-        help="Image stem: AtariNet (Mnih et al. 2015) or the IMPALA deep ResNet.",
+        choices=["atari", "resnet", "grid"],
+        help="Image stem: AtariNet (Mnih et al. 2015), the IMPALA deep ResNet, or grid: two 3x3 convs for "
+        "symbolic grids one-hot per cell (MiniGrid's view), values used as given.",
     )
     g.add_argument(
         "--resnet_channels",

@@ -1,0 +1,207 @@
+"""torchbeast_memory: POPGym's and MiniGrid's memory tasks, their encodings, its flags, the grid stem and real runs."""
+
+import csv
+import json
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from rl_core.errors import UserError
+from rl_core.runtime import entry
+from tests.proc_utils import run
+from torchbeast_memory import env as memory_env
+
+MEMORY = "torchbeast_memory.polybeast"
+
+
+def flags_for(*argv):
+    parser = entry.make_parser(memory_env)
+    flags = parser.parse_args(list(argv))
+    memory_env.check_flags(parser, flags)
+    return flags
+
+
+def raw_env(env_id: str, **kwargs) -> gym.Env:
+    import minigrid  # noqa: F401  (each registers its ids)
+    import popgym  # noqa: F401
+
+    return gym.make(env_id, **kwargs)
+
+
+# ----------------------------------------------------------------- POPGym
+
+
+@pytest.mark.parametrize(
+    "env_id, width, actions",
+    [
+        ("popgym-RepeatPreviousEasy-v0", 4, 4),
+        ("popgym-RepeatFirstMedium-v0", 4, 4),
+        ("popgym-CountRecallEasy-v0", 4, 27),
+    ],
+)
+def test_popgym_observations_are_the_raw_ones_one_hot(env_id, width, actions):
+    env = memory_env.make_env(flags_for("--env", env_id), seed=0)
+    raw = raw_env(env_id)
+    assert env.observation_space.shape == (width,) and env.observation_space.dtype == np.float32
+    assert env.action_space == gym.spaces.Discrete(actions)
+    obs, _ = env.reset(seed=5)
+    expected, _ = raw.reset(seed=5)
+    for t in range(60):
+        assert obs.dtype == np.float32 and obs.shape == (width,)
+        np.testing.assert_array_equal(obs, gym.spaces.flatten(raw.observation_space, expected))
+        # each Discrete part of the observation is one-hot: the ones are as many as the parts
+        assert obs.sum() == np.size(expected) and set(np.unique(obs)) <= {0.0, 1.0}
+        action = t % actions
+        obs, reward, terminated, truncated, _ = env.step(action)
+        expected, expected_reward, raw_terminated, raw_truncated, _ = raw.step(action)
+        assert (reward, terminated, truncated) == (expected_reward, raw_terminated, raw_truncated)
+        if terminated or truncated:
+            break
+
+
+def test_repeat_previous_rewards_the_suit_of_four_cards_ago():
+    """What the task asks (POPGym's RepeatPrevious, k = 4): the one action that scores is the suit seen 4 steps ago."""
+    env = memory_env.make_env(flags_for(), seed=0)
+    obs, _ = env.reset(seed=1)
+    seen, total = [int(obs.argmax())], 0.0
+    for t in range(51):
+        action = seen[-4] if len(seen) >= 4 else 0
+        obs, reward, terminated, _, _ = env.step(action)
+        if len(seen) >= 4:
+            assert reward > 0
+        total += reward
+        seen.append(int(obs.argmax()))
+        if terminated:
+            break
+    assert t == 50 and total == pytest.approx(1.0)  # returns are scaled to [-1, 1]
+
+
+# ----------------------------------------------------------------- MiniGrid
+
+
+@pytest.mark.parametrize("view", [0, 3, 5])
+def test_minigrid_view_is_one_hot_per_cell_channels_first(view):
+    argv = ["--env", "MiniGrid-MemoryS13-v0"] + (["--view_size", str(view)] if view else [])
+    env = memory_env.make_env(flags_for(*argv), seed=0)
+    side = view or 7
+    assert env.observation_space.shape == (20, side, side) and env.observation_space.dtype == np.uint8
+    assert env.action_space == gym.spaces.Discrete(7)
+    obs, _ = env.reset(seed=3)
+    raw = raw_env("MiniGrid-MemoryS13-v0", **({"agent_view_size": view} if view else {}))
+    image = raw.reset(seed=3)[0]["image"]  # [V, V, 3]: object, colour, state indices
+    for _ in range(2):
+        assert obs.shape == (20, side, side) and obs.dtype == np.uint8 and obs.flags.c_contiguous
+        assert (obs.sum(0) == 3).all()  # one object, one colour, one state per cell
+        objects, colours, states = obs[:11].argmax(0), obs[11:17].argmax(0), obs[17:].argmax(0)
+        np.testing.assert_array_equal(np.stack([objects, colours, states], -1), image)
+        obs = env.step(2)[0]  # forward
+        image = raw.step(2)[0]["image"]
+
+
+def test_minigrid_memory_ends_truncated_at_its_step_limit():
+    env = memory_env.make_env(flags_for("--env", "MiniGrid-MemoryS7-v0"), seed=0)
+    env.reset(seed=0)
+    for t in range(1000):
+        _, reward, terminated, truncated, _ = env.step(0)  # turning left forever: never chooses
+        if terminated or truncated:
+            break
+    assert truncated and not terminated and reward == 0 and t + 1 == 5 * 7**2
+
+
+# ----------------------------------------------------------------- flags
+
+
+def test_defaults_are_repeat_previous_and_the_grid_stem():
+    flags = flags_for()
+    assert (flags.env, flags.model, flags.view_size) == ("popgym-RepeatPreviousEasy-v0", "grid", 0)
+
+
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["--env", "CartPole-v1"], "not a POPGym or MiniGrid id"),
+        (["--env", "MiniGrid-MemoryS13-v0", "--view_size", "4"], "odd side of at least 3"),
+        (["--env", "MiniGrid-MemoryS13-v0", "--view_size", "1"], "odd side of at least 3"),
+        (["--view_size", "3"], "only MiniGrid envs have a view"),
+        (["--record_video"], "no frames to record"),
+    ],
+)
+def test_bad_flags_are_one_line(capsys, argv, words):
+    with pytest.raises((SystemExit, UserError)) as e:
+        flags_for(*argv)
+    message = str(e.value) if e.type is UserError else capsys.readouterr().err.strip().splitlines()[-1]
+    assert words in message and "\n" not in message
+
+
+def test_an_id_its_library_lacks_is_one_line():
+    with pytest.raises(UserError) as e:
+        memory_env.make_env(flags_for("--env", "popgym-RepeatNothing-v0"), seed=0)
+    assert "popgym has no such env" in str(e.value) and "\n" not in str(e.value)
+
+
+# ----------------------------------------------------------------- the grid stem
+
+
+@pytest.mark.parametrize("side", [1, 3, 7])
+def test_grid_stem_takes_any_view_and_uses_uint8_values_as_given(side):
+    from models.vision import GridStem
+
+    torch.manual_seed(0)
+    stem = GridStem((20, side, side))
+    obs = torch.randint(0, 2, (4, 5, 20, side, side), dtype=torch.uint8)
+    out = stem(obs)
+    assert out.shape == (4, 5, 256)
+    torch.testing.assert_close(out, stem(obs.float()))
+    flat = stem(obs.flatten(0, 1)).view(4, 5, 256)  # leading dims are only batch dims
+    torch.testing.assert_close(out, flat)
+
+
+# ----------------------------------------------------------------- real runs
+
+
+def memory_flags(tmp_path, xpid, **overrides):
+    flags = {
+        "num_actors": 4,
+        "num_servers": 2,
+        "batch_size": 4,
+        "unroll_length": 10,
+        "total_steps": 1500,
+        "pipes_basename": f"unix:{tmp_path}/pipe_{xpid}",
+        "savedir": str(tmp_path / "runs"),
+        "xpid": xpid,
+        "log_interval": 1,
+        "test_episodes": 2,
+    }
+    flags.update(overrides)
+    return [f"--{k}={v}" if v is not True else f"--{k}" for k, v in flags.items()]
+
+
+@pytest.mark.parametrize(
+    "env_id, flags, obs_shape, stem_weight",
+    [
+        ("popgym-CountRecallEasy-v0", ["--use_rtrl"], [4], "stem.net.0.weight"),
+        ("MiniGrid-MemoryS7-v0", ["--use_lstm"], [20, 3, 3], "stem.conv1.weight"),
+        # the grid stem in R2D2's Q-network, SAC's discrete actor on POPGym, RND beside PPO on a MiniGrid view
+        ("MiniGrid-MemoryS7-v0", ["--agent=r2d2", "--replay_buffer_min_size=8"], [20, 3, 3], "stem.conv1.weight"),
+        ("popgym-RepeatPreviousEasy-v0", ["--agent=sac", "--random_init_steps=200"], [4], None),
+        ("MiniGrid-MemoryS7-v0", ["--agent=ppo", "--rnd"], [20, 3, 3], "stem.conv1.weight"),
+    ],
+)
+def test_training_and_final_test_through_the_runtime(tmp_path, env_id, flags, obs_shape, stem_weight):
+    extra = {"view_size": 3} if env_id.startswith("MiniGrid") else {}
+    args = memory_flags(tmp_path, "m", env=env_id, **extra) + flags
+    result = run(MEMORY, *args, output=str(tmp_path / "out"), timeout=150)
+    assert result.returncode == 0, result.stdout[-3000:]
+    rundir = tmp_path / "runs" / "m"
+    with open(rundir / "logs.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert rows and int(rows[-1]["step"]) >= 1500
+    ckpt = torch.load(rundir / "model.tar", weights_only=True)
+    assert ckpt["flags"]["env"] == env_id
+    assert stem_weight is None or stem_weight in ckpt["model_state_dict"]
+    meta = json.loads((rundir / "meta.json").read_text())
+    assert meta["success"] is True and meta["env_spec"]["obs_shape"] == obs_shape
+    final = json.loads((rundir / "final_test.json").read_text())
+    assert [(r["name"], r["episodes"], len(r["lengths"])) for r in final["runs"]] == [("test", 2, 2)]

@@ -1,0 +1,108 @@
+"""Memory tasks others wrote: POPGym's (Morad et al. 2023) and MiniGrid's Memory rooms (Chevalier-Boisvert et al.
+2023), each made by its own library and encoded for the package's models.
+
+- ``popgym-<Task><Easy|Medium|Hard>-v0``: the observation space flattened as gymnasium flattens it (a Discrete or
+  MultiDiscrete observation one-hot, a Box as it is), float32: a vector for the MLP stem.
+- ``MiniGrid-<Name>-v0``: the egocentric view, each cell one-hot (object, colour, state: MiniGrid's
+  ``OneHotPartialObsWrapper``), channels first, uint8 [20, V, V]: the grid stem (``--model grid``).
+  ``--view_size`` sets the view's side V (MiniGrid's ``agent_view_size``; its default is 7).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+from rl_core.errors import UserError
+
+DEFAULT_ENV = "popgym-RepeatPreviousEasy-v0"
+# id prefix -> the library that registers those ids when imported
+FAMILIES = {"popgym-": "popgym", "MiniGrid-": "minigrid"}
+FLAG_RANGES = {"view_size": "[0, inf)"}  # checked at parse time (rl_core/config/flag_ranges.py)
+ACTION_KIND = "discrete"  # POPGym's memory tasks and MiniGrid act in Discrete spaces
+
+
+def add_flags(parser) -> None:
+    """The package's flag; its defaults per agent and core: presets.py."""
+    g = parser.add_argument_group(
+        "memory", "--env names a POPGym task (popgym-RepeatPreviousEasy-v0) or a MiniGrid one (MiniGrid-MemoryS13-v0)."
+    )
+    g.add_argument(
+        "--view_size",
+        type=int,
+        default=0,
+        metavar="V",
+        help="MiniGrid: the side of the agent's view, odd and at least 3 (0: the env's own, 7).",
+    )
+    parser.set_defaults(env=DEFAULT_ENV, model="grid")
+
+
+def family(env_id: str) -> str:
+    """The library of ``env_id`` (``popgym`` or ``minigrid``); one line naming the fix if it has none."""
+    for prefix, library in FAMILIES.items():
+        if env_id.startswith(prefix):
+            return library
+    raise UserError(
+        f"--env {env_id}: not a POPGym or MiniGrid id: give popgym-<Task><Easy|Medium|Hard>-v0 "
+        f"(popgym-RepeatPreviousEasy-v0) or MiniGrid-<Name>-v0 (MiniGrid-MemoryS13-v0)"
+    )
+
+
+def check_flags(parser, flags) -> None:
+    """A known family; a MiniGrid view of odd side >= 3; --view_size only for MiniGrid, videos only of MiniGrid."""
+    library = family(flags.env)
+    if flags.view_size:
+        if library != "minigrid":
+            parser.error(f"--view_size {flags.view_size}: only MiniGrid envs have a view; drop it for {flags.env}")
+        if flags.view_size < 3 or flags.view_size % 2 == 0:
+            parser.error(f"--view_size {flags.view_size}: MiniGrid's view has an odd side of at least 3 (3, 5, 7, ...)")
+    if getattr(flags, "record_video", False) and library == "popgym":
+        parser.error(f"--record_video: {flags.env} has no frames to record (POPGym renders none); drop it")
+
+
+def _make(flags, library: str, **kwargs) -> gym.Env:
+    try:
+        importlib.import_module(library)  # registers the library's ids
+        return gym.make(flags.env, **kwargs)
+    except gym.error.Error as e:
+        raise UserError(f"--env {flags.env}: {library} has no such env ({type(e).__name__}: {e})") from None
+
+
+def popgym_env(flags, render_mode: str | None = None) -> gym.Env:
+    """A POPGym task, its observation one-hot and flat, float32 (its cards and counts have no frames to render)."""
+    env = _make(flags, "popgym")
+    env = gym.wrappers.FlattenObservation(env)
+    return gym.wrappers.DtypeObservation(env, np.float32)
+
+
+def minigrid_env(flags, render_mode: str | None = None) -> gym.Env:
+    """A MiniGrid env's view, one-hot per cell, channels first: uint8 [20, V, V]."""
+    from minigrid.wrappers import ImgObsWrapper, OneHotPartialObsWrapper
+
+    kwargs = {"agent_view_size": flags.view_size} if flags.view_size else {}
+    if render_mode:
+        kwargs["render_mode"] = render_mode
+    env = ImgObsWrapper(OneHotPartialObsWrapper(_make(flags, "minigrid", **kwargs)))
+    height, width, channels = env.observation_space.shape
+    space = spaces.Box(0, 1, (channels, height, width), np.uint8)
+    return gym.wrappers.TransformObservation(env, lambda obs: np.ascontiguousarray(obs.transpose(2, 0, 1)), space)
+
+
+def make_env(flags, seed: int, render_mode: str | None = None) -> gym.Env:
+    """The task ``--env`` names, encoded; seeded by the env server's first reset(seed)."""
+    make = minigrid_env if family(flags.env) == "minigrid" else popgym_env
+    env = make(flags, render_mode)
+    env.action_space.seed(seed)
+    return env
+
+
+def make_test_env(flags, seed: int, record: bool = False) -> gym.Env:
+    """The same env; rendering frames when a video is recorded."""
+    if record:  # pygame renders off-screen; keep SDL from probing audio and displays
+        os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
+        os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+    return make_env(flags, seed, render_mode="rgb_array" if record else None)
