@@ -448,12 +448,18 @@ def count_label(group: list[Run]) -> str:
     return f"{len(group)} runs of {seeds} {noun}" if seeds_repeat(group) else f"{seeds} {noun}"
 
 
+def decimals(values: list[float]) -> int:
+    """Decimals a return is given with: 2 where every value lies in [-1, 1] (POPGym's and MiniGrid's returns), else 1."""
+    return 2 if values and max(abs(v) for v in values) <= 1 else 1
+
+
 def mean_std(values: list[float], group: list[Run]) -> str:
     """``mean ± std`` (numpy's population std) over the values (one value alone), ``(k of n seeds)`` (or ``runs``)
     when some of the group's runs have none."""
     if not values:
         return "-"
-    text = f"{np.mean(values):.1f}" + (f" ± {np.std(values):.1f}" if len(values) > 1 else "")
+    d = decimals(values)
+    text = f"{np.mean(values):.{d}f}" + (f" ± {np.std(values):.{d}f}" if len(values) > 1 else "")
     if len(values) == len(group):
         return text
     return f"{text} ({len(values)} of {len(group)} {'runs' if seeds_repeat(group) else 'seeds'})"
@@ -896,9 +902,14 @@ TRANSCRIBED_MARK = "†"
 
 def render_row(group: list[Run], info: dict[str, dict], anchors: dict, out_dir: str) -> list[str]:
     """One row of a package's table: the (env, agent) group's summaries; the agent links its history in
-    docs/experiments/, a transcribed run's seed is marked."""
+    docs/experiments/ (the package's page where it has one, ``memory.md`` for ``torchbeast_memory``, else the
+    agent's), a transcribed run's seed is marked."""
     run = group[0]
-    log = os.path.relpath(os.path.join(REPO, "docs", "experiments", f"{run.agent.split('+')[0]}.md"), out_dir)
+    experiments = os.path.join(REPO, "docs", "experiments")
+    page = os.path.join(experiments, f"{info[run.run_dir]['package'].removeprefix('torchbeast_')}.md")
+    if not os.path.exists(page):
+        page = os.path.join(experiments, f"{run.agent.split('+')[0]}.md")
+    log = os.path.relpath(page, out_dir)
     return [
         run.env,
         f"[{run.name}]({log})",

@@ -2,6 +2,7 @@
 
 import csv
 import json
+import os
 
 import gymnasium as gym
 import numpy as np
@@ -182,7 +183,7 @@ def memory_flags(tmp_path, xpid, **overrides):
     "env_id, flags, obs_shape, stem_weight",
     [
         ("popgym-CountRecallEasy-v0", ["--use_rtrl"], [4], "stem.net.0.weight"),
-        ("MiniGrid-MemoryS7-v0", ["--use_lstm"], [20, 3, 3], "stem.conv1.weight"),
+        ("MiniGrid-MemoryS7-v0", ["--use_lstm", "--record_video"], [20, 3, 3], "stem.conv1.weight"),
         # the grid stem in R2D2's Q-network, SAC's discrete actor on POPGym, RND beside PPO on a MiniGrid view
         ("MiniGrid-MemoryS7-v0", ["--agent=r2d2", "--replay_buffer_min_size=8"], [20, 3, 3], "stem.conv1.weight"),
         ("popgym-RepeatPreviousEasy-v0", ["--agent=sac", "--random_init_steps=200"], [4], None),
@@ -205,3 +206,5 @@ def test_training_and_final_test_through_the_runtime(tmp_path, env_id, flags, ob
     assert meta["success"] is True and meta["env_spec"]["obs_shape"] == obs_shape
     final = json.loads((rundir / "final_test.json").read_text())
     assert [(r["name"], r["episodes"], len(r["lengths"])) for r in final["runs"]] == [("test", 2, 2)]
+    if "--record_video" in flags:  # MiniGrid draws its frames with pygame, off-screen
+        assert final["video"].endswith("test_first_episode.mp4") and os.path.getsize(final["video"]) > 0

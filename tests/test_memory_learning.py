@@ -1,6 +1,6 @@
 """torchbeast_memory's defaults learn a memory task someone else wrote: POPGym's RepeatPreviousEasy (Morad et al.
 2023: name the suit of the card dealt 4 steps ago, 51 steps an episode, returns scaled to [-1, 1]; guessing scores
--0.5).  An LSTM with the package's IMPALA defaults reaches a last-100 return of 0.5 within 700k steps; the
+-0.5).  An LSTM with the package's IMPALA defaults reaches a last-100 return of 0.5 within 800k steps; the
 feedforward agent with the same flags and budget, which sees the current card, its last action and reward but
 holds nothing, stays at chance.  Both through the runtime: the launcher, an env server, sockets."""
 
@@ -11,9 +11,10 @@ from tests.test_learning import PYTEST_TIMEOUT_S, RUN_DEADLINE_S
 
 pytestmark = pytest.mark.learning
 
-# With --use_lstm and no other flag, seed 1 reached 0.45 at 453k steps, 0.97 at 673k (docs/experiments/memory.md);
-# the feedforward agent stayed within -0.51 and -0.47 over 600k.
-BUDGET = 700_000
+# With --use_lstm and no other flag two runs of seed 1 (asynchronous, so not alike) were at 0.45 and 0.59 near 454k
+# steps, 0.52 and 0.83 near 560k, 0.97 at 673k and 0.85 at 600k (the end of the second); the feedforward agent stayed
+# within -0.51 and -0.47 over 600k (docs/experiments/memory.md).
+BUDGET = 800_000
 LEARNED = 0.5  # a policy without memory cannot pass about -0.45
 AT_CHANCE = -0.3
 RUNS = {"lstm": ["--use_lstm"], "feedforward": []}

@@ -27,6 +27,7 @@ def test_there_is_a_script_per_experiment():
         "mujoco_halfcheetah_sac.sh",
         "football_11v11_easy_vtrace.sh",
         "atari_montezuma_rnd.sh",
+        "memory_cores.sh",
     }
 
 

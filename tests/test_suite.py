@@ -240,6 +240,9 @@ def test_a_seed_run_twice_is_counted_as_runs_not_seeds():
     assert suite.mean_std([1.0, 3.0], runs(1, 2, 3)) == "2.0 ± 1.0 (2 of 3 seeds)"
     assert suite.mean_std([1.0, 3.0], runs(1, 1, 2)) == "2.0 ± 1.0 (2 of 3 runs)"
     assert suite.mean_std([], runs(1)) == "-"
+    # returns in [-1, 1] (POPGym's, MiniGrid's) keep two decimals
+    assert suite.mean_std([0.42, 1.0], runs(1, 2)) == "0.71 ± 0.29"
+    assert suite.mean_std([-0.51], runs(1)) == "-0.51"
 
 
 def test_games_is_envs():

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import os
 import re
 
 import gymnasium as gym
 from gymnasium import spaces
 
+from rl_core.envs.rendering import render_off_screen
 from rl_core.errors import UserError
 from torchbeast_gym.presets import IMPALA_DEFAULTS
 
@@ -44,9 +44,8 @@ def make_env(flags, seed: int, render_mode: str | None = None) -> gym.Env:
 
 def make_test_env(flags, seed: int, record: bool = False) -> gym.Env:
     """The same env; rendering frames when a video is recorded."""
-    if record:  # pygame renders off-screen; keep SDL from probing audio and displays
-        os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
-        os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+    if record:
+        render_off_screen()
     return make_env(flags, seed, render_mode="rgb_array" if record else None)
 
 
