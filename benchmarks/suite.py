@@ -450,7 +450,7 @@ def count_label(group: list[Run]) -> str:
 
 def decimals(values: list[float]) -> int:
     """Decimals a return is given with: 2 where every value lies in [-1, 1] (POPGym's and MiniGrid's returns), else 1."""
-    return 2 if values and max(abs(v) for v in values) <= 1 else 1
+    return 2 if values and max(abs(v) for v in values) <= 1 + 1e-9 else 1
 
 
 def mean_std(values: list[float], group: list[Run]) -> str:
