@@ -15,12 +15,12 @@ RUN_DEADLINE_S = 840
 PYTEST_TIMEOUT_S = RUN_DEADLINE_S + 120
 
 
-def run_to_the_end(tmp_path, xpid, *args, deadline_s: int = RUN_DEADLINE_S):
-    """Train; on a run past ``deadline_s``, fail naming its progress from logs.csv."""
+def run_to_the_end(tmp_path, xpid, *args, deadline_s: int = RUN_DEADLINE_S, module: str = "torchbeast_gym.polybeast"):
+    """Train (``python -m module``); on a run past ``deadline_s``, fail naming its progress from logs.csv."""
     start = time.monotonic()
     try:
         result = run(
-            "torchbeast_gym.polybeast",
+            module,
             *args,
             f"--pipes_basename=unix:{tmp_path}/pipe",
             f"--savedir={tmp_path}",

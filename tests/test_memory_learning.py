@@ -6,8 +6,8 @@ holds nothing, stays at chance.  Both through the runtime: the launcher, an env 
 
 import pytest
 
-from tests.proc_utils import csv_rows, run
-from tests.test_learning import PYTEST_TIMEOUT_S, RUN_DEADLINE_S
+from tests.proc_utils import csv_rows
+from tests.test_learning import PYTEST_TIMEOUT_S, run_to_the_end
 
 pytestmark = pytest.mark.learning
 
@@ -23,20 +23,17 @@ RUNS = {"lstm": ["--use_lstm"], "feedforward": []}
 @pytest.mark.timeout(PYTEST_TIMEOUT_S)
 @pytest.mark.parametrize("core", list(RUNS))
 def test_repeat_previous_easy_needs_the_core(tmp_path, core):
-    result = run(
-        "torchbeast_memory.polybeast",
+    result, _ = run_to_the_end(
+        tmp_path,
+        core,
         "--env=popgym-RepeatPreviousEasy-v0",
         "--seed=1",
         f"--total_steps={BUDGET}",
         "--log_interval=2",
         "--disable_checkpoint",
         "--disable_final_test",
-        f"--pipes_basename=unix:{tmp_path}/pipe",
-        f"--savedir={tmp_path}",
-        f"--xpid={core}",
         *RUNS[core],
-        output=str(tmp_path / "out"),
-        timeout=RUN_DEADLINE_S,
+        module="torchbeast_memory.polybeast",
     )
     assert result.returncode == 0, result.stdout[-3000:]
     rows = csv_rows(str(tmp_path / core / "logs.csv"))
