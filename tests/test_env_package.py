@@ -103,8 +103,35 @@ def test_optional_parts_take_the_runtimes_defaults():
     pkg = EnvPackage(bare)
     flags = types.SimpleNamespace(valid_num_episodes=7)
     assert (pkg.agent_defaults("ppo"), pkg.core_defaults("ppo", "lstm"), pkg.rnd_defaults("ppo")) == ({}, {}, {})
+    assert pkg.env_defaults("ppo", "CartPole-v1") == {}
     assert pkg.num_actors_multiple(flags) == 1 and pkg.check_flags(None, flags) is None
     assert pkg.FLAG_RANGES is None and pkg.ENVS_PER_SERVER is None
     assert pkg.test_protocol(flags) == [{"name": "test", "episodes": 100, "group": "test", "overrides": {}}]
     assert pkg.validation_protocol(flags) == [{"name": "valid", "episodes": 7, "overrides": {}}]
     assert pkg.make_test_env(flags, 3, record=True) == "env" and made == [3]
+
+
+def test_a_family_of_envs_gets_its_defaults_over_the_agents_and_under_the_cores(tmp_path, monkeypatch):
+    """``env_defaults(agent, env)``: the layer after the package's ``agent_defaults``, named by the --env it
+    answered; a core's defaults are laid over it, and a core named on the command line drops the core it gives."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = _package_on_disk(
+        tmp_path,
+        "torchbeast_families",
+        "def add_flags(parser):\n    parser.set_defaults(env='Plain-v0')\n",
+        "def agent_defaults(agent):\n    return {'learning_rate': 0.1, 'entropy_cost': 0.2}\n"
+        "def env_defaults(agent, env):\n"
+        "    return {'learning_rate': 0.3, 'entropy_cost': 0.4, 'use_lstm': True} if env.startswith('Grid') else {}\n"
+        "def core_defaults(agent, core):\n    return {'entropy_cost': 0.5} if core == 'lstm' else {}\n",
+    )
+    plain = entry.parse_command_line(module, [])
+    assert (plain.flags.learning_rate, plain.sources["learning_rate"]) == (0.1, "torchbeast_families: --agent impala")
+    grid = entry.parse_command_line(module, ["--env", "Grid-v0"])
+    source = "torchbeast_families: --agent impala on --env Grid-v0"
+    assert (grid.flags.learning_rate, grid.sources["learning_rate"], grid.sources["use_lstm"]) == (0.3, source, source)
+    assert (grid.flags.entropy_cost, grid.sources["entropy_cost"]) == (
+        0.5,
+        "torchbeast_families: --agent impala with a lstm core",
+    )
+    rtrl = entry.parse_command_line(module, ["--env", "Grid-v0", "--use_rtrl"])
+    assert (rtrl.flags.use_lstm, rtrl.flags.use_rtrl, rtrl.flags.entropy_cost) == (False, True, 0.4)

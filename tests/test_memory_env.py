@@ -88,7 +88,7 @@ def test_minigrid_view_is_one_hot_per_cell_channels_first(view):
     env = memory_env.make_env(flags_for(*argv), seed=0)
     side = view or 7
     assert env.observation_space.shape == (20, side, side) and env.observation_space.dtype == np.uint8
-    assert env.action_space == gym.spaces.Discrete(7)
+    assert env.action_space == gym.spaces.Discrete(3)  # the Memory rooms' minimal set: left, right, forward
     obs, _ = env.reset(seed=3)
     raw = raw_env("MiniGrid-MemoryS13-v0", **({"agent_view_size": view} if view else {}))
     image = raw.reset(seed=3)[0]["image"]  # [V, V, 3]: object, colour, state indices
@@ -99,6 +99,25 @@ def test_minigrid_view_is_one_hot_per_cell_channels_first(view):
         np.testing.assert_array_equal(np.stack([objects, colours, states], -1), image)
         obs = env.step(2)[0]  # forward
         image = raw.step(2)[0]["image"]
+
+
+@pytest.mark.parametrize("full", [False, True])
+def test_minigrid_memory_acts_with_its_minimal_action_set_unless_told(full):
+    """Left, right and forward keep MiniGrid's indices 0-2; --full_action_space restores all seven."""
+    argv = ["--env", "MiniGrid-MemoryS9-v0"] + (["--full_action_space"] if full else [])
+    env = memory_env.make_env(flags_for(*argv), seed=0)
+    raw = raw_env("MiniGrid-MemoryS9-v0").unwrapped
+    assert (
+        env.action_space
+        == gym.spaces.Discrete(7 if full else 3)
+        == gym.spaces.Discrete(len(raw.actions) if full else 3)
+    )
+    env.reset(seed=5)
+    raw.reset(seed=5)
+    for action in [2, 0, 2, 1, 1, 2, 2, 2] + ([3, 5, 6] if full else []):
+        env.step(action)
+        raw.step(action)
+        assert (tuple(env.unwrapped.agent_pos), env.unwrapped.agent_dir) == (tuple(raw.agent_pos), raw.agent_dir)
 
 
 def test_minigrid_memory_ends_truncated_at_its_step_limit():
@@ -127,6 +146,8 @@ def test_defaults_are_repeat_previous_and_the_grid_stem():
         (["--env", "MiniGrid-MemoryS13-v0", "--view_size", "1"], "odd side of at least 3"),
         (["--view_size", "3"], "only MiniGrid envs have a view"),
         (["--record_video"], "no frames to record"),
+        (["--full_action_space"], "already acts with its full action space"),
+        (["--env", "MiniGrid-DoorKey-5x5-v0", "--full_action_space"], "already acts with its full action space"),
     ],
 )
 def test_bad_flags_are_one_line(capsys, argv, words):

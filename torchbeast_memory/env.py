@@ -5,7 +5,9 @@
   MultiDiscrete observation one-hot, a Box as it is), float32: a vector for the MLP stem.
 - ``MiniGrid-<Name>-v0``: the egocentric view, each cell one-hot (object, colour, state: MiniGrid's
   ``OneHotPartialObsWrapper``), channels first, uint8 [20, V, V]: the grid stem (``--model grid``).
-  ``--view_size`` sets the view's side V (MiniGrid's ``agent_view_size``; its default is 7).
+  ``--view_size`` sets the view's side V (MiniGrid's ``agent_view_size``; its default is 7).  The Memory rooms act
+  with their minimal action set, as ALE's games do: turn left, turn right, forward (MiniGrid's actions 0-2; the other
+  four do nothing there); ``--full_action_space`` gives all seven.
 """
 
 from __future__ import annotations
@@ -24,6 +26,9 @@ DEFAULT_ENV = "popgym-RepeatPreviousEasy-v0"
 FAMILIES = {"popgym-": "popgym", "MiniGrid-": "minigrid"}
 FLAG_RANGES = {"view_size": "[0, inf)"}  # checked at parse time (rl_core/config/flag_ranges.py)
 ACTION_KIND = "discrete"  # POPGym's memory tasks and MiniGrid act in Discrete spaces
+# MiniGrid id prefix -> its minimal action set's size: MiniGrid's first actions (left, right, forward) are the ones
+# that act there (in the Memory rooms pickup is toggle and toggle, drop and done change nothing)
+MINIMAL_ACTIONS = {"MiniGrid-Memory": 3}
 
 
 def add_flags(parser) -> None:
@@ -37,6 +42,11 @@ def add_flags(parser) -> None:
         default=0,
         metavar="V",
         help="MiniGrid: the side of the agent's view, odd and at least 3 (0: the env's own, 7).",
+    )
+    g.add_argument(
+        "--full_action_space",
+        action="store_true",
+        help="MiniGrid's Memory rooms: all 7 actions instead of the 3 that act there (left, right, forward).",
     )
     parser.set_defaults(env=DEFAULT_ENV, model="grid")
 
@@ -60,6 +70,8 @@ def check_flags(parser, flags) -> None:
             parser.error(f"--view_size {flags.view_size}: only MiniGrid envs have a view; drop it for {flags.env}")
         if flags.view_size < 3 or flags.view_size % 2 == 0:
             parser.error(f"--view_size {flags.view_size}: MiniGrid's view has an odd side of at least 3 (3, 5, 7, ...)")
+    if flags.full_action_space and minimal_actions(flags.env) is None:
+        parser.error(f"--full_action_space: {flags.env} already acts with its full action space; drop it")
     if getattr(flags, "record_video", False) and library == "popgym":
         parser.error(f"--record_video: {flags.env} has no frames to record (POPGym renders none); drop it")
 
@@ -79,14 +91,33 @@ def popgym_env(flags, render_mode: str | None = None) -> gym.Env:
     return gym.wrappers.DtypeObservation(env, np.float32)
 
 
+def minimal_actions(env_id: str) -> int | None:
+    """The size of ``env_id``'s minimal action set (its first actions), None where every action acts."""
+    return next((n for prefix, n in MINIMAL_ACTIONS.items() if env_id.startswith(prefix)), None)
+
+
+class FirstActions(gym.ActionWrapper):
+    """The env's first ``n`` discrete actions only (their indices unchanged)."""
+
+    def __init__(self, env: gym.Env, n: int):
+        super().__init__(env)
+        self.action_space = spaces.Discrete(n)
+
+    def action(self, action):
+        return action
+
+
 def minigrid_env(flags, render_mode: str | None = None) -> gym.Env:
-    """A MiniGrid env's view, one-hot per cell, channels first: uint8 [20, V, V]."""
+    """A MiniGrid env's view, one-hot per cell, channels first: uint8 [20, V, V]; its minimal action set."""
     from minigrid.wrappers import ImgObsWrapper, OneHotPartialObsWrapper
 
     kwargs = {"agent_view_size": flags.view_size} if flags.view_size else {}
     if render_mode:
         kwargs["render_mode"] = render_mode
     env = ImgObsWrapper(OneHotPartialObsWrapper(_make(flags, "minigrid", **kwargs)))
+    n = minimal_actions(flags.env)
+    if n is not None and not flags.full_action_space:
+        env = FirstActions(env, n)
     height, width, channels = env.observation_space.shape
     space = spaces.Box(0, 1, (channels, height, width), np.uint8)
     return gym.wrappers.TransformObservation(env, lambda obs: np.ascontiguousarray(obs.transpose(2, 0, 1)), space)

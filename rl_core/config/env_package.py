@@ -34,6 +34,7 @@ REQUIRED = ("add_flags", "make_env")
 # them is refused at parse time; without it the learner refuses the agent once the servers describe their envs).
 OPTIONAL_FUNCTIONS = (
     "agent_defaults",
+    "env_defaults",
     "core_defaults",
     "rnd_defaults",
     "num_actors_multiple",
@@ -43,8 +44,8 @@ OPTIONAL_FUNCTIONS = (
     "make_test_env",
 )
 # The optional functions read from the package's presets module (<package>/presets.py) where it has one, else
-# from env.py: its flag defaults per agent, with a recurrent core and with --rnd, kept apart as data.
-PRESET_FUNCTIONS = ("agent_defaults", "core_defaults", "rnd_defaults")
+# from env.py: its flag defaults per agent, on one of its envs, with a recurrent core and with --rnd, kept apart as data.
+PRESET_FUNCTIONS = ("agent_defaults", "env_defaults", "core_defaults", "rnd_defaults")
 
 
 ENTRY_POINT_GROUP = "rl_core.env_packages"
@@ -130,6 +131,12 @@ class EnvPackage:
         """The package's flag defaults for ``--agent``; none without ``agent_defaults``."""
         fn = self._optional.get("agent_defaults")
         return dict(fn(agent)) if fn else {}
+
+    def env_defaults(self, agent: str, env: str) -> dict:
+        """Its defaults for the agent on ``--env env`` where its envs differ (a family of them), over
+        ``agent_defaults``; none without ``env_defaults``."""
+        fn = self._optional.get("env_defaults")
+        return dict(fn(agent, env)) if fn else {}
 
     def core_defaults(self, agent: str, core: str | None) -> dict:
         """Its defaults for the agent with a recurrent core (``models.core_kind``; None: feedforward)."""

@@ -45,7 +45,7 @@ CORE_FLAGS = ("use_lstm", "use_quasi_lstm", "use_rtrl")  # models.core_kind's fl
 
 def apply_agent_defaults(env_pkg, parser, argv) -> list[tuple[str, dict]]:
     """The agent's published defaults (``rl_core.agents.published_defaults``), the package's for the
-    chosen --agent (``env_pkg.agent_defaults(name)``), with a
+    chosen --agent (``env_pkg.agent_defaults(name)``), on the chosen --env (``env_pkg.env_defaults(name, env)``), with a
     recurrent core, for that (``env_pkg.core_defaults(name, core)``), and with --rnd RND's
     (``rl_core.agents.rnd.RND_DEFAULTS``, then ``env_pkg.rnd_defaults(name)``), under the flags given on the
     command line: the agent and core are read first, then their defaults are set.  A core named on the command
@@ -61,6 +61,7 @@ def apply_agent_defaults(env_pkg, parser, argv) -> list[tuple[str, dict]]:
     layers = [
         (f"paper: --agent {agent}", published_defaults(agent)),  # the agent's paper, under the package's own
         (f"{pkg}: --agent {agent}", env_pkg.agent_defaults(agent)),
+        (f"{pkg}: --agent {agent} on --env {known.env}", env_pkg.env_defaults(agent, known.env)),
     ]
     if known.feedforward or any(getattr(known, k) for k in CORE_FLAGS):  # a core named on the command line
         layers = [
