@@ -138,6 +138,16 @@ def test_defaults_are_repeat_previous_and_the_grid_stem():
     assert (flags.env, flags.model, flags.view_size) == ("popgym-RepeatPreviousEasy-v0", "grid", 0)
 
 
+def test_minigrid_gets_impalas_defaults_for_rewards_once_an_episode_over_popgyms():
+    popgym = entry.parse_command_line(memory_env, [])
+    assert (popgym.flags.learning_rate, popgym.flags.entropy_cost) == (0.002, 1e-4)
+    grid = entry.parse_command_line(memory_env, ["--env", "MiniGrid-MemoryS13-v0", "--use_lstm"])
+    assert (grid.flags.learning_rate, grid.flags.entropy_cost, grid.flags.epsilon) == (0.0005, 0.01, 1e-4)
+    assert grid.sources["entropy_cost"] == "torchbeast_memory: --agent impala on --env MiniGrid-MemoryS13-v0"
+    ppo = entry.parse_command_line(memory_env, ["--env", "MiniGrid-MemoryS13-v0", "--agent", "ppo"])
+    assert ppo.sources["entropy_cost"] != grid.sources["entropy_cost"]  # the other agents keep their own
+
+
 @pytest.mark.parametrize(
     "argv, words",
     [

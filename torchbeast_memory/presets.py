@@ -19,6 +19,18 @@ IMPALA_DEFAULTS = dict(
 )
 
 
+# IMPALA on MiniGrid's rooms, over the above: they pay once, at the end (up to 1), where POPGym pays +-1/48 to
+# +-1/414 a step.  At POPGym's entropy cost (1e-4) the 3-action policy collapsed within 40k steps and turned in place
+# (return 0.00 on MemoryS13); at 0.01 and lr 0.0005 it kept exploring (0.4-0.6): docs/experiments/memory.md
+# (MiniGrid-MemoryS13).
+MINIGRID_IMPALA_DEFAULTS = dict(learning_rate=0.0005, entropy_cost=0.01)
+
+
 def agent_defaults(agent: str) -> dict:
     """IMPALA's defaults for memory tasks; the other agents keep their papers' (rl_core/agents/)."""
     return dict(IMPALA_DEFAULTS) if agent == "impala" else {}
+
+
+def env_defaults(agent: str, env: str) -> dict:
+    """IMPALA's on MiniGrid's envs (``MiniGrid-...``), where rewards come once an episode."""
+    return dict(MINIGRID_IMPALA_DEFAULTS) if agent == "impala" and env.startswith("MiniGrid-") else {}
