@@ -27,7 +27,8 @@ MINIGRID_IMPALA_DEFAULTS = dict(learning_rate=0.0005, entropy_cost=0.01)
 
 
 def agent_defaults(agent: str) -> dict:
-    """IMPALA's defaults for memory tasks; the other agents keep their papers' (rl_core/agents/)."""
+    """IMPALA's defaults for memory tasks; the other agents get only the shared ones (their papers' where
+    rl_core/agents gives them; PPO's live in the packages, and this one has none yet)."""
     return dict(IMPALA_DEFAULTS) if agent == "impala" else {}
 
 
