@@ -130,6 +130,48 @@ def test_minigrid_memory_ends_truncated_at_its_step_limit():
     assert truncated and not terminated and reward == 0 and t + 1 == 5 * 7**2
 
 
+def memory_room_episode(env, seed: int, look_back: bool, choose_right: bool):
+    """Plays MemoryS13 from ``seed``: optionally back to column 1 (the cue beside the agent) and round again, then
+    east to the hallway's end and up or down into the right or the wrong object's cell; the last step's info."""
+    env.reset(seed=seed)
+    room = env.unwrapped
+    left, right, forward = 0, 1, 2
+    if look_back:
+        for action in [left, left] + [forward] * (room.agent_pos[0] - 1) + [right, right]:
+            env.step(action)
+    while room.agent_pos[0] < room.success_pos[0]:
+        env.step(forward)
+    target = room.success_pos if choose_right else room.failure_pos
+    env.step(left if target[1] < room.agent_pos[1] else right)
+    _, reward, terminated, truncated, info = env.step(forward)
+    assert terminated and tuple(room.agent_pos) == tuple(target)
+    return reward, info
+
+
+@pytest.mark.parametrize("look_back", [False, True])
+@pytest.mark.parametrize("choose_right", [False, True])
+def test_memory_rooms_report_whether_the_cue_was_seen_and_the_choice(look_back, choose_right):
+    env = memory_env.make_env(flags_for("--env", "MiniGrid-MemoryS13-v0"), seed=0)
+    seed = next(s for s in range(100) if env.reset(seed=s) and env.unwrapped.agent_pos[0] >= 4)  # far from the cue
+    reward, info = memory_room_episode(env, seed, look_back, choose_right)
+    assert (reward > 0) == choose_right
+    assert info["episode_stats"] == {
+        "cue_seen": float(look_back),
+        "success": float(choose_right),
+        "cue_seen_success": float(look_back and choose_right),
+    }
+
+
+def test_popgym_episodes_report_no_cue_statistics():
+    env = memory_env.make_env(flags_for("--env", "popgym-RepeatPreviousEasy-v0"), seed=0)
+    env.reset(seed=0)
+    done, info = False, {}
+    while not done:
+        _, _, terminated, truncated, info = env.step(0)
+        done = terminated or truncated
+    assert "episode_stats" not in info
+
+
 # ----------------------------------------------------------------- flags
 
 
@@ -230,6 +272,9 @@ def test_training_and_final_test_through_the_runtime(tmp_path, env_id, flags, ob
     with open(rundir / "logs.csv") as f:
         rows = list(csv.DictReader(f))
     assert rows and int(rows[-1]["step"]) >= 1500
+    if env_id.startswith("MiniGrid-Memory"):  # the cue statistics reach the log (episodes end by 245 steps)
+        seen = [float(r["stat/cue_seen"]) for r in rows if r.get("stat/cue_seen") not in (None, "")]
+        assert seen and all(0.0 <= x <= 1.0 for x in seen)
     ckpt = torch.load(rundir / "model.tar", weights_only=True)
     assert ckpt["flags"]["env"] == env_id
     assert stem_weight is None or stem_weight in ckpt["model_state_dict"]

@@ -8,6 +8,11 @@
   ``--view_size`` sets the view's side V (MiniGrid's ``agent_view_size``; its default is 7).  The Memory rooms act
   with their minimal action set, as ALE's games do: turn left, turn right, forward (MiniGrid's actions 0-2; the other
   four do nothing there); ``--full_action_space`` gives all seven.
+
+Episode statistics of the Memory rooms (``info["episode_stats"]`` at the end of an episode, logged as ``stat/``
+columns): ``cue_seen`` (1.0 when the start room's object, the cue the choice must match, was in the agent's view at
+some step: MiniGrid's ``agent_sees``, walls occluding), ``success`` (1.0 when the matching object was reached) and
+``cue_seen_success`` (both), so a log shows whether a policy looks back and whether what it saw decides its choice.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ ACTION_KIND = "discrete"  # POPGym's memory tasks and MiniGrid act in Discrete s
 # MiniGrid id prefix -> its minimal action set's size: MiniGrid's first actions (left, right, forward) are the ones
 # that act there (in the Memory rooms pickup is toggle and toggle, drop and done change nothing)
 MINIMAL_ACTIONS = {"MiniGrid-Memory": 3}
+MEMORY_ROOMS = "MiniGrid-Memory"  # the ids whose episodes report the cue statistics (CueSeen)
 
 
 def add_flags(parser) -> None:
@@ -107,6 +113,27 @@ class FirstActions(gym.ActionWrapper):
         return action
 
 
+class CueSeen(gym.Wrapper):
+    """MiniGrid's Memory rooms: whether the cue (the start room's object, MemoryEnv's column 1, one row above the
+    hallway) was ever in view, reported with the outcome at the episode's end (the module docstring)."""
+
+    def reset(self, **kwargs):
+        obs, info = self.env.reset(**kwargs)
+        room = self.env.unwrapped
+        self._cue = (1, room.height // 2 - 1)
+        self._seen = bool(room.agent_sees(*self._cue))
+        return obs, info
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self._seen = self._seen or bool(self.env.unwrapped.agent_sees(*self._cue))
+        if terminated or truncated:
+            success = float(reward > 0)
+            stats = {"cue_seen": float(self._seen), "success": success, "cue_seen_success": self._seen * success}
+            info = dict(info, episode_stats=stats)
+        return obs, reward, terminated, truncated, info
+
+
 def minigrid_env(flags, render_mode: str | None = None) -> gym.Env:
     """A MiniGrid env's view, one-hot per cell, channels first: uint8 [20, V, V]; its minimal action set."""
     from minigrid.wrappers import ImgObsWrapper, OneHotPartialObsWrapper
@@ -114,7 +141,10 @@ def minigrid_env(flags, render_mode: str | None = None) -> gym.Env:
     kwargs = {"agent_view_size": flags.view_size} if flags.view_size else {}
     if render_mode:
         kwargs["render_mode"] = render_mode
-    env = ImgObsWrapper(OneHotPartialObsWrapper(_make(flags, "minigrid", **kwargs)))
+    env = _make(flags, "minigrid", **kwargs)
+    if flags.env.startswith(MEMORY_ROOMS):
+        env = CueSeen(env)
+    env = ImgObsWrapper(OneHotPartialObsWrapper(env))
     n = minimal_actions(flags.env)
     if n is not None and not flags.full_action_space:
         env = FirstActions(env, n)
