@@ -162,6 +162,29 @@ def test_memory_rooms_report_whether_the_cue_was_seen_and_the_choice(look_back, 
     }
 
 
+def layout(env) -> tuple:
+    room = env.unwrapped
+    return (tuple(room.agent_pos), tuple(room.success_pos), room.grid.get(1, room.height // 2 - 1).type)
+
+
+def test_num_levels_draws_each_layout_from_its_fixed_seeds_and_tests_on_fresh_ones():
+    """--num_levels N: every reset plays one of the layouts that seeds 0..N-1 make, the draw seeded by the first
+    reset; the final test's envs draw fresh layouts."""
+    flags = flags_for("--env", "MiniGrid-MemoryS13-v0", "--num_levels", "3")
+    raw = raw_env("MiniGrid-MemoryS13-v0")
+    known = {layout(raw) for _ in range(3) if raw.reset(seed=_)}
+    env = memory_env.make_env(flags, seed=0)
+    env.reset(seed=7)
+    drawn = [layout(env)] + [layout(env) for _ in range(40) if env.reset()]
+    assert set(drawn) == known  # all three, and nothing else
+    again = memory_env.make_env(flags, seed=0)
+    again.reset(seed=7)
+    assert [layout(again)] + [layout(again) for _ in range(40) if again.reset()] == drawn
+    test = memory_env.make_test_env(flags, seed=0)
+    test.reset(seed=7)
+    assert len({layout(test)} | {layout(test) for _ in range(40) if test.reset()} - known) > 3
+
+
 def test_popgym_episodes_report_no_cue_statistics():
     env = memory_env.make_env(flags_for("--env", "popgym-RepeatPreviousEasy-v0"), seed=0)
     env.reset(seed=0)
@@ -200,6 +223,7 @@ def test_minigrid_gets_impalas_defaults_for_rewards_once_an_episode_over_popgyms
         (["--record_video"], "no frames to record"),
         (["--full_action_space"], "already acts with its full action space"),
         (["--env", "MiniGrid-DoorKey-5x5-v0", "--full_action_space"], "already acts with its full action space"),
+        (["--num_levels", "99"], "only MiniGrid's layouts are drawn from seeds"),
     ],
 )
 def test_bad_flags_are_one_line(capsys, argv, words):

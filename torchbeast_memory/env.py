@@ -29,7 +29,10 @@ from rl_core.errors import UserError
 DEFAULT_ENV = "popgym-RepeatPreviousEasy-v0"
 # id prefix -> the library that registers those ids when imported
 FAMILIES = {"popgym-": "popgym", "MiniGrid-": "minigrid"}
-FLAG_RANGES = {"view_size": "[0, inf)"}  # checked at parse time (rl_core/config/flag_ranges.py)
+FLAG_RANGES = {
+    "view_size": "[0, inf)",
+    "num_levels": "[0, inf)",
+}  # checked at parse time (rl_core/config/flag_ranges.py)
 ACTION_KIND = "discrete"  # POPGym's memory tasks and MiniGrid act in Discrete spaces
 # MiniGrid id prefix -> its minimal action set's size: MiniGrid's first actions (left, right, forward) are the ones
 # that act there (in the Memory rooms pickup is toggle and toggle, drop and done change nothing)
@@ -54,6 +57,14 @@ def add_flags(parser) -> None:
         action="store_true",
         help="MiniGrid's Memory rooms: all 7 actions instead of the 3 that act there (left, right, forward).",
     )
+    g.add_argument(
+        "--num_levels",
+        type=int,
+        default=0,
+        metavar="N",
+        help="MiniGrid: train on N fixed layouts, each episode's drawn from seeds 0..N-1 (recurrent-ppo-truncated-bptt "
+        "trains the Memory rooms on 99); 0: a fresh layout every episode.  Final tests play fresh layouts.",
+    )
     parser.set_defaults(env=DEFAULT_ENV, model="grid")
 
 
@@ -76,6 +87,10 @@ def check_flags(parser, flags) -> None:
             parser.error(f"--view_size {flags.view_size}: only MiniGrid envs have a view; drop it for {flags.env}")
         if flags.view_size < 3 or flags.view_size % 2 == 0:
             parser.error(f"--view_size {flags.view_size}: MiniGrid's view has an odd side of at least 3 (3, 5, 7, ...)")
+    if flags.num_levels and library != "minigrid":
+        parser.error(
+            f"--num_levels {flags.num_levels}: only MiniGrid's layouts are drawn from seeds; drop it for {flags.env}"
+        )
     if flags.full_action_space and minimal_actions(flags.env) is None:
         parser.error(f"--full_action_space: {flags.env} already acts with its full action space; drop it")
     if getattr(flags, "record_video", False) and library == "popgym":
@@ -134,7 +149,22 @@ class CueSeen(gym.Wrapper):
         return obs, reward, terminated, truncated, info
 
 
-def minigrid_env(flags, render_mode: str | None = None) -> gym.Env:
+class FixedLayouts(gym.Wrapper):
+    """Each episode one of ``n`` layouts: every reset draws its seed from 0..n-1 with a generator that the first
+    seeded reset seeds (procgen's ``num_levels``, for MiniGrid's procedurally drawn rooms)."""
+
+    def __init__(self, env: gym.Env, n: int):
+        super().__init__(env)
+        self.n = n
+        self._draw = np.random.default_rng()
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        if seed is not None:
+            self._draw = np.random.default_rng(seed)
+        return self.env.reset(seed=int(self._draw.integers(self.n)), options=options)
+
+
+def minigrid_env(flags, render_mode: str | None = None, levels: int = 0) -> gym.Env:
     """A MiniGrid env's view, one-hot per cell, channels first: uint8 [20, V, V]; its minimal action set."""
     from minigrid.wrappers import ImgObsWrapper, OneHotPartialObsWrapper
 
@@ -142,6 +172,8 @@ def minigrid_env(flags, render_mode: str | None = None) -> gym.Env:
     if render_mode:
         kwargs["render_mode"] = render_mode
     env = _make(flags, "minigrid", **kwargs)
+    if levels:
+        env = FixedLayouts(env, levels)
     if flags.env.startswith(MEMORY_ROOMS):
         env = CueSeen(env)
     env = ImgObsWrapper(OneHotPartialObsWrapper(env))
@@ -153,16 +185,19 @@ def minigrid_env(flags, render_mode: str | None = None) -> gym.Env:
     return gym.wrappers.TransformObservation(env, lambda obs: np.ascontiguousarray(obs.transpose(2, 0, 1)), space)
 
 
-def make_env(flags, seed: int, render_mode: str | None = None) -> gym.Env:
-    """The task ``--env`` names, encoded; seeded by the env server's first reset(seed)."""
-    make = minigrid_env if family(flags.env) == "minigrid" else popgym_env
-    env = make(flags, render_mode)
+def make_env(flags, seed: int, render_mode: str | None = None, fresh_layouts: bool = False) -> gym.Env:
+    """The task ``--env`` names, encoded; seeded by the env server's first reset(seed); MiniGrid on ``--num_levels``
+    fixed layouts unless ``fresh_layouts``."""
+    if family(flags.env) == "minigrid":
+        env = minigrid_env(flags, render_mode, levels=0 if fresh_layouts else flags.num_levels)
+    else:
+        env = popgym_env(flags, render_mode)
     env.action_space.seed(seed)
     return env
 
 
 def make_test_env(flags, seed: int, record: bool = False) -> gym.Env:
-    """The same env; rendering frames when a video is recorded."""
+    """The same task on fresh layouts (MiniGrid); rendering frames when a video is recorded."""
     if record:
         render_off_screen()
-    return make_env(flags, seed, render_mode="rgb_array" if record else None)
+    return make_env(flags, seed, render_mode="rgb_array" if record else None, fresh_layouts=True)
