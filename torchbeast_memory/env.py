@@ -133,15 +133,23 @@ class CueSeen(gym.Wrapper):
     hallway) was ever in view, reported with the outcome at the episode's end (the module docstring)."""
 
     def reset(self, **kwargs):
+        from minigrid.core.constants import OBJECT_TO_IDX
+
         obs, info = self.env.reset(**kwargs)
         room = self.env.unwrapped
         self._cue = (1, room.height // 2 - 1)
-        self._seen = bool(room.agent_sees(*self._cue))
+        self._cue_index = OBJECT_TO_IDX[room.grid.get(*self._cue).type]
+        self._seen = self._sees(obs)
         return obs, info
+
+    def _sees(self, obs) -> bool:
+        """MiniGrid's ``agent_sees`` read off the observation the step made (its unseen cells are encoded 0)."""
+        view = self.env.unwrapped.relative_coords(*self._cue)
+        return view is not None and obs["image"][view[0], view[1], 0] == self._cue_index
 
     def step(self, action):
         obs, reward, terminated, truncated, info = self.env.step(action)
-        self._seen = self._seen or bool(self.env.unwrapped.agent_sees(*self._cue))
+        self._seen = self._seen or self._sees(obs)
         if terminated or truncated:
             success = float(reward > 0)
             stats = {"cue_seen": float(self._seen), "success": success, "cue_seen_success": self._seen * success}
