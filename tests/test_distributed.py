@@ -182,6 +182,8 @@ def _collectives_worker(rank: int, port: int, results):
         LOCAL_RANK=str(rank),
         LOCAL_WORLD_SIZE="2",
     )
+    from rl_core.losses.policy_gradient import normalize_advantages
+    from rl_core.numerics import collectives
     from rl_core.numerics.normalization import RunningMeanStd, ValueNormalizer
 
     group = distributed.start(distributed.world_from_environ(), torch.device("cpu"))
@@ -202,6 +204,11 @@ def _collectives_worker(rank: int, port: int, results):
         loss = (w * (rank + 1.0)).sum() + (v.sum() * 4.0 if rank == 1 else 0.0)
         loss.backward()
         mean_loss = group.average_gradients([w, v], loss)
+        # advantages: each rank normalizes its part of one minibatch (unequal halves, through the active group)
+        advantages = normalize_advantages(
+            (targets[rank, : 15 + 10 * rank] + 4.0 * rank).float().reshape(-1, 1),
+            all_reduce_sum=collectives.all_reduce_sum,
+        )
         # plain lists through the queue: a tensor would be shared by a file descriptor that dies with this process
         results.put(
             (
@@ -216,10 +223,11 @@ def _collectives_worker(rank: int, port: int, results):
                 v.grad.tolist(),
                 float(mean_loss),
                 group.any_rank(rank == 1),
-                dataclasses.astuple(group.agree(rank == 0, 10 + rank, 2 * rank, 100 * rank)),
+                dataclasses.astuple(group.agree(rank == 0, 10 + rank, 2 * rank, 100 * rank, ready=rank == 1)),
                 group.gather_episodes(
                     [{"return": 5.0, "length": 7}, {"return": -1.5, "length": 3}][: 2 * rank], [0, 2]
                 ),
+                advantages.reshape(-1).tolist(),
             )
         )
     finally:
@@ -228,7 +236,8 @@ def _collectives_worker(rank: int, port: int, results):
 
 def test_statistics_and_gradients_are_those_of_all_ranks_data():
     """RunningMeanStd and PopArt merge every rank's samples (as one process given all of them would); the
-    gradient is the ranks' mean; any_rank and agree see every rank; episodes reach rank 0."""
+    gradient is the ranks' mean; advantages are normalized by the whole minibatch's statistics; any_rank and agree
+    see every rank; episodes reach rank 0."""
     import multiprocessing as mp
 
     from rl_core.numerics.normalization import RunningMeanStd, ValueNormalizer
@@ -253,7 +262,9 @@ def test_statistics_and_gradients_are_those_of_all_ranks_data():
     torch.manual_seed(0)
     head.reset_parameters()
     popart.update(targets.reshape(-1), head=head)
-    for rank, mean, var, count, mu, nu, weight, w_grad, v_grad, mean_loss, anyone, agreed, episodes in got:
+    both = torch.cat([targets[0, :15], targets[1, :25] + 4.0]).float()
+    whole = (both - both.mean()) / (both.std(unbiased=False) + 1e-8)  # the minibatch's, as one process has it
+    for rank, mean, var, count, mu, nu, weight, w_grad, v_grad, mean_loss, anyone, agreed, episodes, adv in got:
         mean, var = torch.tensor(mean, dtype=torch.float64), torch.tensor(var, dtype=torch.float64)
         weight, w_grad, v_grad = torch.tensor(weight), torch.tensor(w_grad), torch.tensor(v_grad)
         torch.testing.assert_close(mean, reference.mean, rtol=1e-12, atol=1e-12)
@@ -265,10 +276,11 @@ def test_statistics_and_gradients_are_those_of_all_ranks_data():
         torch.testing.assert_close(v_grad, torch.full((2,), 2.0))  # mean of 0 (unreached) and 4
         assert mean_loss == pytest.approx((3.0 + 6.0 + 8.0) / 2)
         assert anyone is True
-        # rank 0 stops; the steps of both; rank 1 has 2 episodes and sends its 100 env steps
-        assert agreed == ([0], 21, [0, 2], 100)
+        # rank 0 stops; the steps of both; rank 1 has 2 episodes, sends its 100 env steps and holds a batch
+        assert agreed == ([0], 21, [0, 2], 100, [1])
         # rank 1's episodes reach rank 0's logs
         assert episodes == ([{"return": 5.0, "length": 7}, {"return": -1.5, "length": 3}] if rank == 0 else [])
+        torch.testing.assert_close(torch.tensor(adv), whole[:15] if rank == 0 else whole[15:], rtol=1e-5, atol=1e-5)
 
 
 # ---------------------------------------------------------------- whole runs, 2 ranks
@@ -695,31 +707,96 @@ def test_two_ranks_on_a_host_with_one_gpu_are_refused_in_one_line(tmp_path):
     assert not (tmp_path / "runs").exists()
 
 
-@pytest.mark.timeout(300)
-def test_deterministic_under_torchrun_is_refused_in_one_line(tmp_path):
-    """--deterministic (rl_core/runtime/lockstep.py) runs one process: each rank refuses it, exit 2, before anything
-    is written."""
+# What a logs.csv row measures of the clock, not of the run
+TIMING = {"time", "sps", "learner_busy", "update_ms"}
+
+
+def _deterministic_rows(tmp_path, xpid: str) -> list[dict]:
     result = run(
-        *_torchrun_apart(
-            tmp_path,
-            "torchbeast_gym.polybeast",
-            "--env=CartPole-v1",
-            "--deterministic",
-            "--disable_cuda",
-            f"--savedir={tmp_path / 'runs'}",
-            "--xpid=run",
-        ),
-        output=str(tmp_path / "out"),
+        TORCHRUN,
+        "--standalone",
+        "--nproc_per_node=2",
+        "-m",
+        "torchbeast_gym.polybeast",
+        "--env=CartPole-v1",
+        "--agent=ppo",
+        "--seed=3",
+        "--total_steps=8000",
+        "--deterministic",
+        "--log_step_interval=1000",
+        "--disable_final_test",
+        *DEVICE,
+        f"--savedir={tmp_path}",
+        f"--xpid={xpid}",
+        output=str(tmp_path / f"{xpid}.out"),
         timeout=240,
     )
-    assert result.returncode == 1, result.stdout[-3000:]  # torchrun's: a rank failed
-    _each_rank_refused(
-        tmp_path,
-        result.stdout,
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert "replicas: the 2 ranks' parameters are identical" in (tmp_path / xpid / "out.log").read_text()
+    assert json.loads((tmp_path / xpid / "meta.json").read_text())["distributed"]["world_size"] == 2
+    return [{k: v for k, v in row.items() if k not in TIMING} for row in csv_rows(str(tmp_path / xpid / "logs.csv"))]
+
+
+@pytest.mark.timeout(600)
+def test_two_deterministic_runs_on_two_ranks_write_the_same_rows(tmp_path):
+    """--deterministic under torchrun (rl_core/runtime/lockstep.py): each rank acts and learns in turn and the
+    ranks agree after every round, so two runs of one command write the same rows (timings aside), each row's
+    env steps those of both ranks' envs."""
+    first = _deterministic_rows(tmp_path, "first")
+    second = _deterministic_rows(tmp_path, "second")
+    assert len(first) == 8 and [int(r["step"]) for r in first] == [1024 * (i + 1) for i in range(8)]
+    assert len({r["total_loss"] for r in first}) > 1 and sum(int(r["episodes"]) for r in first) > 0
+    # every global step an env step of one of the two ranks' envs (rank 0's alone would be half)
+    assert [int(r["env_steps"]) for r in first] == [int(r["step"]) for r in first]
+    for i, (a, b) in enumerate(zip(first, second)):
+        assert a == b, f"row {i} differs: { ({k: (a[k], b.get(k)) for k in a if a[k] != b.get(k)}) }"
+    assert len(first) == len(second)
+
+
+@pytest.mark.timeout(450)
+def test_a_server_that_dies_under_deterministic_ends_every_rank(tmp_path):
+    """A lockstep rank cannot take a restarted server's fresh envs (tests/test_deterministic.py): SIGKILL to rank
+    1's server ends rank 1 with the one line naming it (exit 1), after the agreement that tells rank 0 to stop
+    too; rank 0 stops with it after the same batch, its model.tar saved at that step, the replicas identical, and
+    nothing is left running."""
+    proc = _start_long_run(tmp_path, "--deterministic", "--checkpoint_every=0.02")
+    try:
+        _wait_for(lambda: "saved checkpoint" in _rank_output(tmp_path, 0), 180, "no checkpoint was saved")
+        ranks, servers = _rank_pids(tmp_path), _server_pids(tmp_path)
+        assert sorted(ranks) == [0, 1] and len(servers) == 2
+        rank1_server = next(
+            int(found.group(1))
+            for line in _rank_output(tmp_path, 1).splitlines()
+            if (found := re.match(r"\[INFO:(\d+) env_server [0-9:]+\] env server \d+: \d+ envs at ", line))
+        )
+        os.kill(rank1_server, signal.SIGKILL)
+        proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    out = read(str(tmp_path / "out"))
+    assert proc.returncode == 1, out[-3000:]
+    root, code, exits = _torchrun_exits(out)
+    assert (root, code) == (1, 1) and exits[1] == 1, out[-2000:]
+    rank0, rank1 = _own_lines(tmp_path, 0), _own_lines(tmp_path, 1)
+    assert re.fullmatch(
         _logged(
-            r"\d+",
+            ranks[1],
             "ERROR",
-            re.escape("error: --deterministic runs one process: run it without torchrun, or with --no-deterministic"),
+            r"error: env server 0 \(unix:\S+\.1\) (closed the connection|failed \(.+\)): --deterministic does not "
+            r"reconnect \(a restarted server's envs would not reproduce the run\); the server's log says why it went",
         ),
+        rank1[-1],
+    ), rank1[-5:]
+    step = checkpoint_file.load(str(tmp_path / "run" / "model.tar"))["step"]
+    # (torchrun's SIGTERM, sent once rank 1 has exited, may reach rank 0 before its last line: then it says so)
+    stopped = _logged(
+        ranks[0],
+        "INFO",
+        rf"(stopped with rank 1 \(a signal or an error there: its log says which\)|interrupted) at step {step}; "
+        rf"run directory {re.escape(str(tmp_path / 'run'))}",
     )
-    assert not (tmp_path / "runs").exists()
+    assert re.fullmatch(stopped, rank0[-1]), rank0[-5:]
+    assert "replicas: the 2 ranks' parameters are identical" in "\n".join(rank0)
+    assert "Traceback" not in _rank_output(tmp_path, 0) + _rank_output(tmp_path, 1)
+    _wait_for(lambda: not any(alive(p) for p in [*ranks.values(), *servers]), 30, "processes were left running")

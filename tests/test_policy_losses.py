@@ -460,6 +460,38 @@ def test_normalize_advantages_matches_reference(seed, use_mask):
     assert not out.requires_grad
 
 
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("use_mask", [False, True])
+def test_normalize_advantages_over_ranks_is_the_whole_minibatchs(seed, use_mask):
+    """Two ranks holding the columns [0, k) and [k, B) of one minibatch, their moments summed by
+    ``all_reduce_sum`` (as under torchrun), normalise by the whole minibatch's mean and std: the reference
+    above on every column together; each rank's half alone would not."""
+    rng, T, B = _random_case(seed)
+    B = max(B, 2)
+    adv = rng.normal(0.5, 2.0, (T, B))
+    adv[:, : B // 2] += 3.0  # the halves differ: a rank's own statistics would give other values
+    mask = _random_mask(rng, T, B) if use_mask else np.ones((T, B), dtype=bool)
+    mask[0, :] = True  # every half holds entries
+    entries = [adv[t, b] for t in range(T) for b in range(B) if mask[t, b]]
+    mean = sum(entries) / len(entries)
+    std = math.sqrt(sum((a - mean) ** 2 for a in entries) / len(entries))
+    expected = np.where(mask, (adv - mean) / (std + 1e-8), 0.0)
+    halves = [slice(0, B // 2), slice(B // 2, B)]
+
+    def normalize(part, reduce):
+        m = torch.tensor(mask[:, part]) if use_mask else None
+        return pg.normalize_advantages(_t(adv[:, part], False), mask=m, all_reduce_sum=reduce)
+
+    moments = []  # each rank's own sums, as it hands them to the all-reduce
+    for part in halves:
+        normalize(part, lambda x: moments.append(x) or x)
+    for r, part in enumerate(halves):
+        out = normalize(part, lambda x, r=r: x + moments[1 - r])
+        _close(out, expected[:, part], tol=1e-9)
+        alone = pg.normalize_advantages(_t(adv[:, part], False), mask=torch.tensor(mask[:, part]) if use_mask else None)
+        assert not torch.allclose(alone, torch.as_tensor(expected[:, part]), atol=1e-3)
+
+
 def test_normalize_single_entry_is_zero():
     out = pg.normalize_advantages(torch.tensor([[3.0]], dtype=torch.float64))
     assert out.item() == 0.0

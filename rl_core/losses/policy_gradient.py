@@ -17,7 +17,7 @@ targets are always detached inside, so they never receive gradient.
 from __future__ import annotations
 
 import math
-from typing import NamedTuple, Optional, Tuple
+from typing import Callable, NamedTuple, Optional, Tuple
 
 import torch
 
@@ -352,7 +352,10 @@ def value_loss(
 
 @torch.no_grad()
 def normalize_advantages(
-    advantages: torch.Tensor, mask: Optional[torch.Tensor] = None, eps: float = 1e-8
+    advantages: torch.Tensor,
+    mask: Optional[torch.Tensor] = None,
+    eps: float = 1e-8,
+    all_reduce_sum: Optional[Callable[[torch.Tensor], torch.Tensor]] = None,
 ) -> torch.Tensor:
     """Per-minibatch advantage normalisation (Andrychowicz et al. 2020, Section 3)::
 
@@ -360,10 +363,25 @@ def normalize_advantages(
 
     mean and std (population std, ddof = 0, as numpy in baselines) over the
     masked-in entries; masked-out entries are set to 0.  Gradient-free.
+
+    ``all_reduce_sum`` (under torchrun: the sum over the ranks, ``rl_core.numerics.collectives``): the
+    minibatch is every rank's part of it, as the gradient the ranks average is, so mean and std come
+    from the ranks' summed moments sum(A), sum(A^2) and the count (in float64), the statistics one
+    process holding the whole minibatch computes.
     """
     adv = advantages.detach()
-    mean = masked_mean(adv, mask)
-    std = torch.sqrt(masked_mean((adv - mean) ** 2, mask))
+    if all_reduce_sum is None:
+        mean = masked_mean(adv, mask)
+        std = torch.sqrt(masked_mean((adv - mean) ** 2, mask))
+    else:
+        a = adv.double()
+        w = torch.ones_like(a) if mask is None else mask.to(a.dtype).expand_as(a)
+        a = torch.where(w != 0, a, 0.0)  # (masked-out entries count for nothing, inf or NaN included)
+        total, squares, count = all_reduce_sum(torch.stack([(a * w).sum(), (a * a * w).sum(), w.sum()]))
+        count = count.clamp(min=1.0)
+        mean64 = total / count
+        mean = mean64.to(adv.dtype)
+        std = torch.sqrt((squares / count - mean64**2).clamp(min=0.0)).to(adv.dtype)
     out = (adv - mean) / (std + eps)
     if mask is not None:
         out = torch.where(mask.bool(), out, torch.zeros_like(out))

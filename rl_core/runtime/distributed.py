@@ -18,10 +18,14 @@ rank; the main thread only joins those of the start):
   (SAC's critics, RND's predictor) and skip parameters in some losses), so each rank's optimizer takes
   the same step;
 * statistics: ``Group.all_reduce_sum`` (through ``rl_core.numerics.collectives``, where ``start`` makes the group
-  the active one) merges the moments of RunningMeanStd and ValueNormalizer (PopArt)
-  updates, and ``any_rank`` the decisions an agent takes from its batch (RND's random start);
+  the active one) merges the moments of RunningMeanStd and ValueNormalizer (PopArt) updates and those of
+  each minibatch's advantages (``normalize_advantages``), and ``any_rank`` the decisions an agent takes
+  from its batch (RND's random start);
 * every learner batch: ``agree`` sums the ranks' new env steps and ORs their wish to stop, so every
-  rank leaves its loop after the same batch (a signal, an error, ``--total_steps``).
+  rank leaves its loop after the same batch (a signal, an error, ``--total_steps``);
+* --deterministic (``rl_core.runtime.lockstep``): each rank acts and learns in turn in one thread, and the
+  ranks agree after every round of acting, learning a batch only when every rank holds one, so that the
+  job's collectives come in one order and two runs of one torchrun command write the same rows.
 
 Replay (R2D2, SAC) stays per rank: each rank's replay holds its own envs' steps, and samples
 ``--batch_size / W`` of them per batch.
@@ -158,6 +162,7 @@ class Agreement:
     new_steps: int  # the agent steps all ranks' learners took in: the global step count grows by it
     episodes: list[int]  # per rank, the finished episodes it sends to rank 0 (``gather_episodes``)
     env_steps: int  # the env steps the ranks other than 0 received (rank 0's logs add them)
+    ready: list[int]  # the ranks that hold a batch (--deterministic's lockstep learns when all do)
 
 
 class Group:
@@ -314,14 +319,18 @@ class Group:
         self._collective(self.dist.all_reduce, value, group=self.cpu)
         return bool(value.item())
 
-    def agree(self, stopping: bool, new_steps: int, episodes: int = 0, env_steps: int = 0) -> Agreement:
-        """Once per learner batch, on every rank, one all-reduce: the ranks that want to stop, the steps all
-        ranks' learners took in since the last call, each rank's count of finished ``episodes`` to send to
-        rank 0, and the env steps the other ranks' actors received (``env_steps``: 0 from rank 0)."""
+    def agree(
+        self, stopping: bool, new_steps: int, episodes: int = 0, env_steps: int = 0, ready: bool = True
+    ) -> Agreement:
+        """Once per learner batch (--deterministic: once per check for one), on every rank, one all-reduce: the
+        ranks that want to stop, the steps all ranks' learners took in since the last call, each rank's count
+        of finished ``episodes`` to send to rank 0, the env steps the other ranks' actors received
+        (``env_steps``: 0 from rank 0), and the ranks that hold a batch (``ready``)."""
         W = self.size
-        value = torch.zeros(2 * W + 2, dtype=torch.int64)
+        value = torch.zeros(3 * W + 2, dtype=torch.int64)
         value[self.rank] = int(bool(stopping))
         value[W + self.rank] = int(episodes)
+        value[2 * W + self.rank] = int(bool(ready))
         value[-2] = int(env_steps)
         value[-1] = int(new_steps)
         self._collective(self.dist.all_reduce, value, group=self.cpu)
@@ -330,6 +339,7 @@ class Group:
             new_steps=int(value[-1]),
             episodes=value[W : 2 * W].tolist(),
             env_steps=int(value[-2]),
+            ready=[r for r in range(W) if value[2 * W + r]],
         )
 
     def gather_episodes(self, episodes: list[dict], counts: list[int]) -> list[dict]:
@@ -412,8 +422,23 @@ class Peers:
         since, self._env_steps_sent = total - self._env_steps_sent, total
         return self.stats.take_episodes(), since
 
+    def exchange(self, stopping: bool, new_steps: int, ready: bool = True) -> Agreement:
+        """One agreement (``Group.agree``) and what rides on it: the other ranks' episodes and env steps into
+        rank 0's logs, and the ranks whose wish to stop ends the loop (``stopping``)."""
+        group = self.group
+        episodes, env_steps = self._outgoing()
+        agreed = group.agree(stopping, new_steps, len(episodes), env_steps, ready)
+        self.env_steps += agreed.env_steps
+        if any(agreed.episodes):
+            others = group.gather_episodes(episodes, agreed.episodes)
+            if others and group.is_writer:
+                self.stats.add_episodes(others)
+        if agreed.stopping:
+            self.stopping = [r for r in agreed.stopping if r != group.rank]
+        return agreed
+
     def loop(self, learner) -> None:
-        f, group, source = learner.flags, self.group, learner.batcher
+        f, source = learner.flags, learner.batcher
         while True:
             batch = state = None
             if not learner.stop.is_set():
@@ -421,21 +446,18 @@ class Peers:
                     batch, state = source.next_batch(learner.stop)
                 except Stopped:
                     batch = None
-            episodes, env_steps = self._outgoing()
-            agreed = group.agree(batch is None, source.take_new_steps() if batch else 0, len(episodes), env_steps)
-            self.env_steps += agreed.env_steps
-            if any(agreed.episodes):
-                others = group.gather_episodes(episodes, agreed.episodes)
-                if others and group.is_writer:
-                    self.stats.add_episodes(others)
+            agreed = self.exchange(batch is None, source.take_new_steps() if batch else 0)
             if agreed.stopping:
-                self.stopping = [r for r in agreed.stopping if r != group.rank]
                 break
             batch, state, versions = learner.to_device(batch, state)
             learner.learn(batch, state, agreed.new_steps, versions)
             if learner.step >= f.total_steps:
                 break
-        self.parameter_difference = group.parameter_difference(learner.model)
+        self.finish(learner)
+
+    def finish(self, learner) -> None:
+        """After the ranks' last agreement: the replicas compared (``report_replicas``), the learner stopped."""
+        self.parameter_difference = self.group.parameter_difference(learner.model)
         learner.stop.set()
 
     def report_replicas(self) -> None:

@@ -241,6 +241,6 @@ def start_lockstep(parts: Parts, flags, errors, stop: threading.Event, after_bat
         f"{flags.log_step_interval:,}",
     )
     lockstep = Lockstep(
-        p.actors, infer, p.learner, p.data_source, p.learner_queue, stop, flags.total_steps, after_batch
+        p.actors, infer, p.learner, p.data_source, p.learner_queue, stop, flags.total_steps, after_batch, p.peers
     )
     return start_thread("lockstep", lockstep.run, errors)

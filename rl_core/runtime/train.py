@@ -44,6 +44,9 @@ from rl_core.runtime.threads import ErrorBox, where_they_wait
 from rl_core.runtime.validation import Validation, run_final_test
 
 log = logging.getLogger("learner")
+# the threads that run the job's collectives (rl_core/runtime/parts.py names them): at shutdown under torchrun they
+# get PEER_WAIT_S to meet their peers
+MEETS_PEERS = ("learner", "lockstep")
 
 
 class Training:
@@ -82,10 +85,6 @@ class Training:
         if self.world is not None:
             try:
                 self.flags = distributed.rank_flags(self.global_flags, self.world)
-                if self.flags.deterministic:
-                    raise UserError(
-                        "--deterministic runs one process: run it without torchrun, or with --no-deterministic"
-                    )
                 self.device = select_device(self.flags, self.world)
             except UserError as e:
                 log.error("error: %s", e)
@@ -308,15 +307,15 @@ class Training:
             self.supervisor.terminate_all()  # the servers end while the threads are joined
         deadline = time.monotonic() + 5.0
         for thread in self.threads:
-            # under torchrun the learner thread finishes its batch and meets its peers before it ends
-            wait = distributed.PEER_WAIT_S if self.group is not None and thread.name.startswith("learner") else 0.0
+            # under torchrun the learner (or lockstep) thread finishes its batch and meets its peers before it ends
+            wait = distributed.PEER_WAIT_S if self.group is not None and thread.name.startswith(MEETS_PEERS) else 0.0
             thread.join(max(0.0, deadline - time.monotonic(), wait))
         alive = [t for t in self.threads if t.is_alive()]
         if alive:
             log.warning(
                 "threads still running at shutdown: %s (%s)", ", ".join(t.name for t in alive), where_they_wait(alive)
             )
-        waiting = [t for t in alive if t.name.startswith("learner")] if self.group is not None else []
+        waiting = [t for t in alive if t.name.startswith(MEETS_PEERS)] if self.group is not None else []
         if waiting:
             # a collective whose peer neither answers nor left: the learner holds the weights' lock
             # (a final save would wait with it); the last checkpoint stays

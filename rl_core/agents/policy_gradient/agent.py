@@ -30,6 +30,7 @@ from torch.nn import functional as F
 from rl_core.agents.base import Agent, extrinsic_stream
 from rl_core.data.batch import action_field
 from rl_core.agents.impala.agent import sample_actions
+from rl_core.numerics import collectives
 from rl_core.numerics.distributions import make_distribution
 from rl_core.losses import advantages as adv_lib
 from rl_core.losses import policy_gradient as pg_lib
@@ -271,7 +272,9 @@ class PolicyGradientAgent(Agent):
         if mask is not None and mask.dtype != torch.bool:  # 0/1 (truncations): the masked means' fast path
             mask = mask != 0
         if f.advantage_normalization:
-            advantages = pg_lib.normalize_advantages(advantages, mask)
+            # (under torchrun the minibatch is every rank's part of it: its statistics too)
+            over_ranks = collectives.all_reduce_sum if collectives.active() is not None else None
+            advantages = pg_lib.normalize_advantages(advantages, mask, all_reduce_sum=over_ranks)
         lagrange = getattr(model, "lagrange", None)
         stats = {}
         extra = torch.zeros((), device=advantages.device)
