@@ -509,10 +509,10 @@ def _rank_pids(tmp_path) -> dict[int, int]:
     return pids
 
 
-def _server_pids(tmp_path) -> list[int]:
+def _server_pids(tmp_path, ranks=(0, 1)) -> list[int]:
     return [
         int(found.group(1))
-        for rank in (0, 1)
+        for rank in ranks
         for line in _rank_output(tmp_path, rank).splitlines()
         if (found := re.match(r"\[INFO:(\d+) env_server [0-9:]+\] env server \d+: \d+ envs at ", line))
     ]
@@ -764,12 +764,7 @@ def test_a_server_that_dies_under_deterministic_ends_every_rank(tmp_path):
         _wait_for(lambda: "saved checkpoint" in _rank_output(tmp_path, 0), 180, "no checkpoint was saved")
         ranks, servers = _rank_pids(tmp_path), _server_pids(tmp_path)
         assert sorted(ranks) == [0, 1] and len(servers) == 2
-        rank1_server = next(
-            int(found.group(1))
-            for line in _rank_output(tmp_path, 1).splitlines()
-            if (found := re.match(r"\[INFO:(\d+) env_server [0-9:]+\] env server \d+: \d+ envs at ", line))
-        )
-        os.kill(rank1_server, signal.SIGKILL)
+        os.kill(_server_pids(tmp_path, ranks=(1,))[0], signal.SIGKILL)
         proc.wait(timeout=120)
     finally:
         if proc.poll() is None:
