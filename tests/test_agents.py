@@ -153,7 +153,7 @@ def test_epochs_and_minibatches_per_batch_mode(mode, monkeypatch):
     monkeypatch.setattr(
         agent,
         "transition_loss",
-        lambda m, tr: seen.append(tr["advantages"].shape[0]) or original_transition_loss(m, tr),
+        lambda m, tr, *moments: seen.append(tr["advantages"].shape[0]) or original_transition_loss(m, tr, *moments),
     )
     losses = [loss for loss, _ in agent.updates(model, batch, ())]
     assert len(losses) == 3 * 2 and all(torch.isfinite(x) for x in losses)
@@ -162,6 +162,52 @@ def test_epochs_and_minibatches_per_batch_mode(mode, monkeypatch):
     else:
         assert seen == [15, 15] * 3  # T*B transitions split in two
         assert len(recomputed) == (3 if mode == "split_with_advantage_recomputation" else 1)
+
+
+@pytest.mark.parametrize(
+    "mode, minibatches, reductions",
+    [("split", 1, 1), ("split", 2, 3), ("split_with_advantage_recomputation", 1, 3), ("shuffle", 2, 6)],
+)
+def test_under_torchrun_the_advantage_statistics_cost_one_all_reduce_per_epoch_at_most(mode, minibatches, reductions):
+    """Under torchrun a minibatch's advantages are normalized by their statistics over every rank.  The split
+    modes' advantages stay fixed between recomputations, so one all-reduce carries every minibatch's moments of
+    an epoch (of the whole batch with one minibatch); the unroll modes' come from each step's own pass, one
+    all-reduce a step.  Here the other rank holds the same data (the sums doubled): the statistics, so the
+    losses, are one process's, which they are not if a minibatch gets another's moments."""
+    from rl_core.numerics import collectives
+
+    calls = []
+
+    class TwinRank:
+        def all_reduce_sum(self, tensor):
+            calls.append(tuple(tensor.shape))
+            return tensor * 2
+
+        def any_rank(self, flag):
+            return flag
+
+    args = ("--agent=ppo", "--advantage_normalization", f"--batch_mode={mode}", "--num_epochs=3")
+    args += (f"--num_minibatches={minibatches}",)
+    agent = make_agent(flags(*args), DISCRETE)
+    losses = {}
+    for world in ("one process", "two ranks"):
+        torch.manual_seed(0)
+        model = agent.build_model()
+        batch = random_batch(DISCRETE, agent, model)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+        collectives.set_active(TwinRank() if world == "two ranks" else None)
+        try:
+            losses[world] = []
+            for loss, _ in agent.updates(model, batch, ()):
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+                losses[world].append(loss.item())
+        finally:
+            collectives.set_active(None)
+    assert len(calls) == reductions, calls
+    assert len(set(losses["one process"])) == 3 * minibatches  # the steps moved the weights
+    assert losses["two ranks"] == pytest.approx(losses["one process"], rel=1e-5, abs=1e-6)
 
 
 def test_shuffle_visits_every_unroll_once_per_epoch(monkeypatch):

@@ -182,7 +182,7 @@ def _collectives_worker(rank: int, port: int, results):
         LOCAL_RANK=str(rank),
         LOCAL_WORLD_SIZE="2",
     )
-    from rl_core.losses.policy_gradient import normalize_advantages
+    from rl_core.losses.policy_gradient import advantage_moments, normalize_advantages
     from rl_core.numerics import collectives
     from rl_core.numerics.normalization import RunningMeanStd, ValueNormalizer
 
@@ -205,10 +205,8 @@ def _collectives_worker(rank: int, port: int, results):
         loss.backward()
         mean_loss = group.average_gradients([w, v], loss)
         # advantages: each rank normalizes its part of one minibatch (unequal halves, through the active group)
-        advantages = normalize_advantages(
-            (targets[rank, : 15 + 10 * rank] + 4.0 * rank).float().reshape(-1, 1),
-            all_reduce_sum=collectives.all_reduce_sum,
-        )
+        part = (targets[rank, : 15 + 10 * rank] + 4.0 * rank).float().reshape(-1, 1)
+        advantages = normalize_advantages(part, moments=collectives.all_reduce_sum(advantage_moments(part)))
         # plain lists through the queue: a tensor would be shared by a file descriptor that dies with this process
         results.put(
             (
@@ -740,7 +738,7 @@ def _deterministic_rows(tmp_path, xpid: str) -> list[dict]:
 @pytest.mark.timeout(600)
 def test_two_deterministic_runs_on_two_ranks_write_the_same_rows(tmp_path):
     """--deterministic under torchrun (rl_core/runtime/lockstep.py): each rank acts and learns in turn and the
-    ranks agree after every round, so two runs of one command write the same rows (timings aside), each row's
+    ranks agree before every batch, so two runs of one command write the same rows (timings aside), each row's
     env steps those of both ranks' envs."""
     first = _deterministic_rows(tmp_path, "first")
     second = _deterministic_rows(tmp_path, "second")

@@ -463,9 +463,9 @@ def test_normalize_advantages_matches_reference(seed, use_mask):
 @pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("use_mask", [False, True])
 def test_normalize_advantages_over_ranks_is_the_whole_minibatchs(seed, use_mask):
-    """Two ranks holding the columns [0, k) and [k, B) of one minibatch, their moments summed by
-    ``all_reduce_sum`` (as under torchrun), normalise by the whole minibatch's mean and std: the reference
-    above on every column together; each rank's half alone would not."""
+    """Two ranks holding the columns [0, k) and [k, B) of one minibatch, their ``advantage_moments`` summed
+    (as under torchrun), normalise by the whole minibatch's mean and std: the reference above on every column
+    together; each rank's half alone would not."""
     rng, T, B = _random_case(seed)
     B = max(B, 2)
     adv = rng.normal(0.5, 2.0, (T, B))
@@ -478,15 +478,13 @@ def test_normalize_advantages_over_ranks_is_the_whole_minibatchs(seed, use_mask)
     expected = np.where(mask, (adv - mean) / (std + 1e-8), 0.0)
     halves = [slice(0, B // 2), slice(B // 2, B)]
 
-    def normalize(part, reduce):
-        m = torch.tensor(mask[:, part]) if use_mask else None
-        return pg.normalize_advantages(_t(adv[:, part], False), mask=m, all_reduce_sum=reduce)
+    def part_mask(part):
+        return torch.tensor(mask[:, part]) if use_mask else None
 
-    moments = []  # each rank's own sums, as it hands them to the all-reduce
+    # each rank's own sums, as it hands them to the all-reduce
+    moments = [pg.advantage_moments(_t(adv[:, part], False), part_mask(part)) for part in halves]
     for part in halves:
-        normalize(part, lambda x: moments.append(x) or x)
-    for r, part in enumerate(halves):
-        out = normalize(part, lambda x, r=r: x + moments[1 - r])
+        out = pg.normalize_advantages(_t(adv[:, part], False), mask=part_mask(part), moments=moments[0] + moments[1])
         _close(out, expected[:, part], tol=1e-9)
         alone = pg.normalize_advantages(_t(adv[:, part], False), mask=torch.tensor(mask[:, part]) if use_mask else None)
         assert not torch.allclose(alone, torch.as_tensor(expected[:, part]), atol=1e-3)

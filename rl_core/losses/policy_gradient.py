@@ -17,7 +17,7 @@ targets are always detached inside, so they never receive gradient.
 from __future__ import annotations
 
 import math
-from typing import Callable, NamedTuple, Optional, Tuple
+from typing import NamedTuple, Optional, Tuple
 
 import torch
 
@@ -351,11 +351,22 @@ def value_loss(
 
 
 @torch.no_grad()
+def advantage_moments(advantages: torch.Tensor, mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """[sum(A), sum(A^2), count] over the masked-in entries, in float64: what ``normalize_advantages``
+    needs of a minibatch, in a form that adds up over its parts (under torchrun, one all-reduce over the
+    ranks' parts).  Masked-out entries count for nothing, inf or NaN included."""
+    a = advantages.detach().double()
+    w = torch.ones_like(a) if mask is None else mask.to(a.dtype).expand_as(a)
+    a = torch.where(w != 0, a, 0.0)
+    return torch.stack([(a * w).sum(), (a * a * w).sum(), w.sum()])
+
+
+@torch.no_grad()
 def normalize_advantages(
     advantages: torch.Tensor,
     mask: Optional[torch.Tensor] = None,
     eps: float = 1e-8,
-    all_reduce_sum: Optional[Callable[[torch.Tensor], torch.Tensor]] = None,
+    moments: Optional[torch.Tensor] = None,
 ) -> torch.Tensor:
     """Per-minibatch advantage normalisation (Andrychowicz et al. 2020, Section 3)::
 
@@ -364,20 +375,16 @@ def normalize_advantages(
     mean and std (population std, ddof = 0, as numpy in baselines) over the
     masked-in entries; masked-out entries are set to 0.  Gradient-free.
 
-    ``all_reduce_sum`` (under torchrun: the sum over the ranks, ``rl_core.numerics.collectives``): the
-    minibatch is every rank's part of it, as the gradient the ranks average is, so mean and std come
-    from the ranks' summed moments sum(A), sum(A^2) and the count (in float64), the statistics one
-    process holding the whole minibatch computes.
+    ``moments``: the minibatch's ``advantage_moments`` when ``advantages`` is only a part of it (under
+    torchrun every rank holds a part, as of the gradient the ranks average): the parts' moments summed,
+    so that mean and std are those one process holding the whole minibatch computes.
     """
     adv = advantages.detach()
-    if all_reduce_sum is None:
+    if moments is None:
         mean = masked_mean(adv, mask)
         std = torch.sqrt(masked_mean((adv - mean) ** 2, mask))
     else:
-        a = adv.double()
-        w = torch.ones_like(a) if mask is None else mask.to(a.dtype).expand_as(a)
-        a = torch.where(w != 0, a, 0.0)  # (masked-out entries count for nothing, inf or NaN included)
-        total, squares, count = all_reduce_sum(torch.stack([(a * w).sum(), (a * a * w).sum(), w.sum()]))
+        total, squares, count = moments.to(torch.float64)
         count = count.clamp(min=1.0)
         mean64 = total / count
         mean = mean64.to(adv.dtype)

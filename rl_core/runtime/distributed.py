@@ -19,13 +19,14 @@ rank; the main thread only joins those of the start):
   the same step;
 * statistics: ``Group.all_reduce_sum`` (through ``rl_core.numerics.collectives``, where ``start`` makes the group
   the active one) merges the moments of RunningMeanStd and ValueNormalizer (PopArt) updates and those of
-  each minibatch's advantages (``normalize_advantages``), and ``any_rank`` the decisions an agent takes
+  each minibatch's advantages (``advantage_moments``: an epoch's minibatches in one all-reduce), and ``any_rank`` the decisions an agent takes
   from its batch (RND's random start);
 * every learner batch: ``agree`` sums the ranks' new env steps and ORs their wish to stop, so every
   rank leaves its loop after the same batch (a signal, an error, ``--total_steps``);
 * --deterministic (``rl_core.runtime.lockstep``): each rank acts and learns in turn in one thread, and the
-  ranks agree after every round of acting, learning a batch only when every rank holds one, so that the
-  job's collectives come in one order and two runs of one torchrun command write the same rows.
+  ranks agree before every batch (a rank enters the agreement once it holds a batch or stops), learning
+  a batch only when every rank holds one, so that the job's collectives come in one order and two runs of
+  one torchrun command write the same rows.
 
 Replay (R2D2, SAC) stays per rank: each rank's replay holds its own envs' steps, and samples
 ``--batch_size / W`` of them per batch.

@@ -20,10 +20,12 @@ timings aside.  Acting waits for learning and learning for acting, which costs t
 asynchronous runtime has (README, "Reproducible runs").
 
 Under torchrun (``peers``) every rank runs its own lockstep on its own servers, and the ranks agree
-after each round of acting and after each batch (``Peers.exchange``: one all-reduce): a batch is learned
-when every rank holds one (with the run's totals split evenly they fill on the same round; a rank that is
-ahead keeps its batch until the others have theirs), the global step grows by every rank's new steps,
-and a rank that stops (a signal, a lost server) stops them all after the same agreement.  The
+before each batch (``Peers.exchange``: one all-reduce), which a rank enters once it holds a batch or
+stops: a batch is learned when every rank holds one (with the run's totals split evenly they fill on
+the same round; a rank that is ahead waits in the agreement for the others), the global step grows by
+every rank's new steps, and a rank that stops (a signal, a lost server) stops them all at the next
+agreement.  Agreeing after every round of acting instead cost an all-reduce per env step, the
+2-rank job's time going to the ranks waiting on each other.  The
 collectives then come in one order, each rank's draws from its own seeded generators
 (``torch.manual_seed(seed + rank)``), and two runs of one torchrun command write the same rows.
 """
@@ -124,6 +126,8 @@ class Lockstep:
             stopping = self.stop.is_set()
             if self.pending is None and not stopping:
                 self.pending = source.ready_batch()
+                if self.pending is None:
+                    return True  # another round of acting: a rank agrees only once it holds a batch or stops
             agreed = peers.exchange(stopping, source.take_new_steps(), ready=self.pending is not None)
             self.new_steps += agreed.new_steps
             if agreed.stopping:
@@ -131,7 +135,7 @@ class Lockstep:
                 peers.finish(learner)
                 return False
             if len(agreed.ready) < peers.group.size:
-                return True  # another round: a rank without a batch acts for one, one with a batch keeps it
+                return True  # (a rank that left without a batch stops every rank above: not reached)
             batch, state, versions = learner.to_device(*self.pending)
             self.pending, new_steps, self.new_steps = None, self.new_steps, 0
             self._learn_batch(batch, state, new_steps, versions)

@@ -138,19 +138,28 @@ class PolicyGradientAgent(Agent):
                     mb = {k: v[:, idx] for k, v in batch.items()}
                     yield self.unroll_loss(model, mb, tuple(s[idx] for s in state))
             return
-        transitions = None
+        transitions = moments = None
+        over_ranks = f.advantage_normalization and collectives.active() is not None
         for _ in range(f.num_epochs):
             if transitions is None or f.batch_mode == "split_with_advantage_recomputation":
-                transitions = self.transitions(model, batch, state)
+                transitions, moments = self.transitions(model, batch, state), None
                 if model.value_normalizer is not None:
                     self.update_value_normalizer(model, transitions["returns/baseline"], transitions["mask"])
             if f.num_minibatches == 1:  # one minibatch of every transition: no order changes its means
-                yield self.transition_loss(model, transitions)
-                continue
-            n = transitions["advantages"].shape[0]
-            for idx in torch.randperm(n).tensor_split(f.num_minibatches):
-                idx = idx.to(batch["reward"].device)
-                yield self.transition_loss(model, {k: v[idx] for k, v in transitions.items()})
+                parts = [slice(None)]
+            else:
+                n = transitions["advantages"].shape[0]
+                parts = torch.randperm(n).to(batch["reward"].device).tensor_split(f.num_minibatches)
+            if over_ranks and (moments is None or len(parts) > 1):
+                # every minibatch's advantage statistics over the ranks in one all-reduce per epoch (once per
+                # batch with one minibatch: the advantages stay fixed until recomputed), not one per step
+                adv, mask = transitions["advantages"], transitions["mask"]
+                moments = collectives.all_reduce_sum(
+                    torch.stack([pg_lib.advantage_moments(adv[idx], mask[idx]) for idx in parts])
+                )
+            for j, idx in enumerate(parts):
+                part = {k: v[idx] for k, v in transitions.items()}
+                yield self.transition_loss(model, part, None if moments is None else moments[j])
 
     @staticmethod
     @torch.no_grad()
@@ -237,7 +246,7 @@ class PolicyGradientAgent(Agent):
         flat.update(advantages=advantages, mask=mask)
         return {k: v.flatten(0, 1) for k, v in flat.items()}
 
-    def transition_loss(self, model, tr: dict):
+    def transition_loss(self, model, tr: dict, advantage_moments=None):
         inputs = {k[3:]: v.unsqueeze(0) for k, v in tr.items() if k.startswith("in/")}
         outputs, _ = model(inputs, ())
         step = {k: v.unsqueeze(0) for k, v in tr.items() if not k.startswith("in/")}
@@ -254,12 +263,27 @@ class PolicyGradientAgent(Agent):
             step["mask"],
             step,
             explained_variance=self.batch_explained_variance,
+            advantage_moments=advantage_moments,
         )
 
-    def loss_terms(self, model, dist, log_probs, values, advantages, returns, mask, step, explained_variance=None):
+    def loss_terms(
+        self,
+        model,
+        dist,
+        log_probs,
+        values,
+        advantages,
+        returns,
+        mask,
+        step,
+        explained_variance=None,
+        advantage_moments=None,
+    ):
         """Policy + value + entropy + KL terms of one minibatch, each [T, b] reduced over the mask;
         ``values`` and ``returns`` map each stream's value key to [T, b].  ``explained_variance`` (by value
-        key): the batch's, computed once by ``transitions``; else this minibatch's from ``values``."""
+        key): the batch's, computed once by ``transitions``; else this minibatch's from ``values``.
+        ``advantage_moments``: (torchrun) the whole minibatch's advantage moments over the ranks, summed
+        already; else, under torchrun, they are summed here."""
         f = self.flags
 
         def reduce(x, mask=mask):
@@ -273,8 +297,9 @@ class PolicyGradientAgent(Agent):
             mask = mask != 0
         if f.advantage_normalization:
             # (under torchrun the minibatch is every rank's part of it: its statistics too)
-            over_ranks = collectives.all_reduce_sum if collectives.active() is not None else None
-            advantages = pg_lib.normalize_advantages(advantages, mask, all_reduce_sum=over_ranks)
+            if advantage_moments is None and collectives.active() is not None:
+                advantage_moments = collectives.all_reduce_sum(pg_lib.advantage_moments(advantages, mask))
+            advantages = pg_lib.normalize_advantages(advantages, mask, moments=advantage_moments)
         lagrange = getattr(model, "lagrange", None)
         stats = {}
         extra = torch.zeros((), device=advantages.device)
