@@ -19,8 +19,8 @@ rank; the main thread only joins those of the start):
   the same step;
 * statistics: ``Group.all_reduce_sum`` (through ``rl_core.numerics.collectives``, where ``start`` makes the group
   the active one) merges the moments of RunningMeanStd and ValueNormalizer (PopArt) updates and those of
-  each minibatch's advantages (``advantage_moments``: an epoch's minibatches in one all-reduce), and ``any_rank`` the decisions an agent takes
-  from its batch (RND's random start);
+  each minibatch's advantages (``advantage_moments``: an epoch's minibatches in one all-reduce), and
+  ``any_rank`` the decisions an agent takes from its batch (RND's random start);
 * every learner batch: ``agree`` sums the ranks' new env steps and ORs their wish to stop, so every
   rank leaves its loop after the same batch (a signal, an error, ``--total_steps``);
 * --deterministic (``rl_core.runtime.lockstep``): each rank acts and learns in turn in one thread, and the
