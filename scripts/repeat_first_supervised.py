@@ -19,9 +19,7 @@ from __future__ import annotations
 import argparse
 import time
 
-import gymnasium as gym
 import numpy as np
-import popgym  # noqa: F401  (registers the popgym-* ids)
 import torch
 from torch.nn import functional as F
 
@@ -29,6 +27,7 @@ from models import build_model
 from rl_core.config.flags import make_parser
 from rl_core.data.env_spec import DiscreteActions, EnvSpec, Observation
 from rl_core.numerics.optim import make_optimizer
+from torchbeast_memory.env import popgym_env
 from torchbeast_memory.presets import IMPALA_DEFAULTS
 
 CORE_FLAGS = {"lstm": "--use_lstm", "elstm": "--use_elstm", "rtrl": "--use_rtrl"}
@@ -40,7 +39,7 @@ def unrolls(env_id: str, num_envs: int, unroll_length: int, seed: int):
     with ``target``, the suit of each episode's first card; the envs start at scattered points of their
     episodes (every RepeatFirst episode has one length)."""
     rng = np.random.default_rng(seed)
-    envs = [gym.wrappers.FlattenObservation(gym.make(env_id)) for _ in range(num_envs)]
+    envs = [popgym_env(argparse.Namespace(env=env_id)) for _ in range(num_envs)]  # the package's encoding
     n_act = envs[0].action_space.n
     obs = [env.reset(seed=seed * 1000 + b)[0] for b, env in enumerate(envs)]
     for env in envs:
@@ -93,7 +92,7 @@ def main(argv: list[str] | None = None) -> None:
         ]
     )
     B, T = d["num_actors"], d["unroll_length"]
-    probe = gym.wrappers.FlattenObservation(gym.make(args.env))
+    probe = popgym_env(argparse.Namespace(env=args.env))
     n_obs, n_act = probe.observation_space.shape[0], probe.action_space.n
     model = build_model(flags, EnvSpec(Observation((n_obs,), "<f4"), DiscreteActions(n_act)))
     optimizer, _ = make_optimizer(flags, list(model.parameters()))
