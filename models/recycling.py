@@ -7,7 +7,8 @@ A unit i of a ReLU layer with activations h_i(x) scores (ReDo's Definition 3.1)
 over a batch of inputs (and, for a conv layer, over every position), H the layer's units; it is
 tau-dormant when s_i <= tau.  A dormant unit is recycled: its incoming weights are drawn afresh and
 its outgoing weights (the next layer's columns that read it) are zeroed, so the network computes
-the same function at the moment of recycling, and the unit can learn again.
+the same function at the moment of recycling, and the unit can learn again.  A pair with a frozen layer
+(``--freeze_conv``, ``--freeze_fc``: ``requires_grad`` off) is left alone: its fresh weights could not learn.
 
 The fresh incoming weights: orthogonal directions with their mean taken out, scaled to the mean norm
 of the layer's other units, bias 0.  ReDo draws them from the initial distribution; the mean is taken
@@ -107,6 +108,11 @@ def recycle_dormant(
     counts = {}
     for i, pair in enumerate(pairs):
         layer, nxt = pair.layer, pair.next_layer
+        if not (layer.weight.requires_grad and nxt.weight.requires_grad):
+            counts[str(i)] = (
+                0  # frozen (--freeze_conv, --freeze_fc): fresh weights could not learn, zeroed columns stay
+            )
+            continue
         dormant = dormant_scores(pair.activation) <= tau
         n = int(dormant.sum())
         counts[str(i)] = n

@@ -227,3 +227,23 @@ def test_under_torchrun_the_scores_count_every_ranks_inputs():
         assert dormant_scores(h)[0] > 0.5
     finally:
         collectives.set_active(None)
+
+
+@pytest.mark.parametrize("frozen", ["conv", "fc"])
+def test_a_frozen_stem_is_not_recycled(pong_frames, frozen):
+    """--freeze_conv / --freeze_fc (a pretrained stem, models.pretrained) with --recycle_period: fresh weights in
+    a frozen layer could never learn, and zeroed columns of a frozen next layer would silence a unit for good, so a
+    pair with a frozen layer keeps its weights; the trainable pairs are still recycled."""
+    from models.pretrained import freeze
+
+    model = model_with_dead_filters()
+    freeze(model, conv=frozen == "conv", fc=frozen == "fc")
+    before = {k: v.clone() for k, v in model.stem.state_dict().items()}
+    counts = recycle_dormant(model.recycle_pairs(pong_frames), tau=0.0)
+    after = model.stem.state_dict()
+    if frozen == "conv":  # every pair holds a frozen conv
+        assert counts == {"0": 0, "1": 0, "2": 0}
+        assert all(torch.equal(after[k], before[k]) for k in before)
+    else:  # conv3 -> fc reads into the frozen fc: left; conv1 -> conv2 still recycled
+        assert counts["2"] == 0 and torch.equal(after["fc.weight"], before["fc.weight"])
+        assert counts["0"] >= 4 and not torch.equal(after["conv1.weight"], before["conv1.weight"])
