@@ -6,7 +6,8 @@ For every parameter: the median of sqrt(v), the optimizer's running second momen
 Adam's ``exp_avg_sq``), and the mean over its elements of sqrt(v) / (sqrt(v) + eps), the share of one learning
 rate by which eps lets that element move per update.  For an AtariNet stem (``--model atari``): how many
 channels of each convolution fire (ReLU > 0) anywhere in 80 frames of random play (every 5th step); a channel that never does
-gets no gradient again.
+gets no gradient again; how many of the stem's fc units fire, and for an eLSTM core how far its gates'
+pre-activations sit in the flat tails of tanh and sigmoid.
 """
 
 from __future__ import annotations
@@ -80,6 +81,29 @@ def stem_report(state: dict, frames: torch.Tensor) -> list[str]:
     return lines
 
 
+def core_report(state: dict, frames: torch.Tensor) -> list[str]:
+    """The stem's fc units that fire somewhere in ``frames`` and their largest output, and for an eLSTM core
+    (``core.W_z``) the mean |pre-activation| its gates get from those features (W x + b, the cell's own term
+    aside): past about 3 tanh and sigmoid are flat, and the core passes no gradient to its weights or the stem."""
+    from models.vision import AtariNetStem
+
+    stem = AtariNetStem(frames.shape[1:])
+    stem.load_state_dict({k[len("stem.") :]: v.float() for k, v in state.items() if k.startswith("stem.")})
+    with torch.no_grad():
+        features = stem(frames)
+    alive = int((features > 0).any(0).sum())
+    lines = [
+        f"  fc: {alive} of {features.shape[1]} units fire on some frame; largest output {features.max().item():.3g}"
+    ]
+    if "core.W_z" in state:
+        n = features.shape[1]
+        for gate in ("z", "f"):
+            weight, bias = state[f"core.W_{gate}"].float()[:, :n], state[f"core.b_{gate}"].float()
+            pre = (features @ weight.T + bias).abs().mean().item()
+            lines.append(f"  core gate {gate}: mean |W_{gate} x + b_{gate}| {pre:.3g} over the frames")
+    return lines
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("checkpoints", nargs="+", type=Path)
@@ -93,6 +117,7 @@ def main(argv=None) -> None:
         if "stem.conv1.weight" in checkpoint["model_state_dict"]:
             frames = random_play_frames(args.game) if frames is None else frames
             print("\n".join(stem_report(checkpoint["model_state_dict"], frames)))
+            print("\n".join(core_report(checkpoint["model_state_dict"], frames)))
 
 
 if __name__ == "__main__":

@@ -48,3 +48,31 @@ def test_parameters_are_numbered_not_misnamed_when_the_state_dict_holds_buffers(
     checkpoint["model_state_dict"] = {"obs_mean": torch.zeros(4), **checkpoint["model_state_dict"]}
     lines = script.optimizer_report(checkpoint)
     assert [line.split()[:2] for line in lines[:2]] == [["parameter", "0"], ["parameter", "1"]]
+
+
+def test_the_core_report_shows_features_that_saturate_an_elstms_gates():
+    """fc units that never fire are counted; features 100 times larger put the eLSTM's gate pre-activations
+    100 times further out (W x + b with b = 0)."""
+    from models.elstm import ELSTMCore
+
+    script = load_script("probe_checkpoint")
+    frames = script.random_play_frames("PongNoFrameskip-v4", count=10)
+    torch.manual_seed(0)
+    stem = AtariNetStem((4, 84, 84))
+    core = ELSTMCore(stem.out_size + 7, 16)
+    with torch.no_grad():
+        stem.fc.bias[:100] = -1e3  # never fire
+        core.b_z.zero_()
+        core.b_f.zero_()
+    reports = []
+    for scale in (1.0, 100.0):
+        with torch.no_grad():
+            stem.fc.weight.mul_(scale)
+            stem.fc.bias[100:] = 0.0
+        state = {**{f"stem.{k}": v for k, v in stem.state_dict().items()}}
+        state.update({f"core.{k}": v for k, v in core.state_dict().items()})
+        reports.append(script.core_report(state, frames))
+    small, large = reports
+    assert small[0].startswith("  fc: ") and int(small[0].split()[1]) <= 412
+    pre = [[float(line.split()[-4]) for line in lines[1:]] for lines in (small, large)]
+    assert len(pre[0]) == 2 and all(abs(b / a - 100) < 1 for a, b in zip(*pre)), pre
