@@ -900,16 +900,26 @@ def rate_cell(group: list[Run], info: dict[str, dict]) -> str:
 TRANSCRIBED_MARK = "†"
 
 
+CORE_FLAGS = ("--use_lstm", "--use_elstm", "--use_quasi_lstm", "--use_rtrl")
+
+
+def experiments_page(package: str, agent: str, summary: dict) -> str:
+    """The page of docs/experiments/ that holds a run's history: its package's where it has one (``memory.md``
+    for ``torchbeast_memory``), ``recurrent.md`` for a run its command gives a recurrent core, else its agent's."""
+    experiments = os.path.join(REPO, "docs", "experiments")
+    page = os.path.join(experiments, f"{package.removeprefix('torchbeast_')}.md")
+    if os.path.exists(page):
+        return page
+    if any(word.split("=")[0] in CORE_FLAGS for word in str(summary.get("command", "")).split()):
+        return os.path.join(experiments, "recurrent.md")
+    return os.path.join(experiments, f"{agent.split('+')[0]}.md")
+
+
 def render_row(group: list[Run], info: dict[str, dict], anchors: dict, out_dir: str) -> list[str]:
     """One row of a package's table: the (env, agent) group's summaries; the agent links its history in
-    docs/experiments/ (the package's page where it has one, ``memory.md`` for ``torchbeast_memory``, else the
-    agent's), a transcribed run's seed is marked."""
+    docs/experiments/ (``experiments_page``), a transcribed run's seed is marked."""
     run = group[0]
-    experiments = os.path.join(REPO, "docs", "experiments")
-    page = os.path.join(experiments, f"{info[run.run_dir]['package'].removeprefix('torchbeast_')}.md")
-    if not os.path.exists(page):
-        page = os.path.join(experiments, f"{run.agent.split('+')[0]}.md")
-    log = os.path.relpath(page, out_dir)
+    log = os.path.relpath(experiments_page(info[run.run_dir]["package"], run.agent, info[run.run_dir]), out_dir)
     return [
         run.env,
         f"[{run.name}]({log})",

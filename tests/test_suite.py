@@ -649,3 +649,18 @@ def test_anchors_name_their_sources_and_increase_in_steps():
         assert source["name"] and source["url"].startswith("https://")
         steps = [step for step, _ in anchor["points"]]
         assert steps == sorted(set(steps))
+
+
+def test_a_row_links_its_packages_page_then_recurrent_md_for_a_core_then_its_agents():
+    from benchmarks import suite
+
+    def page(package, agent, command):
+        return os.path.basename(suite.experiments_page(package, agent, {"command": command}))
+
+    pong = "python -m torchbeast_atari.polybeast --env PongNoFrameskip-v4 --seed 1"
+    assert page("torchbeast_atari", "impala", pong) == "impala.md"
+    assert page("torchbeast_atari", "impala", pong + " --use_rtrl") == "recurrent.md"
+    assert page("torchbeast_atari", "ppo", pong + " --use_lstm=True") == "recurrent.md"
+    assert page("torchbeast_atari", "r2d2", pong) == "r2d2.md"  # its LSTM is the agent's default, not a flag
+    assert page("torchbeast_memory", "impala", "python -m torchbeast_memory.polybeast --use_rtrl") == "memory.md"
+    assert page("torchbeast_atari", "impala+rnd", pong) == "impala.md"
