@@ -109,9 +109,8 @@ def recycle_dormant(
     for i, pair in enumerate(pairs):
         layer, nxt = pair.layer, pair.next_layer
         if not (layer.weight.requires_grad and nxt.weight.requires_grad):
-            counts[str(i)] = (
-                0  # frozen (--freeze_conv, --freeze_fc): fresh weights could not learn, zeroed columns stay
-            )
+            # frozen (--freeze_conv, --freeze_fc): fresh weights could not learn, zeroed columns would stay zero
+            counts[str(i)] = 0
             continue
         dormant = dormant_scores(pair.activation) <= tau
         n = int(dormant.sum())
