@@ -113,6 +113,7 @@ def build_model(flags, spec: EnvSpec):
         obs_normalizer=obs_normalizer,
         obs_clip=flags.obs_clip,
         value_normalizer=value_normalizer,
+        stem_value=bool(getattr(flags, "stem_value", False)),
     )
     if flags.init == "orthogonal":
         from models.init import orthogonal_init

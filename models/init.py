@@ -3,7 +3,7 @@
 Andrychowicz et al. 2020 (decisions C57-C59) find the last policy layer's scale matters
 most: scaled down by 100 (``policy_scale`` 0.01) the initial policy is nearly uniform
 (discrete) or has its mean near 0 (continuous).  Hidden layers get gain sqrt(2), the
-value head gain 1, every bias 0.  Recurrent cores keep their own initialisation.
+value heads gain 1, every bias 0.  Recurrent cores keep their own initialisation.
 """
 
 from __future__ import annotations
@@ -41,3 +41,5 @@ def orthogonal_init(model: nn.Module, policy_scale: float = 0.01) -> None:
     last = policy.mean if hasattr(policy, "mean") else policy
     orthogonal_weight(last.weight, policy_scale)
     orthogonal_weight(model.baseline.weight, 1.0)
+    if getattr(model, "stem_baseline", None) is not None:
+        orthogonal_weight(model.stem_baseline.weight, 1.0)

@@ -22,6 +22,12 @@ heads beside ``baseline``, each a linear layer on the baseline's input: RND's in
 ``int_baseline`` (Burda et al. 2018, Section 2.3: two value heads).  Each adds an output of
 that name, [T, B].
 
+``stem_value`` (recurrent models only) adds ``stem_baseline`` [T, B], a second value head, linear on the core's
+input (the stem's features, reward, last action).  Trained on the env's reward (``--stem_value``: a value stream of
+coefficient 0, so no policy gradient), it gives the stem a gradient that does not pass through the core's gates,
+as a feedforward model's heads do (docs/experiments/recurrent.md: read only through a core, an Atari stem's
+features grow until the gates saturate).  It predicts unnormalized values, as ``extra_values`` do.
+
 ``value_stem`` (feedforward models only) gives the baseline its own tower, so the
 value loss does not steer the policy's features (SB3's default for MLP policies).
 
@@ -54,12 +60,17 @@ class ActorCritic(nn.Module):
         obs_normalizer: nn.Module | None = None,
         obs_clip: float = 10.0,
         value_normalizer: nn.Module | None = None,
+        stem_value: bool = False,
     ):
         """``num_actions``: A for discrete actions, the action dimension D with a ``policy_head``
         (a callable ``head_in -> module``, e.g. a GaussianHead factory) for box actions."""
         super().__init__()
         if core is not None and value_stem is not None:
             raise ValueError("a separate value tower needs a feedforward model (no recurrent core)")
+        if stem_value and core is None:
+            raise ValueError(
+                "a value head on the stem needs a recurrent core: a feedforward model's heads read the stem"
+            )
         self.stem = stem
         self.value_stem = value_stem
         self.num_actions = num_actions
@@ -75,6 +86,7 @@ class ActorCritic(nn.Module):
         value_in = value_stem.out_size + self.extra_inputs if value_stem is not None else head_in
         self.baseline = nn.Linear(value_in, 1)
         self.extra_values = nn.ModuleDict()
+        self.stem_baseline = nn.Linear(self.core_input_size, 1) if stem_value else None
         self.obs_normalizer = obs_normalizer
         self.obs_clip = obs_clip
         self.value_normalizer = value_normalizer
@@ -98,6 +110,13 @@ class ActorCritic(nn.Module):
         """Stem, [features, clipped reward, last action], core: ``(x [T, B, F], extra, flat_obs, state)``;
         ``extra`` holds the reward and last-action inputs, ``flat_obs`` the (normalized) observations
         [T*B, ...] (a separate value tower reads them)."""
+        x, extra, flat_obs = self.core_input(inputs)
+        if self.core is not None:
+            x, state = self.core(x, inputs["done"], state)
+        return x, extra, flat_obs, state
+
+    def core_input(self, inputs: dict):
+        """Stem and [features, clipped reward, last action]: ``(x [T, B, F], extra, flat_obs)``, as ``torso``."""
         obs = inputs["obs"]
         T, B = obs.shape[:2]
         if self.obs_normalizer is not None:
@@ -114,10 +133,7 @@ class ActorCritic(nn.Module):
             else:
                 last = F.one_hot(inputs["last_action"].long(), self.num_actions).to(features.dtype)
             extra.append(last * not_done)
-        x = torch.cat([features, *extra], dim=-1)
-        if self.core is not None:
-            x, state = self.core(x, inputs["done"], state)
-        return x, extra, flat_obs, state
+        return torch.cat([features, *extra], dim=-1), extra, flat_obs
 
     @property
     def recyclable(self) -> bool:
@@ -135,7 +151,10 @@ class ActorCritic(nn.Module):
         return pairs(obs.reshape(-1, *obs.shape[-len(self.stem.obs_shape) :]))
 
     def forward(self, inputs: dict, state: tuple = ()):
-        x, extra, flat_obs, state = self.torso(inputs, state)
+        core_in, extra, flat_obs = self.core_input(inputs)
+        x = core_in
+        if self.core is not None:
+            x, state = self.core(core_in, inputs["done"], state)
         T, B = x.shape[:2]
         dtype = self.head_dtype()
         if self.value_stem is not None:
@@ -148,6 +167,8 @@ class ActorCritic(nn.Module):
             baseline = self.value_normalizer.denormalize(baseline)
         outputs = dict(self.policy(x)) if self.continuous else {"policy_logits": self.policy(x)}
         outputs["baseline"] = baseline
+        if self.stem_baseline is not None:
+            outputs["stem_baseline"] = self.stem_baseline(core_in).squeeze(-1)
         for name, head in self.extra_values.items():
             outputs[name] = head(value_x).squeeze(-1)
         return outputs, state

@@ -657,3 +657,66 @@ def test_every_agent_declares_its_traits():
     assert set(agents.rank_shares()) == {name for t in agents.TRAITS.values() for name in t.rank_shares} | {
         "rnd_init_steps"
     }
+
+
+@pytest.mark.parametrize("agent_name", ["impala", "ppo"])
+def test_the_stem_value_head_learns_its_own_values_and_leaves_the_policy_gradient_alone(agent_name):
+    """--stem_value: a value stream of coefficient 0 on ``stem_baseline``.  On one model and batch the agent with it
+    gives the policy the same gradient as the agent without, and adds the head's own value loss: for IMPALA,
+    baseline_cost * 0.5 * sum (v_s - V_stem)^2 with v_s V-trace's targets (IMPALA eq. 1) from the head's values."""
+    from rl_core.losses import vtrace
+
+    common = (f"--agent={agent_name}", "--use_lstm", "--baseline_cost=0.7", "--discounting=0.9")
+    plain, with_head = make_agent(flags(*common), DISCRETE), make_agent(flags(*common, "--stem_value"), DISCRETE)
+    assert [s.name for s in with_head.streams] == ["ext", "stem"] and with_head.streams[1].coef == 0
+    torch.manual_seed(2)
+    model = with_head.build_model()
+    batch = random_batch(DISCRETE, with_head, model, seed=4, truncate=False)
+    batch["stem_baseline"] = torch.randn(T + 1, B)
+    assert set(with_head.unroll_fields()) - set(plain.unroll_fields()) == {"stem_baseline"}
+
+    def grads(agent):
+        model.zero_grad()
+        loss, stats = next(iter(agent.updates(model, batch, model.initial_state(B))))
+        loss.backward()
+        return loss, stats, {n: p.grad.clone() if p.grad is not None else None for n, p in model.named_parameters()}
+
+    loss0, stats0, g0 = grads(plain)
+    loss1, stats1, g1 = grads(with_head)
+    assert stats1["pg_loss"] == pytest.approx(stats0["pg_loss"], rel=1e-6)
+    heads_and_core = [n for n in g0 if n.startswith(("core.", "policy.", "baseline."))]
+    assert any(n.startswith("core.") for n in heads_and_core)
+    for name in heads_and_core:  # the head reads the core's input: the core and the other heads learn as before
+        torch.testing.assert_close(g1[name], g0[name])
+    assert g0["stem_baseline.weight"] is None or not g0["stem_baseline.weight"].any()
+    assert g1["stem_baseline.weight"].abs().sum() > 0
+    stem_weight = next(n for n in g1 if n.startswith("stem.") and n.endswith("weight"))
+    assert not torch.allclose(g1[stem_weight], g0[stem_weight])  # the head's gradient reaches the stem
+    if agent_name == "impala":
+        inputs = {"obs": batch["obs"], "reward": batch["reward"], "done": batch["done"], "last_action": batch["action"]}
+        with torch.no_grad():
+            out, _ = model(inputs, model.initial_state(B))
+        v = out["stem_baseline"]
+        targets = vtrace.from_logits(
+            batch["policy_logits"][1:],
+            out["policy_logits"][:-1],
+            batch["action"][1:],
+            (~batch["done"][1:]).float() * 0.9,
+            batch["reward"][1:].clamp(-1, 1),
+            v[:-1],
+            v[-1],
+        ).vs
+        expected = 0.7 * 0.5 * ((targets - v[:-1]) ** 2).sum()
+        assert (loss1 - loss0).item() == pytest.approx(expected.item(), rel=1e-5)
+        assert "stem_explained_variance" in stats1
+
+
+def test_stem_value_without_a_core_or_on_a_q_learner_is_refused_in_one_line(capsys):
+    import torchbeast_gym.env as gym_pkg
+    from tests.proc_utils import flag_error_line
+
+    line = flag_error_line(capsys, gym_pkg, "--stem_value")
+    assert "--stem_value" in line and "--use_lstm" in line
+    for agent in ("r2d2", "sac"):
+        line = flag_error_line(capsys, gym_pkg, f"--agent={agent}", "--stem_value")
+        assert f"--agent {agent}" in line and "drop --stem_value" in line

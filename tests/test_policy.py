@@ -143,3 +143,29 @@ def test_bfloat16_stem_inference_copy(model_flags):
         inference.stem.state_dict(), {k: v.bfloat16() for k, v in model.stem.state_dict().items()}, rtol=0, atol=0
     )
     assert torch.equal(inference.policy.weight, model.policy.weight)
+
+
+@pytest.mark.parametrize("core", ["--use_lstm", "--use_rtrl"])
+def test_the_stem_value_head_reads_the_cores_input(core):
+    """``stem_baseline`` is a linear head on [features, reward, last action]: its gradient reaches the stem and
+    never the core; a feedforward model has no such head (its heads read the stem already)."""
+    torch.manual_seed(0)
+    model = build_model(make_parser().parse_args([core, "--stem_value"]), SPEC)
+    out = outputs(model, torch.zeros(5, 3, dtype=torch.long))
+    assert out["stem_baseline"].shape == out["baseline"].shape == (5, 3)
+    g = torch.Generator().manual_seed(0)
+    inputs = {
+        "obs": torch.rand(5, 3, 3, generator=g),
+        "reward": torch.randn(5, 3, generator=g),
+        "done": torch.zeros(5, 3, dtype=torch.bool),
+        "last_action": torch.zeros(5, 3, dtype=torch.long),
+    }
+    core_in, _, _ = model.core_input(inputs)
+    torch.testing.assert_close(out["stem_baseline"], model.stem_baseline(core_in).squeeze(-1))
+    model.zero_grad()
+    out["stem_baseline"].sum().backward()
+    assert all(p.grad is None or not p.grad.any() for p in model.core.parameters())
+    assert all(p.grad is not None and p.grad.any() for n, p in model.stem.named_parameters() if n.endswith("weight"))
+    assert build_model(make_parser().parse_args([core]), SPEC).stem_baseline is None
+    with pytest.raises(ValueError, match="recurrent core"):
+        type(model)(model.stem, 4, stem_value=True)

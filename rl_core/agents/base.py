@@ -73,6 +73,21 @@ def extrinsic_stream(flags, coef: float = 1.0) -> ValueStream:
     return ValueStream("ext", "baseline", "reward", flags.discounting, coef, True, flags.reward_clipping == "abs_one")
 
 
+def stem_value_stream(flags) -> ValueStream:
+    """--stem_value: the env's reward again, for ``stem_baseline`` (``models.policy.ActorCritic``), with coefficient 0:
+    the head learns values of its own and adds no policy gradient."""
+    clip = flags.reward_clipping == "abs_one"
+    return ValueStream("stem", "stem_baseline", "reward", flags.discounting, 0.0, True, clip)
+
+
+def actor_critic_streams(flags, ext_coef: float = 1.0) -> tuple[ValueStream, ...]:
+    """The env's stream, and with --stem_value the stem's value head's."""
+    streams = (extrinsic_stream(flags, coef=ext_coef),)
+    if getattr(flags, "stem_value", False):
+        streams += (stem_value_stream(flags),)
+    return streams
+
+
 class Agent:
     name = "agent"
 

@@ -60,6 +60,14 @@ def actor_critic(p: argparse.ArgumentParser) -> None:
     )
     a("--num_minibatches", type=int, default=1, help="Minibatches (optimizer steps) per pass.")
     a(
+        "--stem_value",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="With a recurrent core: a second value head, linear on the core's input (the stem's features), learning "
+        "the env's return beside the core's and adding no policy gradient, so the stem gets a gradient that does "
+        "not pass through the core's gates (without it an Atari stem's features grow until they saturate them).",
+    )
+    a(
         "--batch_mode",
         default="shuffle",
         choices=["repeat", "shuffle", "split", "split_with_advantage_recomputation"],
@@ -118,6 +126,11 @@ def actor_critic(p: argparse.ArgumentParser) -> None:
 
 def check_actor_critic(parser: argparse.ArgumentParser, flags: argparse.Namespace) -> None:
     """The actor-critic flags that contradict each other, whatever the agent."""
+    if flags.stem_value and not (flags.use_lstm or flags.use_quasi_lstm or flags.use_rtrl):
+        parser.error(
+            "--stem_value adds a value head on the stem's features beside a recurrent core's; without one the "
+            "model's heads read the stem already: add --use_lstm / --use_elstm / --use_rtrl, or drop --stem_value"
+        )
     if flags.entropy_decay != "none" and getattr(flags, "target_entropy", None) is not None:
         parser.error(
             "--target_entropy learns the entropy's multiplier in place of --entropy_cost, so there is no "

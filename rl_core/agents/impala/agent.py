@@ -6,7 +6,7 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from rl_core.agents.base import Agent, extrinsic_stream
+from rl_core.agents.base import Agent, actor_critic_streams
 from rl_core.losses.advantages import stream_rewards_and_discounts
 from rl_core.losses.impala import ValueHead, multi_head_impala_loss
 
@@ -41,7 +41,7 @@ class ImpalaAgent(Agent):
 
     def __init__(self, flags, spec=None):
         super().__init__(flags, spec)
-        self.streams = (extrinsic_stream(flags),) if flags is not None else ()
+        self.streams = actor_critic_streams(flags) if flags is not None else ()
 
     def unroll_fields(self):
         n = self.spec.num_actions

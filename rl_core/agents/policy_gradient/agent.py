@@ -27,7 +27,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from rl_core.agents.base import Agent, extrinsic_stream
+from rl_core.agents.base import Agent, actor_critic_streams
 from rl_core.data.batch import action_field
 from rl_core.agents.impala.agent import sample_actions
 from rl_core.numerics import collectives
@@ -61,7 +61,7 @@ class PolicyGradientAgent(Agent):
     def __init__(self, flags, spec=None):
         super().__init__(flags, spec)
         self.kind = flags.agent
-        self.streams = (extrinsic_stream(flags),)
+        self.streams = actor_critic_streams(flags)
         self.batch_explained_variance: dict | None = None  # by value key, from ``transitions``
         self.clip_share = lambda: 1.0  # the share of --ppo_clip in force (--ppo_clip_decay)
         if spec is not None:

@@ -34,7 +34,7 @@ import torch
 from torch import nn
 
 from rl_core.numerics import collectives
-from rl_core.agents.base import Agent, ValueStream, extrinsic_stream
+from rl_core.agents.base import Agent, ValueStream, actor_critic_streams
 from rl_core.losses import rnd as rnd_lib
 from rl_core.losses.scan import discounted_scan
 
@@ -73,7 +73,7 @@ class RNDAgent(Agent):
         super().__init__(flags, spec)
         self.inner = inner
         self.name = f"{flags.agent}+rnd"
-        inner.streams = (extrinsic_stream(flags, coef=flags.ext_coef), intrinsic_stream(flags))
+        inner.streams = (*actor_critic_streams(flags, ext_coef=flags.ext_coef), intrinsic_stream(flags))
         self.random_steps_left = int(flags.rnd_init_steps)
         self._stats_lock = threading.Lock()
         self._episode_returns: list[float] = []

@@ -98,6 +98,11 @@ def add_flags(p: argparse.ArgumentParser) -> None:
 
 
 def check_flags(parser: argparse.ArgumentParser, flags: argparse.Namespace) -> None:
+    if flags.stem_value:
+        parser.error(
+            "--stem_value adds a value head on the stem beside the core of impala and the on-policy agents; "
+            "--agent sac has no recurrent core: drop --stem_value"
+        )
     if flags.entropy_decay != "none":
         parser.error(
             "--entropy_decay schedules the entropy cost of impala and the on-policy agents; --agent sac "
