@@ -42,8 +42,15 @@ PPO_ONLY = ("batch_mode", "value_clip", "deterministic")  # the one-pass variant
 
 
 def core_defaults(agent: str, core: str | None) -> dict:
-    """With a recurrent core, PPO's minibatches keep unrolls whole (a core cannot learn from split transitions)."""
-    return {"batch_mode": "shuffle"} if core is not None and agent == "ppo" else {}
+    """With a recurrent core, PPO's minibatches keep unrolls whole (a core cannot learn from split transitions);
+    IMPALA's stem gets a value head of its own (--stem_value): read only through the core, the stem's features grew
+    until the core's gates saturated and Pong stayed at -20.3 to 2.4M; with it the RTRL eLSTM learned Pong from
+    scratch (docs/experiments/recurrent.md, "A value head on the stem")."""
+    if core is None:
+        return {}
+    if agent == "ppo":
+        return {"batch_mode": "shuffle"}
+    return {"stem_value": True} if agent == "impala" else {}
 
 
 # R2D2: the paper's recurrent agent (rl_core.agents.r2d2.R2D2_DEFAULTS) scaled to thousands of updates on 2 cores:
