@@ -214,6 +214,27 @@ def test_minigrid_gets_impalas_defaults_for_rewards_once_an_episode_over_popgyms
 
 
 @pytest.mark.parametrize(
+    "env, discount",
+    [
+        ("popgym-RepeatPreviousEasy-v0", 0.0),
+        ("popgym-RepeatFirstMedium-v0", 0.0),
+        ("popgym-CountRecallHard-v0", 0.0),
+        ("popgym-MineSweeperEasy-v0", 0.99),  # an answer changes what comes next
+        ("MiniGrid-MemoryS13-v0", 0.99),
+    ],
+)
+def test_impala_discounts_nothing_on_the_card_tasks_whose_deal_no_answer_changes(env, discount):
+    parsed = entry.parse_command_line(memory_env, ["--env", env])
+    assert parsed.flags.discounting == discount
+    if discount == 0.0:
+        assert parsed.sources["discounting"] == f"torchbeast_memory: --agent impala on --env {env}"
+    ppo = entry.parse_command_line(memory_env, ["--env", env, "--agent", "ppo"])
+    assert ppo.sources["discounting"] != f"torchbeast_memory: --agent impala on --env {env}"
+    given = entry.parse_command_line(memory_env, ["--env", env, "--discounting", "0.9"])
+    assert given.flags.discounting == 0.9  # a flag given wins
+
+
+@pytest.mark.parametrize(
     "argv, words",
     [
         (["--env", "CartPole-v1"], "not a POPGym or MiniGrid id"),
