@@ -986,7 +986,7 @@ def wrapped_command(command: str) -> list[str]:
 
 def command_block(groups: list[list[Run]], info: dict[str, dict]) -> list[str]:
     """The runs' commands as a shell block: per (env, agent) the first seed's, and each other seed's that differs
-    in more than the run's identity (RUN_IDENTITY)."""
+    in more than the run's identity (RUN_IDENTITY); each with the commit it ran at (its defaults)."""
     lines = ["```sh"]
     for group in groups:
         kinds: dict[tuple[str, ...], list[Run]] = {}
@@ -996,6 +996,7 @@ def command_block(groups: list[list[Run]], info: dict[str, dict]) -> list[str]:
             summary = info[runs[0].run_dir]
             world = (summary.get("distributed") or {}).get("world_size")
             others = [str(r.seed) for r in runs[1:]]
+            commits = list(dict.fromkeys(c[:7] for r in runs if (c := info[r.run_dir].get("git_commit"))))
             lines.append(
                 f"# {runs[0].env} {runs[0].name}, seed {runs[0].seed}"
                 + (
@@ -1005,6 +1006,7 @@ def command_block(groups: list[list[Run]], info: dict[str, dict]) -> list[str]:
                     else ""
                 )
                 + (f", under torchrun, world size {world}" if world else "")
+                + (f", at commit {' / '.join(commits)}" if commits else "")
             )
             lines += wrapped_command(summary["command"])
     return lines + ["```"]
@@ -1120,7 +1122,10 @@ def render_package(package: str, runs: list[Run], info: dict[str, dict], anchors
             "",
         ]
     lines += [
-        prose("Commands (every flag not given is the package's default for the agent):"),
+        prose(
+            "Commands (every flag not given is the package's default for the agent at the commit the run was made "
+            "at, which a later default does not change):"
+        ),
         "",
         *command_block(list(groups.values()), info),
         "",

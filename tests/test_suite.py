@@ -452,7 +452,10 @@ def test_render_writes_the_region_and_curves_from_summaries_alone(suite, tmp_pat
         "# PongNoFrameskip-v4 ppo, seed 1 (seed 2 the same with its own --seed, --xpid)",
         "python -m torchbeast_atari.polybeast --env PongNoFrameskip-v4 --agent ppo --seed 1",
     ]
-    assert blocks[1].startswith("# CartPole-v1 impala, seed 1 (seed 2 the same with its own --seed, --xpid)\n")
+    commit = cart[0]["git_commit"][:7]  # the commit a run was made at names its defaults
+    assert blocks[1].startswith(
+        f"# CartPole-v1 impala, seed 1 (seed 2 the same with its own --seed, --xpid), at commit {commit}\n"
+    )
     assert blocks[1].split("\n", 1)[1].replace(" \\\n    ", " ") == cart[0]["command"]
     assert all(len(line) <= 120 for line in blocks[1].splitlines())
     assert "### Atari (`torchbeast_atari`)" in text and "### gym (`torchbeast_gym`)" in text and "†" not in text
