@@ -29,8 +29,8 @@ MINIGRID_IMPALA_DEFAULTS = dict(learning_rate=0.0005, entropy_cost=0.01)
 # changes its own reward and nothing after it, and every discount has the same best policy.  At 0 the advantage is
 # r_t - V(x_t); at 0.99 each step's target also sums the later answers' rewards (+-1/48 each, at random to this
 # answer) to the unroll's end.  Measured (docs/experiments/memory.md, "Discount 0"): RepeatPreviousEasy's LSTM
-# reached 0.95 by 200k steps on seeds 1-4 where at 0.99 it crossed 0.5 between 400k and 950k; CountRecallEasy's
-# reached 0.81 at 15M where at 0.99 it stayed at -0.78.
+# first reached 0.5 within 110k-210k steps on seeds 1-4 (in lockstep) where at 0.99 it took 390k to past 1M;
+# CountRecallEasy's reached 0.86 at 15M with no other flag where at 0.99 it stayed at -0.78.
 CARD_TASKS = ("popgym-RepeatPrevious", "popgym-RepeatFirst", "popgym-CountRecall")
 CARD_TASK_IMPALA_DEFAULTS = dict(discounting=0.0)
 
