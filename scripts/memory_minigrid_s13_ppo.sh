@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# MiniGrid-MemoryS13 (the default 7x7 view) learned by PPO with an LSTM, in the three stages measured in
+# docs/experiments/memory.md ("MiniGrid-MemoryS13 learned"), each resuming the last one's checkpoint:
+#   1. 99 fixed layouts (--num_levels 99, recurrent-ppo-truncated-bptt's seeds) to 1M steps;
+#   2. fresh layouts to 2.2M steps (where the measured run was stopped; shorter is not measured);
+#   3. fresh layouts to 3.2M steps at entropy cost 0.05, high enough that the look back is tried and learned.
+# PPO takes recurrent-ppo-truncated-bptt's MiniGrid values (its minigrid.yaml): 4 epochs of 8 minibatches over
+# 4,096 steps, Adam 2e-4, clip 0.2, value cost 0.25, gradient norm 0.5, entropy cost 0.001 until stage 3.
+# CORE=lstm | feedforward (the control).  Extra flags go to every stage, e.g. --dry_run.
+set -euo pipefail
+SAVE_DIR=${SAVE_DIR:-saved_models_memory}
+SEED=${SEED:-1}
+CORE=${CORE:-lstm}
+case "${CORE}" in
+  lstm) CORE_FLAG=--use_lstm ;;
+  feedforward) CORE_FLAG=--feedforward ;;
+  *) echo "CORE=${CORE}: give lstm or feedforward" >&2; exit 2 ;;
+esac
+stage() {
+  python -m torchbeast_memory.polybeast \
+       --env MiniGrid-MemoryS13-v0 \
+       --agent ppo \
+       "${CORE_FLAG}" \
+       --seed "${SEED}" \
+       --pipes_basename "unix:/tmp/pb_memory_s13_ppo_${CORE}_seed${SEED}" \
+       --num_actors 16 \
+       --num_servers 2 \
+       --unroll_length 32 \
+       --batch_size 128 \
+       --num_epochs 4 \
+       --num_minibatches 8 \
+       --optimizer adam \
+       --learning_rate 0.0002 \
+       --epsilon 1e-5 \
+       --lr_decay none \
+       --baseline_cost 0.25 \
+       --advantage_normalization \
+       --grad_norm_clipping 0.5 \
+       --init orthogonal \
+       --xpid "MiniGrid-MemoryS13-v0_ppo_${CORE}_seed${SEED}" \
+       --savedir "${SAVE_DIR}" \
+       "$@"
+}
+stage --num_levels 99 --total_steps 1_000_000 --entropy_cost 0.001 --disable_final_test "$@"
+stage --num_levels 0 --total_steps 2_200_000 --entropy_cost 0.001 --disable_final_test "$@"
+stage --num_levels 0 --total_steps 3_200_000 --entropy_cost 0.05 "$@"
