@@ -6,7 +6,9 @@
 #   3. fresh layouts to 3.2M steps at entropy cost 0.05, high enough that the look back is tried and learned.
 # PPO takes recurrent-ppo-truncated-bptt's MiniGrid values (its minigrid.yaml): 4 epochs of 8 minibatches over
 # 4,096 steps, Adam 2e-4, clip 0.2, value cost 0.25, gradient norm 0.5, entropy cost 0.001 until stage 3.
-# CORE=lstm | feedforward (the control).  Extra flags go to every stage, e.g. --dry_run.
+# CORE=lstm | feedforward (the control).  Extra flags go to every stage, e.g. --dry_run.  A stage stopped early
+# (Ctrl-C, SIGTERM) saves its checkpoint and ends the script; the same command resumes it, a stage already done
+# finishing at once.
 set -euo pipefail
 SAVE_DIR=${SAVE_DIR:-saved_models_memory}
 SEED=${SEED:-1}
@@ -16,6 +18,7 @@ case "${CORE}" in
   feedforward) CORE_FLAG=--feedforward ;;
   *) echo "CORE=${CORE}: give lstm or feedforward" >&2; exit 2 ;;
 esac
+XPID="MiniGrid-MemoryS13-v0_ppo_${CORE}_seed${SEED}"
 stage() {
   python -m torchbeast_memory.polybeast \
        --env MiniGrid-MemoryS13-v0 \
@@ -37,9 +40,14 @@ stage() {
        --advantage_normalization \
        --grad_norm_clipping 0.5 \
        --init orthogonal \
-       --xpid "MiniGrid-MemoryS13-v0_ppo_${CORE}_seed${SEED}" \
+       --xpid "${XPID}" \
        --savedir "${SAVE_DIR}" \
        "$@"
+  case " $* " in *" --dry_run "*) return 0 ;; esac
+  # a run stopped early also exits 0: its meta.json says how it ended
+  python -c 'import json, sys; sys.exit(json.load(open(sys.argv[1])).get("reason") != "finished")' \
+       "${SAVE_DIR}/${XPID}/meta.json" \
+    || { echo "${XPID}: this stage did not finish; the same command resumes it" >&2; exit 1; }
 }
 stage --num_levels 99 --total_steps 1_000_000 --entropy_cost 0.001 --disable_final_test "$@"
 stage --num_levels 0 --total_steps 2_200_000 --entropy_cost 0.001 --disable_final_test "$@"
