@@ -162,6 +162,8 @@ def run_layout(
         p.join(10)
     for c in conns:
         c.close()
+    for t in threads:  # a daemon thread left in torch's C++ at interpreter exit aborts the process
+        t.join(10)
     return steps / wall, cpu / (wall * len(server_cores))
 
 
