@@ -28,7 +28,7 @@ def test_there_is_a_script_per_experiment():
         "football_11v11_easy_vtrace.sh",
         "atari_montezuma_rnd.sh",
         "memory_cores.sh",
-        "memory_minigrid_s13_ppo.sh",
+        "memory_minigrid_ppo.sh",
     }
 
 

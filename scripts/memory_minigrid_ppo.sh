@@ -1,31 +1,37 @@
 #!/usr/bin/env bash
-# MiniGrid-MemoryS13 (the default 7x7 view) learned by PPO with an LSTM, in the three stages measured in
+# MiniGrid's Memory rooms learned by PPO with an LSTM, in the three stages measured in
 # docs/experiments/memory.md ("MiniGrid-MemoryS13 learned"), each resuming the last one's checkpoint:
 #   1. 99 fixed layouts (--num_levels 99, recurrent-ppo-truncated-bptt's seeds) to 1M steps;
 #   2. fresh layouts to 2.2M steps (where the measured run was stopped; shorter is not measured);
 #   3. fresh layouts to 3.2M steps at entropy cost 0.05, high enough that the look back is tried and learned.
 # PPO takes recurrent-ppo-truncated-bptt's MiniGrid values (its minigrid.yaml): 4 epochs of 8 minibatches over
 # 4,096 steps, Adam 2e-4, clip 0.2, value cost 0.25, gradient norm 0.5, entropy cost 0.001 until stage 3.
-# CORE=lstm | feedforward (the control).  Extra flags go to every stage, e.g. --dry_run.  A stage stopped early
-# (Ctrl-C, SIGTERM) saves its checkpoint and ends the script; the same command resumes it, a stage already done
-# finishing at once.
+# ENV=MiniGrid-MemoryS13-v0 (default) | MiniGrid-MemoryS9-v0 ...; VIEW_SIZE=7 (default; 3 is that anchor's
+# MemoryS9 view).  CORE=lstm | feedforward (the control).  Extra flags go to every stage, e.g. --dry_run.
+# A stage stopped early (Ctrl-C, SIGTERM) saves its checkpoint and ends the script; the same command resumes it,
+# a stage already done finishing at once.
 set -euo pipefail
 SAVE_DIR=${SAVE_DIR:-saved_models_memory}
 SEED=${SEED:-1}
 CORE=${CORE:-lstm}
+ENV=${ENV:-MiniGrid-MemoryS13-v0}
+VIEW_SIZE=${VIEW_SIZE:-7}
 case "${CORE}" in
   lstm) CORE_FLAG=--use_lstm ;;
   feedforward) CORE_FLAG=--feedforward ;;
   *) echo "CORE=${CORE}: give lstm or feedforward" >&2; exit 2 ;;
 esac
-XPID="MiniGrid-MemoryS13-v0_ppo_${CORE}_seed${SEED}"
+VIEW=""
+[ "${VIEW_SIZE}" = 7 ] || VIEW="_view${VIEW_SIZE}"
+XPID="${ENV}${VIEW}_ppo_${CORE}_seed${SEED}"
 stage() {
   python -m torchbeast_memory.polybeast \
-       --env MiniGrid-MemoryS13-v0 \
+       --env "${ENV}" \
+       --view_size "${VIEW_SIZE}" \
        --agent ppo \
        "${CORE_FLAG}" \
        --seed "${SEED}" \
-       --pipes_basename "unix:/tmp/pb_memory_s13_ppo_${CORE}_seed${SEED}" \
+       --pipes_basename "unix:/tmp/pb_${XPID}" \
        --num_actors 16 \
        --num_servers 2 \
        --unroll_length 32 \
