@@ -7,7 +7,8 @@
 # PPO takes recurrent-ppo-truncated-bptt's MiniGrid values (its minigrid.yaml): 4 epochs of 8 minibatches over
 # 4,096 steps, Adam 2e-4, clip 0.2, value cost 0.25, gradient norm 0.5, entropy cost 0.001 until stage 3.
 # ENV=MiniGrid-MemoryS13-v0 (default) | MiniGrid-MemoryS9-v0 ...; VIEW_SIZE=7 (default; 3 is that anchor's
-# MemoryS9 view).  CORE=lstm | feedforward (the control).  Extra flags go to every stage, e.g. --dry_run.
+# MemoryS9 view).  CORE=lstm | elstm (truncated BPTT) | rtrl (the eLSTM by RTRL) | feedforward (the control).
+# Extra flags go to every stage, e.g. --dry_run.
 # A stage stopped early (Ctrl-C, SIGTERM) saves its checkpoint and ends the script; the same command resumes it,
 # a stage already done finishing at once.
 set -euo pipefail
@@ -18,8 +19,10 @@ ENV=${ENV:-MiniGrid-MemoryS13-v0}
 VIEW_SIZE=${VIEW_SIZE:-7}
 case "${CORE}" in
   lstm) CORE_FLAG=--use_lstm ;;
+  elstm) CORE_FLAG=--use_elstm ;;
+  rtrl) CORE_FLAG=--use_rtrl ;;
   feedforward) CORE_FLAG=--feedforward ;;
-  *) echo "CORE=${CORE}: give lstm or feedforward" >&2; exit 2 ;;
+  *) echo "CORE=${CORE}: give lstm, elstm, rtrl or feedforward" >&2; exit 2 ;;
 esac
 VIEW=""
 [ "${VIEW_SIZE}" = 7 ] || VIEW="_view${VIEW_SIZE}"
