@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# MiniGrid's Memory rooms learned by PPO with an LSTM, in the three stages measured in
+# MiniGrid's Memory rooms learned by PPO with a recurrent core (an LSTM by default), in the three stages measured in
 # docs/experiments/memory.md ("MiniGrid-MemoryS13 learned"), each resuming the last one's checkpoint:
 #   1. 99 fixed layouts (--num_levels 99, recurrent-ppo-truncated-bptt's seeds) to 1M steps;
 #   2. fresh layouts to 2.2M steps (where the measured run was stopped; shorter is not measured);
