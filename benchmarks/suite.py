@@ -1043,6 +1043,8 @@ def plot_env(env: str, groups: list[list[Run]], info: dict[str, dict], anchors: 
     a line, the anchors' points as markers, their scores and random returns as lines."""
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(8, 5))
+    if len(groups) > 10:  # past the default cycle's 10 colours, two groups would share one
+        ax.set_prop_cycle(color=plt.cm.tab20.colors)
     for whole in groups:
         group = [r for r in whole if not r.transcribed]
         line = None
