@@ -10,6 +10,7 @@ of +-1/414 a step, lets IMPALA learn.
     python scripts/repeat_first_supervised.py --core rtrl --updates 20000
     python scripts/repeat_first_supervised.py --core elstm --env popgym-RepeatFirstEasy-v0
     python scripts/repeat_first_supervised.py --core rtrl --optimizer adam --learning_rate 0.001
+    python scripts/repeat_first_supervised.py --core rtrl --mlp_sizes=
 
 Prints the accuracy over the last 200 updates every tenth of the run.
 """
@@ -75,6 +76,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--optimizer", choices=["rmsprop", "adam"], default="rmsprop")
     p.add_argument("--learning_rate", type=float, default=IMPALA_DEFAULTS["learning_rate"])
     p.add_argument("--epsilon", type=float, default=IMPALA_DEFAULTS["epsilon"])
+    p.add_argument(
+        "--mlp_sizes",
+        default=IMPALA_DEFAULTS["mlp_sizes"],
+        help="The stem's sizes; empty: the observation into the core.",
+    )
     args = p.parse_args(argv)
     torch.manual_seed(args.seed)
     torch.set_num_threads(1)
@@ -83,7 +89,7 @@ def main(argv: list[str] | None = None) -> None:
         [
             CORE_FLAGS[args.core],
             f"--hidden_size={d['hidden_size']}",
-            f"--mlp_sizes={d['mlp_sizes']}",
+            f"--mlp_sizes={args.mlp_sizes}",
             f"--forget_bias={args.forget_bias}",
             f"--optimizer={args.optimizer}",
             f"--learning_rate={args.learning_rate}",

@@ -2,6 +2,7 @@
 (each episode's first suit) beside them, and the package's model trained on it."""
 
 import numpy as np
+import pytest
 
 from tests.proc_utils import load_script
 
@@ -28,8 +29,11 @@ def test_the_unrolls_are_the_learners_and_the_target_is_each_episodes_first_card
     assert len({int(np.flatnonzero(done[1:, b])[0]) for b in range(3)}) > 1
 
 
-def test_a_short_run_trains_the_packages_model_and_reports_its_accuracy(capsys):
-    load_script("repeat_first_supervised").main(["--env=popgym-RepeatFirstEasy-v0", "--core=rtrl", "--updates=20"])
+@pytest.mark.parametrize("stem", [[], ["--mlp_sizes="]], ids=["the package's stem", "no stem"])
+def test_a_short_run_trains_the_packages_model_and_reports_its_accuracy(capsys, stem):
+    load_script("repeat_first_supervised").main(
+        ["--env=popgym-RepeatFirstEasy-v0", "--core=rtrl", "--updates=20", *stem]
+    )
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 10 and all("rtrl rmsprop 0.002: update" in line for line in lines)
     assert all(0.0 <= float(line.split("updates ")[1].split()[0]) <= 1.0 for line in lines)
