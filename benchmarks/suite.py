@@ -651,6 +651,15 @@ def rounded(value: float, digits: int = 3) -> float | None:
     return None if math.isnan(value) else round(float(value), digits)
 
 
+def rounded_return(value: float, scores: list[float], digits: int = 3) -> float | None:
+    """``rounded``, but never up onto or past a score the value is below: 0.89952 is kept as 0.899, not 0.9, so that
+    the summary's first row at 0.9 is the run directory's."""
+    kept = rounded(value, digits)
+    if kept is not None and any(value < score <= kept for score in scores):
+        kept = math.floor(float(value) * 10**digits) / 10**digits
+    return kept
+
+
 def curve_rows(run: Run, scores: list[float]) -> np.ndarray:
     """The rows a summary keeps: at most CURVE_POINTS spread over the history (its first and last among them), and
     the first row reaching each score, so that the summary gives the same first step as the run directory."""
@@ -696,7 +705,7 @@ def summarize(run_dir: str, machine: str | None, label: str, scores: list[float]
             "exact_scores": scores,
             "step": [int(run.steps[i]) for i in rows],
             "time": [rounded(run.seconds[i], 1) for i in rows],
-            "return_last_100": [rounded(run.returns[i]) for i in rows],
+            "return_last_100": [rounded_return(run.returns[i], scores) for i in rows],
         },
     }
 

@@ -361,6 +361,22 @@ def test_a_summary_keeps_at_most_curve_points_rows_and_each_scores_first_row():
     assert kept.steps[suite.first_reached(kept, score)] == steps[first]
 
 
+def test_a_return_just_below_a_score_is_not_rounded_onto_it():
+    from benchmarks import suite
+
+    # a RepeatFirstMedium run's rows: 0.89952 rounds to 0.9 at three digits, and was once taken for the first 0.9
+    assert suite.rounded_return(0.8995175, [0.9]) == 0.899
+    assert suite.rounded_return(0.9063127, [0.9]) == 0.906
+    assert suite.rounded_return(0.8995175, []) == 0.9  # no score in the way: plain rounding
+    assert suite.rounded_return(float("nan"), [0.9]) is None
+    steps = np.array([1, 2, 3]) * 1000
+    returns = np.array([0.5, 0.8995175, 0.9063127])
+    run = suite.Run("d", "popgym-RepeatFirstMedium-v0", "impala", 1, steps, steps / 1000.0, returns, None, 1)
+    kept = np.array([suite.rounded_return(v, [0.9]) for v in returns])
+    again = suite.Run("d", run.env, "impala", 1, steps, steps / 1000.0, kept, None, 1)
+    assert again.steps[suite.first_reached(again, 0.9)] == run.steps[suite.first_reached(run, 0.9)] == 3000
+
+
 def pong_summary(agent: str, seed: int, returns: list[float], exact: list[float]) -> dict:
     """A hand-written summary of an Atari run: a row every 1M agent steps."""
     steps = [1_000_000 * (i + 1) for i in range(len(returns))]
