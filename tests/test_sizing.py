@@ -256,6 +256,29 @@ def test_usable_cores_override(monkeypatch):
     assert sizing.usable_cores() == len(os.sched_getaffinity(0))
 
 
+def test_the_learner_takes_the_cores_its_servers_leave(monkeypatch):
+    """auto_torch_threads: cores less those the server processes keep busy (their package's SERVER_CORES each):
+    Atari's servers leave a 2-core learner one thread; Procgen's, idle beside a CPU learner, leave it both."""
+    from argparse import Namespace
+
+    from rl_core.config.env_package import EnvPackage
+    from rl_core.runtime.device import auto_torch_threads
+
+    def threads(name, cores, basename="unix:/tmp/x", num_servers=8, server_splits=1):
+        monkeypatch.setenv(sizing.CORES_ENV, str(cores))
+        flags = Namespace(pipes_basename=basename, num_servers=num_servers, server_splits=server_splits)
+        return auto_torch_threads(flags, EnvPackage(package(name)).SERVER_CORES)
+
+    assert EnvPackage(package("torchbeast_atari")).SERVER_CORES == 1.0  # the default: a core per server
+    assert threads("torchbeast_atari", 2, num_servers=2) == 1
+    assert threads("torchbeast_atari", 16, num_servers=8) == 8
+    assert threads("torchbeast_atari", 16, num_servers=14, server_splits=2) == 9  # 7 processes
+    assert threads("torchbeast_procgen", 2) == 2  # 8 servers x 0.05 of a core
+    assert threads("torchbeast_procgen", 16) == 16
+    assert threads("torchbeast_procgen", 2, num_servers=32) == 1  # 1.6 cores busy: rounded to 2
+    assert threads("torchbeast_atari", 2, basename="10.0.0.2:4000") == 2  # TCP servers run elsewhere
+
+
 def test_a_resumed_run_keeps_what_it_was_sized_with(tmp_path, monkeypatch):
     monkeypatch.setenv(sizing.CORES_ENV, "2")
     rundir = tmp_path / "run"

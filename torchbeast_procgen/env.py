@@ -405,6 +405,10 @@ LEVEL_SETS = final_test_level_sets  # the same function under a shorter public n
 
 # Envs a server steps with a GPU learner on more than 2 cores, half as many without one (rl_core/config/sizing.py).
 ENVS_PER_SERVER = 32
+# The share of a core one server process keeps busy beside a CPU learner (rl_core/runtime/device.py): each of 8
+# servers took 3% of a core while the ResNet learner trained at 320-410 steps/s on 2 cores, so the learner's torch
+# threads take both (1.3 times the steps/s of one: docs/experiments/throughput.md).
+SERVER_CORES = 0.05
 
 
 FLAG_RANGES = {

@@ -27,9 +27,11 @@ class EnvPackageModule(Protocol):
 
 
 REQUIRED = ("add_flags", "make_env")
-# What it may define: functions, and four constants (FLAG_RANGES: flag -> range, checked at parse time;
+# What it may define: functions, and five constants (FLAG_RANGES: flag -> range, checked at parse time;
 # ENVS_PER_SERVER: the envs one server process steps when the launcher sizes a run to the machine;
-# SERVER_SPLITS: the --server_splits the sizing gives such a process, where measured to pay; ACTION_KIND:
+# SERVER_SPLITS: the --server_splits the sizing gives such a process, where measured to pay; SERVER_CORES: the share
+# of a core one server process keeps busy beside a CPU learner, which the learner's torch threads leave it (1 without
+# it; rl_core/runtime/device.py: auto_torch_threads); ACTION_KIND:
 # "discrete" or "box", its envs' actions where known before an env is made, so that an agent that does not take
 # them is refused at parse time; without it the learner refuses the agent once the servers describe their envs).
 OPTIONAL_FUNCTIONS = (
@@ -114,6 +116,7 @@ class EnvPackage:
         self.FLAG_RANGES: dict | None = getattr(module, "FLAG_RANGES", None)
         self.ENVS_PER_SERVER: int | None = getattr(module, "ENVS_PER_SERVER", None)
         self.SERVER_SPLITS: int = getattr(module, "SERVER_SPLITS", 1)
+        self.SERVER_CORES: float = getattr(module, "SERVER_CORES", 1.0)
         self.ACTION_KIND: str | None = getattr(module, "ACTION_KIND", None)
 
     def __repr__(self) -> str:
