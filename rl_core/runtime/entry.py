@@ -28,6 +28,7 @@ from rl_core.config import flags as flags_lib
 from rl_core.config.env_package import EnvPackage, env_package
 from rl_core.errors import UserError
 from rl_core.records.run_log import setup_logging
+from rl_core.runtime.allocator import keep_freed_memory
 from rl_core.runtime import transport as tp
 from rl_core.runtime.supervisor import FAILURE_FILE_ENV
 
@@ -433,6 +434,7 @@ def _run_all_servers(env_pkg, flags, argv) -> None:
 
 def learner_main(env_pkg, argv=None) -> None:
     """``python -m <pkg>.polybeast_learner``: the learner alone, against running servers."""
+    keep_freed_memory()  # before any thread starts (rl_core/runtime/allocator.py)
     from rl_core.runtime.train import train
 
     env_pkg = _checked(env_pkg)
@@ -447,6 +449,7 @@ def learner_main(env_pkg, argv=None) -> None:
 
 def launcher_main(env_pkg, argv=None) -> None:
     """``python -m <pkg>.polybeast``: env servers as child processes plus the learner."""
+    keep_freed_memory()  # before any thread starts (rl_core/runtime/allocator.py)
     from rl_core.runtime.supervisor import ServerSupervisor
     from rl_core.runtime.train import train
 
