@@ -17,7 +17,7 @@ continues an interrupted benchmark; a run that reached its budget without a fina
 
 ``table`` groups run directories by (env, agent) and prints a markdown table: the seeds, agent steps reached,
 the last-100 return at the end (mean +- std over seeds, and each seed's), the final test (final_test.json's
-"test" group) mean +- std over seeds, the agent step and wall time at which the last-100 return first reached
+"test" group; then its "train" group, the training levels, where it has one) mean +- std over seeds, the agent step and wall time at which the last-100 return first reached
 --score (each seed's), agent steps/s and frames/s, and with --steps_at the last-100 return at those steps (the
 last row at or before each: nothing interpolated).  Wall time is logs.csv's ``time``: seconds since training
 began (the start before it and the final test not counted), summed over a resumed run's starts.  --png draws one
@@ -280,6 +280,7 @@ class Run:
     frames_per_step: int
     label: str = ""  # a summary's --label, which tells apart runs of one env, agent and seed
     recorded: dict | None = None  # a transcribed summary's wall_seconds and steps_per_s (None: not recorded)
+    final_train: float | None = None  # the final test's mean on the training levels, where it has a "train" group
 
     @property
     def transcribed(self) -> bool:
@@ -386,18 +387,20 @@ def load_run(run_dir: str) -> Run:
         returns,
         final["mean"] if final else None,
         frames_per_agent_step(meta),
+        final_train=final.get("train") if final else None,
     )
 
 
 def final_test_summary(run_dir: str) -> dict | None:
     """final_test.json's "test" group: its mean and std over the test's runs, each run's mean return, the episodes
-    played, whether the policy was greedy and the model's step; None without one."""
+    played, whether the policy was greedy and the model's step, and the "train" group's mean where the package
+    also tests the training levels (Procgen: the test runs are held-out levels); None without one."""
     if not os.path.exists(os.path.join(run_dir, "final_test.json")):
         return None
     result = read_json(run_dir, "final_test.json")
     runs = [run for run in result["runs"] if run.get("group", "test") == "test"]
     group = result["groups"]["test"]
-    return {
+    summary = {
         "mean": group["mean"],
         "std": group["std"],
         "runs": [run["mean_return"] for run in runs],
@@ -405,6 +408,9 @@ def final_test_summary(run_dir: str) -> dict | None:
         "greedy": result.get("greedy"),
         "step": result.get("step"),
     }
+    if "train" in result["groups"]:
+        summary["train"] = result["groups"]["train"]["mean"]
+    return summary
 
 
 def first_reached(run: Run, score: float) -> int | None:
@@ -479,6 +485,14 @@ def final_tests(group: list[Run]) -> list[float]:
     return [run.final_test for run in group if run.final_test is not None]
 
 
+def final_test_cell(group: list[Run]) -> str:
+    """The final tests' mean +- std, then that on the training levels where the test also played them (the
+    first figure is then the held-out levels')."""
+    trains = [run.final_train for run in group if run.final_train is not None]
+    cell = mean_std(final_tests(group), group)
+    return f"{cell} (training levels {mean_std(trains, group)})" if trains else cell
+
+
 def per_seed(texts: list[str]) -> str:
     return " / ".join(texts)
 
@@ -533,7 +547,7 @@ def group_row(group: list[Run], score: float, steps_at: list[int]) -> list[str]:
         collapsed([f"{run.last_step:,}" for run in group]),
         mean_std(known_values(ends), group),
         per_seed([f"{v:.1f}" if not math.isnan(v) else "-" for v in ends]),
-        mean_std(final_tests(group), group),
+        final_test_cell(group),
         per_seed([f"{int(run.steps[i]):,}" if i is not None else "not reached" for run, i in reached]),
         per_seed([f"{run.seconds[i] / 60:.2f}" if i is not None else "not reached" for run, i in reached]),
         f"{np.mean([run.steps_per_s for run in group]):,.0f}",
@@ -823,6 +837,7 @@ def run_of_summary(path: str, summary: dict) -> Run:
         summary["frames_per_step"],
         summary.get("label") or "",
         recorded,
+        final.get("train") if final else None,
     )
 
 
@@ -935,7 +950,7 @@ def render_row(group: list[Run], info: dict[str, dict], anchors: dict, out_dir: 
         per_seed([f"{r.seed}{TRANSCRIBED_MARK if r.transcribed else ''}" for r in group]),
         steps_cell(group, info),
         mean_std(known_values(last_returns(group)), group),
-        mean_std(final_tests(group), group),
+        final_test_cell(group),
         reached_cell(group, info, anchor_score(anchors, run.env, run.agent)),
         per_seed([duration(r.wall_seconds) for r in group]),
         rate_cell(group, info),

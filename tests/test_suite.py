@@ -625,6 +625,38 @@ def test_an_unfinished_run_says_how_far_it_got_and_a_missing_final_test_is_a_das
     assert [suite.short_steps(n) for n in (5_000_000, 1_234_560, 844_800, 999)] == ["5M", "1.23M", "844.8k", "999"]
 
 
+def test_a_final_test_on_held_out_levels_also_gives_the_training_levels(tmp_path):
+    """Procgen's final test plays the training levels (group "train") beside held-out ones (group "test"): the
+    summary keeps both, the cell gives the held-out levels' figure first."""
+    from benchmarks import suite
+
+    runs = [
+        dict(name=name, group=group, episodes=2, mean_return=mean)
+        for name, group, mean in (("train", "train", 11.0), ("a", "test", 9.0), ("b", "test", 10.0))
+    ]
+    groups = {"train": {"mean": 11.0, "std": 0.0}, "test": {"mean": 9.5, "std": 0.5}}
+    for seed, result in ((1, dict(runs=runs, groups=groups, greedy=True, step=800)), (2, None)):
+        (tmp_path / f"run{seed}").mkdir()
+        if result:
+            (tmp_path / f"run{seed}" / "final_test.json").write_text(json.dumps(result))
+    summary = suite.final_test_summary(str(tmp_path / "run1"))
+    assert summary == dict(mean=9.5, std=0.5, runs=[9.0, 10.0], episodes=4, greedy=True, step=800, train=11.0)
+    first = pong_summary("impala", 1, [5.0, 12.0], [])
+    first["final_test"] = summary
+    second = dict(pong_summary("impala", 2, [5.0, 14.0], []), final_test=dict(summary, mean=10.5, train=13.0))
+    plain = pong_summary("impala", 3, [5.0, 14.0], [])
+    summaries = [(str(tmp_path / f"impala_seed{s['seed']}.json"), s) for s in (first, second, plain)]
+    runs = [suite.run_of_summary(path, s) for path, s in summaries]
+    cell = dict(
+        zip(suite.RENDER_HEADER, suite.render_row(runs[:2], dict(summaries), suite.load_anchors(), str(tmp_path)))
+    )["final test"]
+    assert cell == "10.0 ± 0.5 (training levels 12.0 ± 1.0)"
+    cell = dict(
+        zip(suite.RENDER_HEADER, suite.render_row(runs[2:], dict(summaries), suite.load_anchors(), str(tmp_path)))
+    )["final test"]
+    assert cell == "22.0"
+
+
 def test_an_agent_read_by_its_greedy_validations_gets_their_first_step_at_the_score(tmp_path):
     """R2D2's training returns include each env's exploration: where every seed has validations, the cell adds the
     step of the first validation at the score and the last validation's return."""
