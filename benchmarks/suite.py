@@ -17,9 +17,10 @@ continues an interrupted benchmark; a run that reached its budget without a fina
 
 ``table`` groups run directories by (env, agent) and prints a markdown table: the seeds, agent steps reached,
 the last-100 return at the end (mean +- std over seeds, and each seed's), the final test (final_test.json's
-"test" group; then its "train" group, the training levels, where it has one) mean +- std over seeds, the agent step and wall time at which the last-100 return first reached
---score (each seed's), agent steps/s and frames/s, and with --steps_at the last-100 return at those steps (the
-last row at or before each: nothing interpolated).  Wall time is logs.csv's ``time``: seconds since training
+"test" group; then its "train" group, the training levels, where it has one) mean +- std over seeds, the agent
+step and wall time at which the last-100 return first reached --score (each seed's), agent steps/s and
+frames/s, and with --steps_at the last-100 return at those steps (the last row at or before each: nothing
+interpolated).  Wall time is logs.csv's ``time``: seconds since training
 began (the start before it and the final test not counted), summed over a resumed run's starts.  --png draws one
 panel per env: per agent the mean over seeds of the last-100 return against agent steps, with the seeds' min-max
 band.
