@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # R2AC on Procgen Chaser (hard, 500 training levels): eLSTM trained by RTRL.
+# R2AC's schedules (torchbeast's): the learning rate decays linearly to 0, the entropy cost stays.
 # Extra flags are passed on, e.g. --dry_run.
 set -euo pipefail
 SAVE_DIR=${SAVE_DIR:-saved_models}
@@ -25,6 +26,8 @@ python -m torchbeast_procgen.polybeast \
      --grad_norm_clipping 40 \
      --epsilon 0.01 \
      --entropy_cost 0.01 \
+     --lr_decay linear \
+     --entropy_decay none \
      --batch_size 32 \
      --unroll_length "${LEN}" \
      --num_actions 15 \

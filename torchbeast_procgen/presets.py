@@ -1,5 +1,5 @@
 """torchbeast_procgen's flag defaults per agent (rl_core/config/env_package.py reads ``agent_defaults`` here; IMPALA keeps
-the R2AC settings that ``env.add_flags`` sets).  Data only: no torch, no envpool."""
+the R2AC settings that ``env.add_flags`` sets, with the schedules below).  Data only: no torch, no envpool."""
 
 from __future__ import annotations
 
@@ -30,10 +30,17 @@ PPO_DEFAULTS = dict(
     total_steps=25_000_000,
 )
 
+# IMPALA: R2AC's settings (env.py's) with the Atari package's schedules, a constant learning rate and the entropy
+# cost decaying linearly to 0 over --total_steps, kept after starpilot runs to 5M agent steps on 2 cores:
+# docs/experiments/impala.md (Procgen starpilot).
+IMPALA_SCHEDULES = dict(lr_decay="none", entropy_decay="linear")
+
 
 def agent_defaults(agent: str) -> dict:
-    """Defaults for ``--agent``: IMPALA keeps the R2AC settings (env.py's), PPO Cobbe et al.'s; the
-    other on-policy agents take PPO's with one pass per batch."""
+    """Defaults for ``--agent``: IMPALA keeps the R2AC settings (env.py's) with the schedules above, PPO Cobbe et
+    al.'s; the other on-policy agents take PPO's with one pass per batch."""
+    if agent == "impala":
+        return dict(IMPALA_SCHEDULES)
     if agent == "sac":
         return dict(SAC_DISCRETE_IMAGE_DEFAULTS)
     return on_policy_defaults(agent, PPO_DEFAULTS)
