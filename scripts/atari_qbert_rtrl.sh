@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # R2AC on Atari Qbert: eLSTM trained by RTRL (replace --use_rtrl by --use_quasi_lstm
 # for TBPTT, or drop it for a feedforward agent).  Extra flags are passed on, e.g. --dry_run.
+# R2AC's settings (torchbeast's): the learning rate decays linearly to 0, the entropy cost stays, PyTorch's
+# initialisation, and none of the Atari package's measured additions (dormant-unit recycling, the stem's value head).
 set -euo pipefail
 SAVE_DIR=${SAVE_DIR:-saved_models_atari}
 GAME=${GAME:-QbertNoFrameskip-v4}
@@ -25,6 +27,11 @@ python -m torchbeast_atari.polybeast \
      --grad_norm_clipping 40 \
      --epsilon 0.01 \
      --entropy_cost 0.01 \
+     --lr_decay linear \
+     --entropy_decay none \
+     --init default \
+     --recycle_period 0 \
+     --no-stem_value \
      --batch_size 32 \
      --unroll_length "${LEN}" \
      --hidden_size "${SIZE}" \

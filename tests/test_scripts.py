@@ -11,6 +11,26 @@ import pytest
 from tests.proc_utils import REPO
 
 SCRIPTS = sorted(glob.glob(os.path.join(REPO, "scripts", "*.sh")))
+# R2AC's runs keep R2AC's settings (torchbeast's schedules and initialisation) whatever their package's defaults
+R2AC_SCRIPTS = {
+    "atari_qbert_rtrl.sh",
+    "procgen_chaser_hard_rtrl.sh",
+    "dmlab_rtrl_scratch.sh",
+    "dmlab_rtrl_frozen_stem.sh",
+}
+R2AC_SETTINGS = {
+    "learning_rate": "0.0006",
+    "lr_decay": "linear",
+    "entropy_cost": "0.01",
+    "entropy_decay": "none",
+    "batch_size": "32",
+    "grad_norm_clipping": "40.0",
+    "epsilon": "0.01",
+    "init": "default",
+    "recycle_period": "0",
+    "stem_value": "False",
+    "use_rtrl": "True",
+}
 
 
 def test_there_is_a_script_per_experiment():
@@ -57,3 +77,5 @@ def test_script_parses_and_its_flags_parse(script, tmp_path):
     assert config["savedir"] == str(tmp_path)
     assert all(value != "" for value in config.values()), "no empty flag values"
     assert "use_wandb" in config and "xpid" in config and config["xpid"] != "None"
+    if os.path.basename(script) in R2AC_SCRIPTS:
+        assert {k: config[k] for k in R2AC_SETTINGS} == R2AC_SETTINGS
