@@ -4,8 +4,9 @@ committed run summaries and the results page drawn from them.
     python benchmarks/suite.py run --package torchbeast_atari --envs PongNoFrameskip-v4 BreakoutNoFrameskip-v4 \\
         --agents impala ppo --seeds 1 2 3 [--total_steps N] [--savedir DIR] [--label TEXT] [-- FLAG ...]
     python benchmarks/suite.py table RUN_DIR ... [--score 18] [--png curves.png] [--steps_at 1000000 ...]
-    python benchmarks/suite.py collect RUN_DIR ... [--out docs/data] [--machine TEXT] [--label TEXT] [--score S ...]
-    python benchmarks/suite.py render [--data docs/data] [--out docs/results.md] [--img docs/img]
+    python benchmarks/suite.py collect RUN_DIR ... [--out docs/data] [--machine TEXT] [--label TEXT] [--variant TEXT] \\
+        [--score S ...]
+    python benchmarks/suite.py render [--data docs/data] [--out docs/results.md] [--img docs/img] [--experiments DIR]
 
 ``run`` starts ``python -m <package>.polybeast --env E --agent A --seed S --xpid <E>_<A>_seed<S>[_<label>] --savedir DIR
 --pipes_basename unix:/tmp/suite-<pid>-<i>`` (``--total_steps N`` when given, then the flags after ``--``) for each
@@ -31,11 +32,21 @@ its last start; the machine is --machine, with the cores, GPU and device line th
 its greedy validations and its last-100 curve cut to at most CURVE_POINTS rows (every row at which it first
 reached an anchor's score or a --score kept).  A summary with a ``source`` was transcribed by hand from a run's
 record in docs/experiments/ (its run directory was not kept): its curve holds the recorded points alone, its times
-and its wall time and agent steps/s only where recorded (null else).  ``render`` draws the results page from those
-summaries alone: per package that has summaries a table of env x agent (a run that ended short of its --total_steps
-"1.23M of 5M, stopped"; a transcribed run's seed marked, with a line under the table saying so), the runs' commands
-and per env a PNG with the anchors' published points (benchmarks/anchors.json), a transcribed run's points as
-markers joined by a line, in the region of --out between MARKERS (printed to stdout where --out has none).
+and its wall time and agent steps/s only where recorded (null else).  ``--variant TEXT`` marks the runs as variants
+(the summary's ``variant``: what they changed from the package's defaults).
+
+``render`` draws the results page from those summaries alone, into the region of --out between MARKERS (printed to
+stdout where --out has none).  A summary is a package-default row or a variant (benchmarks/page_rows.py says which,
+how a row is named ``agent [core]`` and which of its flags its command shows: those that differ from today's
+defaults).  The region: first the summary (benchmarks/summary_table.py: per row our score beside the best published
+point at or below our agent steps; MinAtar's agents by their IQM over games and seeds with a stratified-bootstrap
+interval, rliable's), then per package that has summaries a table of its package-default rows, one per env, agent and
+core (a run that ended short of its --total_steps "1.23M of 5M, stopped"; a transcribed run's seed marked, with a line
+under the table saying so; the last column links the variants), the rows' commands and per env a PNG whose x-axis
+ends at the rows' most agent steps, with the anchors' published points up to there (benchmarks/anchors.json), a
+transcribed run's points as markers joined by a line.  The variants go into the experiments page each row links
+(--experiments, default the experiments/ next to --out), between VARIANT_MARKERS (a "Variant runs" section appended
+where a page has none): a table with what each changed, and their commands as recorded.
 """
 
 from __future__ import annotations
@@ -53,7 +64,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import textwrap
 import time
 
 import numpy as np
@@ -61,7 +71,9 @@ import numpy as np
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
+from benchmarks import page_rows, summary_table  # noqa: E402
 from benchmarks.env_ceiling import frames_per_step  # noqa: E402
+from benchmarks.summary_table import decimals, markdown_table, prose, short_steps  # noqa: E402
 from rl_core.errors import UserError  # noqa: E402
 from rl_core.config.flags import FlagParser  # noqa: E402
 from rl_core.records.plot import read_columns  # noqa: E402
@@ -282,6 +294,7 @@ class Run:
     label: str = ""  # a summary's --label, which tells apart runs of one env, agent and seed
     recorded: dict | None = None  # a transcribed summary's wall_seconds and steps_per_s (None: not recorded)
     final_train: float | None = None  # the final test's mean on the training levels, where it has a "train" group
+    row_name: str = ""  # the results page's name of a package-default row, ``agent [core]`` (page_rows.row_names)
 
     @property
     def transcribed(self) -> bool:
@@ -307,7 +320,9 @@ class Run:
 
     @property
     def name(self) -> str:
-        """The agent as tables and legends name it: with its label, if any."""
+        """The agent as tables and legends name it: a package-default row's name, else with its label, if any."""
+        if self.row_name:
+            return self.row_name
         return f"{self.agent} [{self.label}]" if self.label else self.agent
 
 
@@ -455,11 +470,6 @@ def count_label(group: list[Run]) -> str:
     return f"{len(group)} runs of {seeds} {noun}" if seeds_repeat(group) else f"{seeds} {noun}"
 
 
-def decimals(values: list[float]) -> int:
-    """Decimals a return is given with: 2 where every value lies in [-1, 1] (POPGym's and MiniGrid's returns), else 1."""
-    return 2 if values and max(abs(v) for v in values) <= 1 + 1e-9 else 1
-
-
 def mean_std(values: list[float], group: list[Run]) -> str:
     """``mean ± std`` (numpy's population std) over the values (one value alone), ``(k of n seeds)`` (or ``runs``)
     when some of the group's runs have none."""
@@ -558,11 +568,6 @@ def group_row(group: list[Run], score: float, steps_at: list[int]) -> list[str]:
         values = [return_at(run, step) for run in group]
         row.append(mean_std([v for v in values if v is not None], group))
     return row
-
-
-def markdown_table(header: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
 
 
 def markdown(runs: list[Run], score: float, steps_at: list[int]) -> str:
@@ -683,7 +688,9 @@ def curve_rows(run: Run, scores: list[float]) -> np.ndarray:
     return np.unique(np.concatenate([even, np.array(reached, dtype=np.int64)]))
 
 
-def summarize(run_dir: str, machine: str | None, label: str, scores: list[float], anchors: dict) -> dict:
+def summarize(
+    run_dir: str, machine: str | None, label: str, scores: list[float], anchors: dict, variant: str = ""
+) -> dict:
     """A run directory's summary (see the module's docstring): what ``render`` needs, without the directory."""
     run = load_run(run_dir)
     meta = read_json(run_dir, "meta.json")
@@ -698,6 +705,7 @@ def summarize(run_dir: str, machine: str | None, label: str, scores: list[float]
         "agent": run.agent,
         "seed": run.seed,
         "label": label or None,
+        "variant": variant or None,
         "xpid": os.path.basename(os.path.normpath(run_dir)),
         "command": f"python -m {package}.{module} {shlex.join(meta['argv'][1:])}",
         "distributed": meta.get("distributed"),
@@ -750,7 +758,8 @@ def collect(args) -> int:
     """Every run directory read and summarised first (a bad one writes nothing), then the summaries written."""
     anchors = load_anchors()
     summaries = [
-        (run_dir, summarize(run_dir, args.machine, args.label, args.score, anchors)) for run_dir in args.run_dirs
+        (run_dir, summarize(run_dir, args.machine, args.label, args.score, anchors, args.variant))
+        for run_dir in args.run_dirs
     ]
     paths: dict[str, str] = {}
     for run_dir, summary in summaries:
@@ -780,14 +789,20 @@ def anchors_of(anchors: dict, env: str, agents) -> list[dict]:
     return [a for a in anchors["anchors"] if a["env"] == env and set(a["agents"]) & set(agents)]
 
 
+def score_values(anchor: dict) -> list[float]:
+    """An anchor's score as a list: none for null."""
+    score = anchor.get("score")
+    return [] if score is None else [float(score)]
+
+
 def anchor_scores(anchors: dict, env: str) -> set[float]:
     """The scores of ``env``'s anchors."""
-    return {a["score"] for a in anchors["anchors"] if a["env"] == env and a["score"] is not None}
+    return {s for a in anchors["anchors"] if a["env"] == env for s in score_values(a)}
 
 
 def anchor_score(anchors: dict, env: str, agent: str) -> float | None:
     """The score of the first anchor of (env, agent) that has one."""
-    return next((a["score"] for a in anchors_of(anchors, env, [agent]) if a["score"] is not None), None)
+    return next((score_values(a)[-1] for a in anchors_of(anchors, env, [agent]) if score_values(a)), None)
 
 
 SUMMARY_KEYS = ("package", "env", "agent", "seed", "command", "agent_steps", "curve", "final_test", "frames_per_step")
@@ -851,33 +866,30 @@ def duration(seconds: float) -> str:
     return f"{seconds / 60:.0f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
 
 
-def short_steps(steps: int) -> str:
-    """Agent steps in millions to two decimals or thousands to one: 1,234,560 -> 1.23M, 5,000,000 -> 5M, 844,800 ->
-    844.8k."""
-    for size, unit, digits in ((1_000_000, "M", 2), (1_000, "k", 1)):
-        if steps >= size:
-            return f"{steps / size:.{digits}f}".rstrip("0").rstrip(".") + unit
-    return str(steps)
+def steps_text(steps: int, short: bool = False) -> str:
+    """Agent steps with their thousands separated, or (``short``) as ``short_steps`` gives them."""
+    return short_steps(steps) if short else f"{steps:,}"
 
 
-def steps_cell(group: list[Run], info: dict[str, dict]) -> str:
-    """The agent steps each run reached; ``1.23M of 5M, stopped`` for one that ended short of its --total_steps
-    (``running when collected`` where it had not ended when it was collected: meta.json had no end yet)."""
+def steps_cell(group: list[Run], info: dict[str, dict], short: bool = False) -> str:
+    """The agent steps each run reached (``short``: in millions); ``1.23M of 5M, stopped`` for one that ended short
+    of its --total_steps (``running when collected`` where it had not ended when it was collected: meta.json had no
+    end yet)."""
     texts = []
     for run in group:
         summary = info[run.run_dir]
         total = summary.get("total_steps")
         if total is None or run.last_step >= total:
-            texts.append(f"{run.last_step:,}")
+            texts.append(steps_text(run.last_step, short))
             continue
         how = "running when collected" if summary.get("start") and not summary.get("end") else "stopped"
         texts.append(f"{short_steps(run.last_step)} of {short_steps(total)}, {how}")
     return collapsed(texts)
 
 
-def reached_cell(group: list[Run], info: dict[str, dict], score: float | None) -> str:
+def reached_cell(group: list[Run], info: dict[str, dict], score: float | None, short: bool = False) -> str:
     """``score: each seed's first step`` (``≤``: the summary did not keep the score's first row: its next kept
-    row's step)."""
+    row's step; ``short``: steps in millions)."""
     if score is None:
         return "-"
     texts = []
@@ -886,20 +898,20 @@ def reached_cell(group: list[Run], info: dict[str, dict], score: float | None) -
         if i is None:
             texts.append("not reached" if exact else "not on the kept rows")
         else:
-            texts.append(f"{'' if exact else '≤ '}{int(run.steps[i]):,}")
-    text = f"{score:g}: {per_seed(texts)}"
+            texts.append(f"{'' if exact else '≤ '}{steps_text(int(run.steps[i]), short)}")
+    text = f"{score:g}: {collapsed(texts) if short else per_seed(texts)}"
     validations = [info[run.run_dir].get("validation") for run in group]
     if all(validations):  # an agent read by its greedy validations (R2D2: its training returns explore)
-        text += f"; greedy validation: {per_seed([validation_reached(v, score) for v in validations])}"
+        text += f"; greedy validation: {per_seed([validation_reached(v, score, short) for v in validations])}"
     return text
 
 
-def validation_reached(validation: dict, score: float) -> str:
+def validation_reached(validation: dict, score: float, short: bool = False) -> str:
     """The step of the first greedy validation whose mean return reached ``score``, and the last one's return."""
     points = [(step, value) for step, value in zip(validation["step"], validation["mean_return"]) if value is not None]
     hits = [step for step, value in points if value >= score]
     last = f"last {points[-1][1]:g} at {short_steps(points[-1][0])}" if points else "none"
-    return f"{hits[0]:,} ({last})" if hits else f"not reached ({last})"
+    return f"{steps_text(hits[0], short)} ({last})" if hits else f"not reached ({last})"
 
 
 def machine_text(summary: dict) -> str:
@@ -913,6 +925,16 @@ def machine_text(summary: dict) -> str:
     return "; ".join(parts) or "-"
 
 
+SHARED_WORDS = ("beside", "shared")
+
+
+def short_machine(text: str) -> str:
+    """The machine's name alone (the text before its first comma), ``, shared`` where the text says the run shared
+    it: the results page's column (the variants' tables keep the whole text)."""
+    name, _, rest = text.partition(",")
+    return name + (", shared" if any(word in rest for word in SHARED_WORDS) else "")
+
+
 def rate_cell(group: list[Run], info: dict[str, dict]) -> str:
     """Agent steps/s: the mean over the runs, or each run's where they ran on different machines or one's is not
     recorded."""
@@ -923,40 +945,83 @@ def rate_cell(group: list[Run], info: dict[str, dict]) -> str:
 
 
 TRANSCRIBED_MARK = "†"
+EXPERIMENTS = os.path.join(REPO, "docs", "experiments")
+VARIANT_MARKERS = ("<!-- suite:variants:begin -->", "<!-- suite:variants:end -->")
+VARIANT_HEADING = "## Variant runs"
+VARIANT_ANCHOR = "#variant-runs"
 
 
-CORE_FLAGS = ("--use_lstm", "--use_elstm", "--use_quasi_lstm", "--use_rtrl")
-
-
-def experiments_page(package: str, agent: str, summary: dict) -> str:
-    """The page of docs/experiments/ that holds a run's history: its package's where it has one (``memory.md``
-    for ``torchbeast_memory``), ``recurrent.md`` for a run its command gives a recurrent core, else its agent's."""
-    experiments = os.path.join(REPO, "docs", "experiments")
+def experiments_page(package: str, agent: str, summary: dict, experiments: str = EXPERIMENTS) -> str:
+    """The page of ``experiments`` that holds a run's history (and its variants' table): its package's where it
+    has one (``memory.md`` for ``torchbeast_memory``), ``recurrent.md`` for a run its command gives a recurrent
+    core, else its agent's."""
     page = os.path.join(experiments, f"{package.removeprefix('torchbeast_')}.md")
     if os.path.exists(page):
         return page
-    if any(word.split("=")[0] in CORE_FLAGS for word in str(summary.get("command", "")).split()):
+    if any(word.split("=")[0] in page_rows.CORE_WORDS for word in str(summary.get("command", "")).split()):
         return os.path.join(experiments, "recurrent.md")
     return os.path.join(experiments, f"{agent.split('+')[0]}.md")
 
 
-def render_row(group: list[Run], info: dict[str, dict], anchors: dict, out_dir: str) -> list[str]:
-    """One row of a package's table: the (env, agent) group's summaries; the agent links its history in
-    docs/experiments/ (``experiments_page``), a transcribed run's seed is marked."""
+def render_row(group: list[Run], info: dict[str, dict], anchors: dict, agent: str, short: bool = False) -> list[str]:
+    """One row of a table: the (env, agent) group's summaries under the agent cell ``agent``, a transcribed run's
+    seed marked; ``short``: steps in millions and the machine's name alone (``short_machine``)."""
+    machine = short_machine if short else str
     run = group[0]
-    log = os.path.relpath(experiments_page(info[run.run_dir]["package"], run.agent, info[run.run_dir]), out_dir)
     return [
         run.env,
-        f"[{run.name}]({log})",
+        agent,
         per_seed([f"{r.seed}{TRANSCRIBED_MARK if r.transcribed else ''}" for r in group]),
-        steps_cell(group, info),
+        steps_cell(group, info, short),
         mean_std(known_values(last_returns(group)), group),
         final_test_cell(group),
-        reached_cell(group, info, anchor_score(anchors, run.env, run.agent)),
-        per_seed([duration(r.wall_seconds) for r in group]),
+        reached_cell(group, info, anchor_score(anchors, run.env, run.agent), short),
+        (collapsed if short else per_seed)([duration(r.wall_seconds) for r in group]),
         rate_cell(group, info),
-        collapsed([machine_text(info[r.run_dir]) for r in group]),
+        collapsed([machine(machine_text(info[r.run_dir])) for r in group]),
     ]
+
+
+ROW_WIDTH = 200  # the longest line of a results table's row, in bytes
+
+
+def linked_row(group: list[Run], info: dict[str, dict], anchors: dict, experiments: str, variants: str) -> list[str]:
+    """A results page row, short (``render_row``): the agent links the page of docs/experiments/ that holds its
+    history (``experiments_page``, a reference link: ``page_ref``), ``variants`` the last cell.  A row still longer
+    than ROW_WIDTH gives, one cell after another until it fits (``compact_cells``), the seeds' mean wall time, their
+    mean agent steps/s, their machines' names once each and how many seeds reached the anchor score."""
+    run = group[0]
+    page = experiments_page(info[run.run_dir]["package"], run.agent, info[run.run_dir], experiments)
+    cells = render_row(group, info, anchors, f"[{run.name}][{page_ref(page)}]", short=True) + [variants]
+    for index, text in compact_cells(group, info, anchors):
+        if len(markdown_table(RENDER_HEADER, [cells]).splitlines()[-1].encode()) <= ROW_WIDTH:
+            break
+        cells[index] = text
+    return cells
+
+
+def compact_cells(group: list[Run], info: dict[str, dict], anchors: dict) -> list[tuple[int, str]]:
+    """(column, text) of a row's cells in a shorter form over its seeds, in the order ``linked_row`` takes them."""
+    score = anchor_score(anchors, group[0].env, group[0].agent)
+    reached = [r for r in group if score is not None and first_reached(r, score) is not None]
+    return [
+        (7, duration(float(np.mean([r.wall_seconds for r in group])))),
+        (8, f"{np.mean([r.steps_per_s for r in group]):,.0f}"),
+        (9, ", ".join(dict.fromkeys(short_machine(machine_text(info[r.run_dir])) for r in group))),
+        (6, "-" if score is None else f"{score:g}: {len(reached)} of {len(group)} seeds"),
+    ]
+
+
+def page_ref(path: str, anchor: str = "") -> str:
+    """The reference link's label of an experiments page (and an anchor in it): ``memory.md``, ``memory.md
+    variants``; ``page_refs`` writes their definitions."""
+    return os.path.basename(path) + (" variants" if anchor else "")
+
+
+def page_refs(paths: set[tuple[str, str]], out_dir: str) -> list[str]:
+    """The reference links' definitions of the (page, anchor) pairs, by label."""
+    refs = {page_ref(path, anchor): os.path.relpath(path, out_dir) + anchor for path, anchor in paths}
+    return [f"[{label}]: {target}" for label, target in sorted(refs.items())]
 
 
 RENDER_HEADER = [
@@ -971,20 +1036,19 @@ RENDER_HEADER = [
     "agent steps/s",
     "machine",
 ]
-RUN_IDENTITY = ("--seed", "--xpid", "--savedir", "--pipes_basename")
 COMMAND_WIDTH = 120
 
 
-def without_identity(command: str) -> list[str]:
-    """A command's words without the run's identity (RUN_IDENTITY's flags and their values)."""
+def without_seed(command: str) -> list[str]:
+    """A command's words without ``--seed S``."""
     words, out = shlex.split(command), []
     skip = False
     for word in words:
         if skip:
             skip = False
-        elif word in RUN_IDENTITY:
+        elif word == "--seed":
             skip = True
-        elif word.split("=")[0] not in RUN_IDENTITY:
+        elif not word.startswith("--seed="):
             out.append(word)
     return out
 
@@ -1009,14 +1073,14 @@ def wrapped_command(command: str) -> list[str]:
     return lines + [line]
 
 
-def command_block(groups: list[list[Run]], info: dict[str, dict]) -> list[str]:
-    """The runs' commands as a shell block: per (env, agent) the first seed's, and each other seed's that differs
-    in more than the run's identity (RUN_IDENTITY); each with the commit it ran at (its defaults)."""
+def command_block(groups: list[list[Run]], info: dict[str, dict], command_of=page_rows.page_command) -> list[str]:
+    """The runs' commands (``command_of`` a summary) as a shell block: per group the first seed's, and each other
+    seed's that differs in more than its --seed; each with the commit it ran at."""
     lines = ["```sh"]
     for group in groups:
         kinds: dict[tuple[str, ...], list[Run]] = {}
         for run in group:
-            kinds.setdefault(tuple(without_identity(info[run.run_dir]["command"])), []).append(run)
+            kinds.setdefault(tuple(without_seed(command_of(info[run.run_dir]))), []).append(run)
         for runs in kinds.values():
             summary = info[runs[0].run_dir]
             world = (summary.get("distributed") or {}).get("world_size")
@@ -1025,23 +1089,15 @@ def command_block(groups: list[list[Run]], info: dict[str, dict]) -> list[str]:
             lines.append(
                 f"# {runs[0].env} {runs[0].name}, seed {runs[0].seed}"
                 + (
-                    f" (seed{'s' if len(others) > 1 else ''} {', '.join(others)} the same with its own "
-                    f"{', '.join(RUN_IDENTITY[:2])})"
+                    f" (seed{'s' if len(others) > 1 else ''} {', '.join(others)} the same with its own --seed)"
                     if others
                     else ""
                 )
                 + (f", under torchrun, world size {world}" if world else "")
                 + (f", at commit {' / '.join(commits)}" if commits else "")
             )
-            lines += wrapped_command(summary["command"])
+            lines += wrapped_command(command_of(summary))
     return lines + ["```"]
-
-
-def prose(text: str) -> str:
-    """A paragraph of the page in lines of at most COMMAND_WIDTH characters, none broken inside a `code` span."""
-    parts = text.split("`")
-    kept = "`".join(part.replace(" ", "\0") if i % 2 else part for i, part in enumerate(parts))
-    return textwrap.fill(kept, COMMAND_WIDTH, break_long_words=False, break_on_hyphens=False).replace("\0", " ")
 
 
 def draw_transcribed(ax, group: list[Run], color=None) -> None:
@@ -1062,14 +1118,26 @@ def draw_transcribed(ax, group: list[Run], color=None) -> None:
         color = line.get_color()
 
 
+def drawn_anchors(anchors: dict, env: str, agents, budget: int) -> list[tuple[dict, list]]:
+    """(anchor, its points at or below ``budget``) of the env's anchors for the agents that have such points."""
+    out = []
+    for anchor in anchors_of(anchors, env, agents):
+        points = [point for point in anchor["points"] if point[0] <= budget]
+        if points:
+            out.append((anchor, points))
+    return out
+
+
 def plot_env(env: str, groups: list[list[Run]], info: dict[str, dict], anchors: dict):
-    """The figure of one (package, env): per agent the seeds' mean last-100 return with their min-max band (and its
-    greedy validations, dashed, where the runs have them), a transcribed run's recorded points as markers joined by
-    a line, the anchors' points as markers, their scores and random returns as lines."""
+    """The figure of one (package, env), its x-axis to our budget (the most agent steps of its runs): per row the
+    seeds' mean last-100 return with their min-max band (and its greedy validations, dashed, where the runs have
+    them), a transcribed run's recorded points as markers joined by a line, the anchors' points at or below the
+    budget as markers, their scores and the env's random return as lines."""
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(8, 5))
     if len(groups) > 10:  # past the default cycle's 10 colours, two groups would share one
         ax.set_prop_cycle(color=plt.cm.tab20.colors)
+    budget = max(run.last_step for group in groups for run in group)
     for whole in groups:
         group = [r for r in whole if not r.transcribed]
         line = None
@@ -1077,7 +1145,7 @@ def plot_env(env: str, groups: list[list[Run]], info: dict[str, dict], anchors: 
             end = known_values(last_returns(group))
             line = draw_band(
                 ax,
-                f"{group[0].name} ({count_label(group)}): last-100 {f'{np.mean(end):.1f}' if end else '-'}",
+                f"{group[0].name} ({count_label(group)}): last-100 {f'{np.mean(end):.{decimals(end)}f}' if end else '-'}",
                 [(r.steps, r.returns) for r in group],
             )
             validations = [info[r.run_dir].get("validation") for r in group]
@@ -1087,8 +1155,9 @@ def plot_env(env: str, groups: list[list[Run]], info: dict[str, dict], anchors: 
                     ax, f"{group[0].name} greedy validation", curves, color=line.get_color(), linestyle="--", marker="."
                 )
         draw_transcribed(ax, [r for r in whole if r.transcribed], line.get_color() if line is not None else None)
-    for marker, anchor in zip("os^Dv<>", anchors_of(anchors, env, {r.agent for g in groups for r in g})):
-        steps, values = zip(*anchor["points"])
+    drawn = drawn_anchors(anchors, env, {r.agent for g in groups for r in g}, budget)
+    for marker, (anchor, points) in zip("os^Dv<>", drawn):
+        steps, values = zip(*points)
         ax.plot(
             steps,
             values,
@@ -1098,18 +1167,14 @@ def plot_env(env: str, groups: list[list[Run]], info: dict[str, dict], anchors: 
             markersize=6,
             label=f"{anchors['sources'][anchor['source']]['name']} ({', '.join(anchor['agents'])})",
         )
-    for value, what in sorted(
-        {
-            (a[k], k)
-            for a in anchors_of(anchors, env, {r.agent for g in groups for r in g})
-            for k in ("score", "random")
-            if a.get(k) is not None
-        }
-    ):
+    lines = {(s, "score") for anchor, _ in drawn for s in score_values(anchor)[-1:]}
+    lines |= {(a["random"], "random") for a in anchors["anchors"] if a["env"] == env and a.get("random") is not None}
+    for value, what in sorted(lines):
         ax.axhline(
             value, color="gray", linestyle="--" if what == "score" else "-.", linewidth=0.8, label=f"{what} {value:g}"
         )
     ax.set(title=env, xlabel="agent steps", ylabel="return (last 100 episodes; validations: greedy)")
+    ax.set_xlim(0, budget * 1.03)
     ax.xaxis.set_major_formatter(lambda x, _: short_steps(int(x)))
     ax.grid(alpha=0.3)
     ax.legend(fontsize="small")
@@ -1125,42 +1190,103 @@ PACKAGE_TITLES = {
     "torchbeast_procgen": "Procgen",
     "torchbeast_dmlab": "DeepMind Lab",
     "torchbeast_memory": "Memory tasks: POPGym, MiniGrid",
+    "torchbeast_minatar": "MinAtar",
 }
+SHORT_TITLES = {package: title.split(":")[0] for package, title in PACKAGE_TITLES.items()}  # the summary's column
 
 
-def render_package(package: str, runs: list[Run], info: dict[str, dict], anchors: dict, out_dir: str, img: str) -> str:
-    """A package's section of the page: its table (a line on the transcribed runs where it has some), the runs'
-    commands, a PNG per env (written into ``img``) and the anchors' sources."""
-    groups = grouped(runs)
-    title = f"{PACKAGE_TITLES[package]} (`{package}`)" if package in PACKAGE_TITLES else f"`{package}`"
-    lines = [
-        f"### {title}",
-        "",
-        markdown_table(RENDER_HEADER, [render_row(g, info, anchors, out_dir) for g in groups.values()]),
-        "",
+@dataclasses.dataclass
+class PageRuns:
+    """The summaries as the page shows them: the package-default rows' runs by (package, env, row name), each named
+    ``agent [core]`` (benchmarks/page_rows.py), and the variants' runs by (package, env, agent [label]), each with
+    what it changed and the (package, env, agent, core) of the row it varies."""
+
+    defaults: dict[tuple[str, str, str], list[Run]]
+    variants: dict[tuple[str, str, str], list[Run]]
+    reasons: dict[str, str]  # a variant's summary path -> what it changed
+    varies: dict[str, tuple[str, str, str, str]]  # a variant's summary path -> (package, env, agent, core)
+
+
+def page_runs(summaries: list[tuple[str, dict]]) -> PageRuns:
+    """The summaries split into package-default rows and variants (benchmarks/page_rows.py), each side grouped, its
+    runs by seed."""
+    reasons = {path: page_rows.variant_reason(summary) for path, summary in summaries}
+    defaults = [(path, summary) for path, summary in summaries if reasons[path] is None]
+    names = page_rows.row_names(defaults)
+    page_rows.check_one_per_seed(defaults, names)
+    out = PageRuns({}, {}, {p: r for p, r in reasons.items() if r is not None}, {})
+    for path, summary in summaries:
+        run = run_of_summary(path, summary)
+        if reasons[path] is None:
+            run.row_name = names[path]
+            out.defaults.setdefault((summary["package"], run.env, run.name), []).append(run)
+        else:
+            out.variants.setdefault((summary["package"], run.env, run.name), []).append(run)
+            out.varies[path] = (summary["package"], run.env, run.agent, page_rows.core_of(summary))
+    for groups in (out.defaults, out.variants):
+        for group in groups.values():
+            group.sort(key=lambda r: r.seed)
+    packages = list(dict.fromkeys(summary["package"] for _, summary in summaries))
+    info = dict(summaries)
+    out.defaults = dict(sorted(out.defaults.items(), key=lambda item: row_order(item[1], packages, info)))
+    return out
+
+
+def row_order(group: list[Run], packages: list[str], info: dict[str, dict]) -> tuple:
+    """A package-default row's place: by package (as the summaries come), env, agent, then core (CORE_ORDER)."""
+    run = group[0]
+    core = page_rows.core_of(info[run.run_dir])
+    rank = page_rows.CORE_ORDER.index(core) if core in page_rows.CORE_ORDER else len(page_rows.CORE_ORDER)
+    return packages.index(info[run.run_dir]["package"]), run.env, run.agent, rank
+
+
+def variant_pages(group: list[Run], page: PageRuns, info: dict[str, dict], experiments: str) -> dict[str, int]:
+    """The experiments pages that hold variants of a row's (env, agent, core), with how many runs each."""
+    run = group[0]
+    key = (info[run.run_dir]["package"], run.env, run.agent, page_rows.core_of(info[run.run_dir]))
+    pages: dict[str, int] = {}
+    for path, varies in page.varies.items():
+        if varies == key:
+            where = experiments_page(key[0], run.agent, info[path], experiments)
+            pages[where] = pages.get(where, 0) + 1
+    return pages
+
+
+def package_table(package: str, page: PageRuns, info: dict, anchors: dict, experiments: str, refs: set) -> list[str]:
+    """A package's table of package-default rows, the pages it links added to ``refs`` (``page_refs``)."""
+    rows = []
+    for (p, _, _), group in page.defaults.items():
+        if p != package:
+            continue
+        run = group[0]
+        refs.add((experiments_page(package, run.agent, info[run.run_dir], experiments), ""))
+        pages = variant_pages(group, page, info, experiments)
+        refs.update((path, VARIANT_ANCHOR) for path in pages)
+        variants = ", ".join(f"[{n}][{page_ref(path, VARIANT_ANCHOR)}]" for path, n in pages.items()) or "-"
+        rows.append(linked_row(group, info, anchors, experiments, variants))
+    return [markdown_table(RENDER_HEADER + ["variant runs"], rows), ""] if rows else []
+
+
+def variants_alone(package: str, page: PageRuns, info: dict, experiments: str, refs: set) -> list[str]:
+    """A line naming the package's envs that have variants and no package-default row, each with its pages."""
+    shown = {env for (p, env, _) in page.defaults if p == package}
+    pages: dict[str, set[str]] = {}
+    for (p, env, _), group in page.variants.items():
+        if p == package and env not in shown:
+            for run in group:
+                pages.setdefault(env, set()).add(experiments_page(p, run.agent, info[run.run_dir], experiments))
+    if not pages:
+        return []
+    refs.update((path, VARIANT_ANCHOR) for paths in pages.values() for path in paths)
+    envs = [
+        f"{env} ({', '.join(f'[{page_ref(p)}][{page_ref(p, VARIANT_ANCHOR)}]' for p in sorted(paths))})"
+        for env, paths in sorted(pages.items())
     ]
-    if any(run.transcribed for run in runs):
-        lines += [
-            prose(
-                f"{TRANSCRIBED_MARK} Transcribed from the run's record in docs/experiments/ (the summary's "
-                f"`source` names the section; its run directory was not kept): its curve holds the recorded "
-                f'points alone, and "-" is a figure not recorded.'
-            ),
-            "",
-        ]
-    lines += [
-        prose(
-            "Commands (every flag not given is the package's default for the agent at the commit the run was made "
-            "at, which a later default does not change):"
-        ),
-        "",
-        *command_block(list(groups.values()), info),
-        "",
-    ]
-    for env in dict.fromkeys(run.env for run in runs):
-        png = os.path.join(img, f"suite_{package}_{path_name(env)}.png")
-        save_figure(plot_env(env, [g for (e, _), g in groups.items() if e == env], info, anchors), png)
-        lines += [f"![{env}, {package}]({os.path.relpath(png, out_dir)})", ""]
+    return [prose("No run at the package's defaults yet, variants alone: " + "; ".join(envs) + "."), ""]
+
+
+def anchors_line(runs: list[Run], anchors: dict) -> str:
+    """The sources of the anchors drawn beside the runs."""
     used = {
         (a["source"], tuple(a["agents"]))
         for env in {r.env for r in runs}
@@ -1170,38 +1296,140 @@ def render_package(package: str, runs: list[Run], info: dict[str, dict], anchors
         f"[{anchors['sources'][s]['name']}]({anchors['sources'][s]['url']}) for {', '.join(agents)}"
         for s, agents in sorted(used)
     ]
-    lines.append(prose("Anchors: " + ("; ".join(sources) if sources else "none for these envs") + "."))
-    return "\n".join(lines)
+    return prose("Anchors: " + ("; ".join(sources) if sources else "none for these envs") + ".")
 
 
-def render_markdown(summaries: list[tuple[str, dict]], anchors: dict, out_dir: str, img: str, data: str) -> str:
-    """The page's generated region: a section per package that has summaries (PNGs written into ``img``)."""
-    runs = [run_of_summary(path, summary) for path, summary in summaries]
-    info = {path: summary for path, summary in summaries}
-    packages = dict.fromkeys(summary["package"] for _, summary in summaries)
-    sections = [
-        render_package(p, [r for r in runs if info[r.run_dir]["package"] == p], info, anchors, out_dir, img)
-        for p in packages
+def render_package(
+    package: str, page: PageRuns, info: dict, anchors: dict, out_dir: str, img: str, experiments: str, refs: set
+) -> str:
+    """A package's section of the page: its table of package-default rows (a line on the transcribed runs where it
+    has some, one on the envs with variants alone), the rows' commands, a PNG per env (written into ``img``) and
+    the anchors' sources; the pages its links name added to ``refs``."""
+    groups = {(env, name): g for (p, env, name), g in page.defaults.items() if p == package}
+    runs = [run for group in groups.values() for run in group]
+    title = f"{PACKAGE_TITLES[package]} (`{package}`)" if package in PACKAGE_TITLES else f"`{package}`"
+    lines = [f"### {title}", "", *package_table(package, page, info, anchors, experiments, refs)]
+    if any(run.transcribed for run in runs):
+        lines += [
+            prose(
+                f"{TRANSCRIBED_MARK} Transcribed from the run's record in docs/experiments/ (the summary's "
+                f"`source` names the section; its run directory was not kept): its curve holds the recorded "
+                f'points alone, and "-" is a figure not recorded.'
+            ),
+            "",
+        ]
+    lines += variants_alone(package, page, info, experiments, refs)
+    if not groups:
+        return "\n".join(lines).rstrip()
+    lines += [
+        prose(
+            "Commands (the flags that differ from the package's defaults of today; each flag not given ran at the "
+            "default of the commit named):"
+        ),
+        "",
+        *command_block(list(groups.values()), info),
+        "",
     ]
+    for env in dict.fromkeys(env for env, _ in groups):
+        png = os.path.join(img, f"suite_{package}_{path_name(env)}.png")
+        save_figure(plot_env(env, [g for (e, _), g in groups.items() if e == env], info, anchors), png)
+        lines += [f"![{env}, {package}]({os.path.relpath(png, out_dir)})", ""]
+    return "\n".join(lines + [anchors_line(runs, anchors)])
+
+
+def render_markdown(
+    summaries: list[tuple[str, dict]], anchors: dict, out_dir: str, img: str, data: str, experiments: str = EXPERIMENTS
+) -> tuple[str, dict[str, str]]:
+    """The page's generated region (the summary, then a section per package that has summaries, PNGs written into
+    ``img``, the reference links' definitions last) and each experiments page's variants region, by page."""
+    info = {path: summary for path, summary in summaries}
+    page = page_runs(summaries)
+    packages = dict.fromkeys(summary["package"] for _, summary in summaries)
     shown = os.path.relpath(data, REPO) if os.path.abspath(data).startswith(REPO + os.sep) else data
     note = prose(
-        f"Generated by `{PROG} render` from the run summaries in {shown} (`{PROG} collect RUN_DIR ...`): "
-        f"mean ± std over seeds (numpy's population std), per seed in the seeds' order; agent steps: \"of "
-        f'N, stopped" for a run that ended short of its --total_steps; steps to anchor score: '
-        f"the agent step of the first logs.csv row whose last-100 return reached the score of "
-        f"benchmarks/anchors.json, and where every seed has greedy validations (R2D2's progress: its "
-        f"training returns explore) the first validation at the score; wall time: logs.csv's time, summed "
-        f"over a resumed run's starts."
+        f"Generated by `{PROG} render` from the run summaries in {shown} (`{PROG} collect RUN_DIR ...`): one row "
+        f"per env, agent and core at the package's defaults; its variant runs (other flags, earlier defaults, "
+        f"probes) are in the page the column links.  Mean ± std over seeds, per seed in the seeds' order; steps to "
+        f"anchor score: the agent step of the first logs.csv row whose last-100 return reached the score of "
+        f"benchmarks/anchors.json (and, where every seed has greedy validations, the first validation at it); wall "
+        f"time: logs.csv's time, summed over a resumed run's starts."
     )
-    return "\n\n".join([note, *sections])
+    refs: set[tuple[str, str]] = set()
+    sections = [render_package(p, page, info, anchors, out_dir, img, experiments, refs) for p in packages]
+    region = [
+        *summary_table.render_summary(list(page.defaults.values()), info, anchors, SHORT_TITLES),
+        "",
+        "## Results per package",
+        "",
+        note,
+        *("\n" + section for section in sections),
+        "",
+        *page_refs(refs, out_dir),
+    ]
+    return "\n".join(region), variant_regions(page, info, anchors, experiments)
 
 
-def replace_region(text: str, region: str) -> str | None:
-    """``text`` with what lies between MARKERS replaced by ``region``; None where the markers are not both there."""
-    begin, end = text.find(MARKERS[0]), text.find(MARKERS[1])
+def variant_regions(page: PageRuns, info: dict[str, dict], anchors: dict, experiments: str) -> dict[str, str]:
+    """Each experiments page's variants region: a table of the variants it holds (what each changed in the last
+    column) and their commands as recorded; every page that has the markers gets one, "none" where it holds none."""
+    by_page: dict[str, list[list[Run]]] = {
+        path: [] for path in glob.glob(os.path.join(experiments, "*.md")) if VARIANT_MARKERS[0] in read_text(path)
+    }
+    for (package, _, _), group in page.variants.items():
+        run = group[0]
+        by_page.setdefault(experiments_page(package, run.agent, info[run.run_dir], experiments), []).append(group)
+    out = {}
+    for path, groups in sorted(by_page.items()):
+        if not groups:
+            out[path] = (
+                "None: every run of this page's packages and agents with a summary is a row of the results page."
+            )
+            continue
+        rows = [
+            render_row(g, info, anchors, g[0].name) + [collapsed([page.reasons[r.run_dir] for r in g])] for g in groups
+        ]
+        out[path] = "\n".join(
+            [
+                prose(
+                    f"Generated by `{PROG} render` from the run summaries in docs/data marked as variants: what each "
+                    "run changed from its package's defaults is its last column, and the rows at the defaults are "
+                    "in [results.md](../results.md).  Commands as recorded, the run's identity left out (a path of "
+                    "the machine it ran on as SAVEDIR/...): each flag not given ran at the default of the commit named."
+                ),
+                "",
+                markdown_table(RENDER_HEADER + ["what differs"], rows),
+                "",
+                *command_block(groups, info, page_rows.variant_command),
+            ]
+        )
+    return out
+
+
+def read_text(path: str) -> str:
+    """A text file's contents."""
+    with open(path) as f:
+        return f.read()
+
+
+def replace_region(text: str, region: str, markers: tuple[str, str] = MARKERS) -> str | None:
+    """``text`` with what lies between ``markers`` replaced by ``region``; None where the markers are not both
+    there."""
+    begin, end = text.find(markers[0]), text.find(markers[1])
     if begin < 0 or end < begin:
         return None
-    return text[: begin + len(MARKERS[0])] + "\n" + region + "\n" + text[end:]
+    return text[: begin + len(markers[0])] + "\n" + region + "\n" + text[end:]
+
+
+def write_variant_regions(regions: dict[str, str]) -> None:
+    """Each page's variants region between VARIANT_MARKERS; a page without them gets a VARIANT_HEADING section with
+    them at its end (a page that does not exist, its title too)."""
+    for path, region in regions.items():
+        text = read_text(path) if os.path.exists(path) else f"# {os.path.basename(path)[:-3]}\n"
+        page = replace_region(text, region, VARIANT_MARKERS)
+        if page is None:
+            page = f"{text.rstrip()}\n\n{VARIANT_HEADING}\n\n{VARIANT_MARKERS[0]}\n{region}\n{VARIANT_MARKERS[1]}\n"
+        with open(path, "w") as f:
+            f.write(page)
 
 
 def render(args) -> int:
@@ -1209,11 +1437,11 @@ def render(args) -> int:
     writable_dir_of(args.out, "--out")
     os.makedirs(args.img, exist_ok=True)
     out_dir = os.path.dirname(os.path.abspath(args.out))
-    region = render_markdown(summaries, load_anchors(), out_dir, args.img, args.data)
+    experiments = args.experiments or os.path.join(out_dir, "experiments")
+    region, variants = render_markdown(summaries, load_anchors(), out_dir, args.img, args.data, experiments)
     page = None
     if os.path.exists(args.out):
-        with open(args.out) as f:
-            page = replace_region(f.read(), region)
+        page = replace_region(read_text(args.out), region)
     if page is None:
         print(region)
         print(
@@ -1223,8 +1451,10 @@ def render(args) -> int:
         return 0
     with open(args.out, "w") as f:
         f.write(page)
+    write_variant_regions(variants)
     print(
-        f"wrote {len(summaries)} runs' summaries into {args.out} (between its markers) and their curves into {args.img}"
+        f"wrote {len(summaries)} runs' summaries into {args.out} (between its markers), their curves into {args.img} "
+        f"and the variants' tables into {', '.join(os.path.relpath(p, out_dir) for p in variants) or 'no page'}"
     )
     return 0
 
@@ -1292,6 +1522,12 @@ def make_parser() -> FlagParser:
     )
     c.add_argument("--label", default="", help="Tells these runs apart from others of the same env, agent and seed.")
     c.add_argument(
+        "--variant",
+        default="",
+        help="What these runs changed from the package's defaults (other flags, earlier defaults, a probe), in a few "
+        "words: their rows go to docs/experiments/, not the results page's tables.",
+    )
+    c.add_argument(
         "--score",
         nargs="+",
         type=float,
@@ -1308,6 +1544,11 @@ def make_parser() -> FlagParser:
     d.add_argument("--data", default=os.path.join(REPO, "docs", "data"), help="The summaries' directory.")
     d.add_argument("--out", default=os.path.join(REPO, "docs", "results.md"), help="The page.")
     d.add_argument("--img", default=os.path.join(REPO, "docs", "img"), help="Where the PNGs go.")
+    d.add_argument(
+        "--experiments",
+        default=None,
+        help="The pages the rows link and the variants' tables go into (default: --out's directory's experiments/).",
+    )
     return parser
 
 

@@ -33,7 +33,7 @@ def build_stem(flags, obs_shape: tuple):
     import torch  # here, not at the top: env servers read core_kind and resnet_channels without torch
 
     from models.mlp import MLPStem
-    from models.vision import AtariNetStem, GridStem, ResNetStem
+    from models.vision import AtariNetStem, GridStem, MinAtarStem, ResNetStem
 
     if len(obs_shape) == 1:
         sizes = tuple(int(s) for s in str(flags.mlp_sizes).split(",") if s)
@@ -43,6 +43,8 @@ def build_stem(flags, obs_shape: tuple):
             stem = ResNetStem(obs_shape, channels=resnet_channels(flags))
         elif flags.model == "grid":
             return GridStem(obs_shape)
+        elif flags.model == "minatar":
+            return MinAtarStem(obs_shape)
         else:
             stem = AtariNetStem(obs_shape)
         return stem.to(memory_format=torch.channels_last)  # conv weights to match the inputs

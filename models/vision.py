@@ -17,7 +17,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-__all__ = ["AtariNetStem", "GridStem", "ResNetStem"]
+__all__ = ["AtariNetStem", "GridStem", "MinAtarStem", "ResNetStem"]
 
 
 def _check_obs_shape(obs_shape: Sequence[int]) -> tuple[int, int, int]:
@@ -190,4 +190,25 @@ class GridStem(nn.Module):
         lead = obs.shape[:-3]
         x = obs.reshape(-1, *self.obs_shape).to(self.fc.weight.dtype)
         x = torch.relu(self.conv2(torch.relu(self.conv1(x))))
+        return torch.relu(self.fc(x.flatten(1))).reshape(*lead, self.out_size)
+
+
+class MinAtarStem(nn.Module):
+    """MinAtar's network (Young & Tian 2019, Section 4): one 3x3 conv of 16 channels, stride 1 and no padding, ReLU;
+    fc ``out_size`` (128) + ReLU.  For [C, 10, 10] binary grids, one channel per object kind; values used as given."""
+
+    def __init__(self, obs_shape: Sequence[int], out_size: int = 128):
+        super().__init__()
+        self.obs_shape = _check_obs_shape(obs_shape)
+        if min(self.obs_shape[1:]) < 3:
+            raise ValueError(f"MinAtarStem: its 3x3 conv needs a grid of side >= 3, got {self.obs_shape}")
+        self.out_size = out_size
+        self.conv = nn.Conv2d(self.obs_shape[0], 16, kernel_size=3)
+        self.fc = nn.Linear(16 * (self.obs_shape[1] - 2) * (self.obs_shape[2] - 2), out_size)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        if tuple(obs.shape[-3:]) != self.obs_shape:
+            raise ValueError(f"expected observations [..., {self.obs_shape}], got {tuple(obs.shape)}")
+        lead = obs.shape[:-3]
+        x = torch.relu(self.conv(obs.reshape(-1, *self.obs_shape).to(self.fc.weight.dtype)))
         return torch.relu(self.fc(x.flatten(1))).reshape(*lead, self.out_size)

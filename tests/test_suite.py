@@ -396,10 +396,11 @@ def pong_summary(agent: str, seed: int, returns: list[float], exact: list[float]
     }
 
 
-def region_rows(page: str) -> list[dict]:
-    """The rows of every table between the markers."""
-    region = page.split("<!-- suite:begin -->")[1].split("<!-- suite:end -->")[0]
-    return [row for block in region.split("\n\n") if block.startswith("|") for row in markdown_rows(block)]
+def region_rows(page: str, first: str = "| env | agent |") -> list[dict]:
+    """The rows of every table between the markers (the whole text without them) whose header starts with ``first``
+    (the packages' tables)."""
+    region = page.split("<!-- suite:begin -->")[-1].split("<!-- suite:end -->")[0]
+    return [row for block in region.split("\n\n") if block.startswith(first) for row in markdown_rows(block)]
 
 
 def test_render_writes_the_region_and_curves_from_summaries_alone(suite, tmp_path):
@@ -435,44 +436,64 @@ def test_render_writes_the_region_and_curves_from_summaries_alone(suite, tmp_pat
     cart = [json.loads((data / f"torchbeast_gym/CartPole-v1/impala_seed{s}.json").read_text()) for s in (1, 2)]
     ends = [c["curve"]["return_last_100"][-1] for c in cart]
     finals = [c["final_test"]["mean"] for c in cart]
-    up = os.path.relpath(REPO, page.parent)
+    walls = [f"{c['wall_seconds'] / 60:.1f} min" for c in cart]
     assert rows == [
         {
             "env": "PongNoFrameskip-v4",
-            "agent": f"[ppo]({up}/docs/experiments/ppo.md)",
+            "agent": "[ppo][ppo.md]",
             "seeds": "1 / 2",
-            "agent steps": "5,000,000",
+            "agent steps": "5M",
             "last-100 at the end": "19.5 ± 0.5",
             "final test": "20.5 ± 0.5",
-            "steps to anchor score": "18: 3,000,000 / 4,000,000",
-            "wall time": "83 min / 83 min",
+            "steps to anchor score": "18: 3M / 4M",
+            "wall time": "83 min",
             "agent steps/s": "1,000",
-            "machine": "H200, 16 cores",
+            "machine": "H200",
+            "variant runs": "-",
         },
         {
             "env": "CartPole-v1",
-            "agent": f"[impala]({up}/docs/experiments/impala.md)",
+            "agent": "[impala][impala.md]",
             "seeds": "1 / 2",
-            "agent steps": "8,000",
+            "agent steps": "8k",
             "last-100 at the end": f"{np.mean(ends):.1f} ± {np.std(ends):.1f}",
             "final test": f"{np.mean(finals):.1f} ± {np.std(finals):.1f}",
             "steps to anchor score": "-",
-            "wall time": " / ".join(f"{c['wall_seconds'] / 60:.1f} min" for c in cart),
+            "wall time": walls[0] if walls[0] == walls[1] else " / ".join(walls),
             "agent steps/s": f"{np.mean([8000 / c['curve']['time'][-1] for c in cart]):,.0f}",
             "machine": "2-core VM",
+            "variant runs": "-",
         },
     ]
-    # the commands under each table, each seed's that differs in more than its identity (--seed, --xpid, ...)
+    # the rows link their pages of the experiments next to the page (reference links, defined once)
+    assert "[ppo.md]: experiments/ppo.md\n" in text and "[impala.md]: experiments/impala.md\n" in text
+    # the summary first: each row's score beside the best published point at or below its agent steps
+    summary = region_rows(text, "| package |")
+    assert summary[0] == {
+        "package": "Atari",
+        "env": "PongNoFrameskip-v4",
+        "agent": "ppo",
+        "seeds": "2",
+        "agent steps": "5M",
+        "ours": "20.5 ± 0.5 (final test)",
+        "best published at ≤ our agent steps": "19.5 at 5M (CleanRL ppo_atari.py)",
+    }
+    assert text.index("## Summary") < text.index("## Results per package") < text.index("### Atari")
+    assert "**MinAtar** (`torchbeast_minatar`): no run summaries yet (docs/data/torchbeast_minatar/)." in text
+    # the commands under each table: the flags that differ from today's defaults, the run's identity dropped, each
+    # seed's that differs in more than its --seed
     blocks = re.findall(r"```sh\n(.*?)\n```", text, re.S)
     assert blocks[0].splitlines() == [
-        "# PongNoFrameskip-v4 ppo, seed 1 (seed 2 the same with its own --seed, --xpid)",
+        "# PongNoFrameskip-v4 ppo, seed 1 (seed 2 the same with its own --seed)",
         "python -m torchbeast_atari.polybeast --env PongNoFrameskip-v4 --agent ppo --seed 1",
     ]
     commit = cart[0]["git_commit"][:7]  # the commit a run was made at names its defaults
     assert blocks[1].startswith(
-        f"# CartPole-v1 impala, seed 1 (seed 2 the same with its own --seed, --xpid), at commit {commit}\n"
+        f"# CartPole-v1 impala, seed 1 (seed 2 the same with its own --seed), at commit {commit}\n"
     )
-    assert blocks[1].split("\n", 1)[1].replace(" \\\n    ", " ") == cart[0]["command"]
+    assert blocks[1].split("\n", 1)[1].replace(" \\\n    ", " ") == (
+        "python -m torchbeast_gym.polybeast --env CartPole-v1 " + shlex.join(EXTRA) + f" --total_steps {STEPS} --seed 1"
+    )
     assert all(len(line) <= 120 for line in blocks[1].splitlines())
     assert "### Atari (`torchbeast_atari`)" in text and "### gym (`torchbeast_gym`)" in text and "†" not in text
     for name in ("suite_torchbeast_atari_PongNoFrameskip-v4.png", "suite_torchbeast_gym_CartPole-v1.png"):
@@ -496,7 +517,7 @@ def test_render_writes_the_region_and_curves_from_summaries_alone(suite, tmp_pat
         timeout=120,
     )
     assert result.returncode == 0 and (tmp_path / "plain.md").read_text() == "no markers\n"
-    assert "| 1 / 2 | 5,000,000 | 19.5 ± 0.5 |" in result.stdout
+    assert "| 1 / 2 | 5M | 19.5 ± 0.5 |" in result.stdout
     assert "has no <!-- suite:begin --> ... <!-- suite:end --> region" in result.stdout
 
 
@@ -520,11 +541,13 @@ def test_the_plot_draws_the_anchors_points_and_a_score_not_kept_exactly_is_an_up
         "CleanRL ppo_atari.py (ppo, impala)",
         "score 18",
     ]
+    # the x-axis goes to our budget (the runs' most agent steps, 3M), the anchors' points up to it
     lines = {line.get_label(): line for line in ax.get_lines()}
     ppo = lines["CleanRL ppo_atari.py (ppo, impala)"]
-    assert list(ppo.get_xdata()) == [1e6, 2e6, 3e6, 4e6, 5e6, 1e7] and ppo.get_marker() == "s"
-    assert list(ppo.get_ydata()) == [-9, 13, 17, 19, 19.5, 20.36]
-    assert list(lines["CleanRL dqn_atari.py (r2d2)"].get_ydata()) == [-14, 0, 17.7, 19.4, 20, 20.25]
+    assert list(ppo.get_xdata()) == [1e6, 2e6, 3e6] and ppo.get_marker() == "s"
+    assert list(ppo.get_ydata()) == [-9, 13, 17]
+    assert list(lines["CleanRL dqn_atari.py (r2d2)"].get_ydata()) == [-14, 0, 17.7]
+    assert ax.get_xlim()[1] == pytest.approx(3e6 * 1.03)
     suite.pyplot().close(fig)
     assert suite.reached_cell([runs[0]], info, 18.0) == "18: 3,000,000"
     assert suite.reached_cell([runs[1]], info, 18.0) == "18: ≤ 3,000,000"
@@ -564,8 +587,8 @@ def test_a_transcribed_summary_is_marked_and_drawn_from_its_recorded_points(tmp_
     runs = [suite.run_of_summary(path, s) for path, s in summaries]
     info = dict(summaries)
     assert [r.transcribed for r in runs] == [True, True] and math.isnan(runs[0].wall_seconds)
-    row = dict(zip(suite.RENDER_HEADER, suite.render_row(runs, info, anchors, str(tmp_path))))
-    assert row.pop("agent") == f"[impala]({os.path.relpath(REPO, tmp_path)}/docs/experiments/impala.md)"
+    row = dict(zip(suite.RENDER_HEADER, suite.render_row(runs, info, anchors, "impala")))
+    assert row.pop("agent") == "impala"
     assert row == {
         "env": "PongNoFrameskip-v4",
         "seeds": "1† / 2†",
@@ -586,9 +609,15 @@ def test_a_transcribed_summary_is_marked_and_drawn_from_its_recorded_points(tmp_
     assert len({lines[k].get_color() for k in lines if k.startswith("impala seed")}) == 1
     suite.pyplot().close(fig)
     # the table says what the mark means, once, under the table
-    section = suite.render_package("torchbeast_atari", runs, info, anchors, os.path.join(REPO, "docs"), str(tmp_path))
+    refs = set()
+    page = suite.page_runs(summaries)
+    docs = os.path.join(REPO, "docs")
+    section = suite.render_package(
+        "torchbeast_atari", page, info, anchors, docs, str(tmp_path), suite.EXPERIMENTS, refs
+    )
     assert section.count("† Transcribed from the run's record in docs/experiments/") == 1
-    assert "| [impala](experiments/impala.md) | 1† / 2† |" in section
+    assert "| [impala][impala.md] | 1† / 2† | 5M |" in section
+    assert suite.page_refs(refs, docs) == ["[impala.md]: experiments/impala.md"]
     assert all(len(line.encode()) <= 200 for line in section.splitlines() if not line.startswith("!["))
 
 
@@ -616,11 +645,11 @@ def test_an_unfinished_run_says_how_far_it_got_and_a_missing_final_test_is_a_das
     summaries = [(str(tmp_path / f"r2d2_seed{s['seed']}.json"), s) for s in (stopped, running, finished)]
     runs = [suite.run_of_summary(path, s) for path, s in summaries]
     info = dict(summaries)
-    row = dict(zip(suite.RENDER_HEADER, suite.render_row(runs, info, suite.load_anchors(), str(tmp_path))))
+    row = dict(zip(suite.RENDER_HEADER, suite.render_row(runs, info, suite.load_anchors(), "agent")))
     assert row["agent steps"] == "1.23M of 5M, stopped / 1.23M of 5M, running when collected / 2,000,000"
     assert row["final test"] == "-" and row["last-100 at the end"] == "-20.0 ± 0.7"
     assert row["steps to anchor score"] == "18: not reached / not reached / not reached"
-    row = dict(zip(suite.RENDER_HEADER, suite.render_row(runs[:1], info, suite.load_anchors(), str(tmp_path))))
+    row = dict(zip(suite.RENDER_HEADER, suite.render_row(runs[:1], info, suite.load_anchors(), "agent")))
     assert row["agent steps"] == "1.23M of 5M, stopped" and row["final test"] == "-"
     assert [suite.short_steps(n) for n in (5_000_000, 1_234_560, 844_800, 999)] == ["5M", "1.23M", "844.8k", "999"]
 
@@ -647,13 +676,13 @@ def test_a_final_test_on_held_out_levels_also_gives_the_training_levels(tmp_path
     plain = pong_summary("impala", 3, [5.0, 14.0], [])
     summaries = [(str(tmp_path / f"impala_seed{s['seed']}.json"), s) for s in (first, second, plain)]
     runs = [suite.run_of_summary(path, s) for path, s in summaries]
-    cell = dict(
-        zip(suite.RENDER_HEADER, suite.render_row(runs[:2], dict(summaries), suite.load_anchors(), str(tmp_path)))
-    )["final test"]
+    cell = dict(zip(suite.RENDER_HEADER, suite.render_row(runs[:2], dict(summaries), suite.load_anchors(), "agent")))[
+        "final test"
+    ]
     assert cell == "10.0 ± 0.5 (training levels 12.0 ± 1.0)"
-    cell = dict(
-        zip(suite.RENDER_HEADER, suite.render_row(runs[2:], dict(summaries), suite.load_anchors(), str(tmp_path)))
-    )["final test"]
+    cell = dict(zip(suite.RENDER_HEADER, suite.render_row(runs[2:], dict(summaries), suite.load_anchors(), "agent")))[
+        "final test"
+    ]
     assert cell == "22.0"
 
 
@@ -668,7 +697,7 @@ def test_an_agent_read_by_its_greedy_validations_gets_their_first_step_at_the_sc
     two["validation"] = {"source": "out.log", "step": [250_000, 500_000], "mean_return": [-21.0, -17.25]}
     summaries = [(str(tmp_path / f"r2d2_seed{s['seed']}.json"), s) for s in (one, two)]
     runs = [suite.run_of_summary(path, s) for path, s in summaries]
-    row = dict(zip(suite.RENDER_HEADER, suite.render_row(runs, dict(summaries), suite.load_anchors(), str(tmp_path))))
+    row = dict(zip(suite.RENDER_HEADER, suite.render_row(runs, dict(summaries), suite.load_anchors(), "agent")))
     assert row["steps to anchor score"] == (
         "18: not reached / not reached; greedy validation: 500,000 (last 20 at "
         "750k) / not reached (last -17.25 at 500k)"
@@ -680,7 +709,7 @@ def test_an_agent_read_by_its_greedy_validations_gets_their_first_step_at_the_sc
                 runs,
                 dict(summaries, **{summaries[1][0]: pong_summary("r2d2", 2, [-21.0, -19.0], [18.0])}),
                 suite.load_anchors(),
-                str(tmp_path),
+                "r2d2",
             ),
         )
     )
@@ -715,3 +744,210 @@ def test_a_row_links_its_packages_page_then_recurrent_md_for_a_core_then_its_age
     assert page("torchbeast_atari", "r2d2", pong) == "r2d2.md"  # its LSTM is the agent's default, not a flag
     assert page("torchbeast_memory", "impala", "python -m torchbeast_memory.polybeast --use_rtrl") == "memory.md"
     assert page("torchbeast_atari", "impala+rnd", pong) == "impala.md"
+
+
+def copy_of_docs(tmp_path):
+    """docs/results.md and docs/experiments/ copied under ``tmp_path``/docs: a render there leaves the repo's as
+    they are."""
+    docs = tmp_path / "docs"
+    shutil.copytree(os.path.join(REPO, "docs", "experiments"), docs / "experiments")
+    shutil.copy(os.path.join(REPO, "docs", "results.md"), docs / "results.md")
+    return docs
+
+
+def test_the_committed_summaries_render_a_page_a_researcher_reads_in_minutes(tmp_path):
+    """docs/data rendered into a copy of the page: under 400 lines, none over 200 characters, the summary first, and
+    no command carries the machine it ran on (a path of it, its run directory's --savedir or its sockets)."""
+    docs = copy_of_docs(tmp_path)
+    result = run(
+        SUITE,
+        "render",
+        "--out",
+        str(docs / "results.md"),
+        "--img",
+        str(docs / "img"),
+        output=str(tmp_path / "out"),
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stdout[-3000:]
+    text = (docs / "results.md").read_text()
+    lines = text.splitlines()
+    assert len(lines) < 400, len(lines)
+    assert [line for line in lines if len(line) > 200] == []
+    assert text.index("## Summary") < text.index("## Results per package")
+    region = text.split("<!-- suite:begin -->")[1].split("<!-- suite:end -->")[0]
+    commands = "\n".join(re.findall(r"```sh\n(.*?)\n```", region, re.S))
+    assert commands.count("python -m torchbeast_") >= len(region_rows(text)) > 0
+    for word in ("/work/", "/tmp/", "--savedir", "--pipes_basename", "--xpid"):
+        assert word not in commands, word
+    # every image and reference link the region names is there
+    for png in re.findall(r"\]\((img/[^)]+\.png)\)", region):
+        assert (docs / png).stat().st_size > 10_000, png
+    for label in set(re.findall(r"\]\[([^\]]+)\]", region)):
+        assert f"\n[{label}]: experiments/" in region, label
+    # the variants' tables went into the pages the rows link, their commands without the machine's paths either
+    for page in ("impala.md", "memory.md", "recurrent.md"):
+        variants = (docs / "experiments" / page).read_text().split("<!-- suite:variants:begin -->")[1]
+        assert "| what differs |" in variants and "/work/" not in variants and "--savedir" not in variants, page
+
+
+def summary_of(package: str, env: str, agent: str, seed: int, returns: list[float], final, command: str = "") -> dict:
+    """A hand-written summary: a row every 1M agent steps, a final test's mean (None: none)."""
+    steps = [1_000_000 * (i + 1) for i in range(len(returns))]
+    return {
+        "package": package,
+        "env": env,
+        "agent": agent,
+        "seed": seed,
+        "label": None,
+        "command": f"python -m {package}.polybeast --env {env} --agent {agent} --seed {seed} {command}".strip(),
+        "machine": "Xeon, alone",
+        "total_steps": steps[-1],
+        "agent_steps": steps[-1],
+        "frames_per_step": 1,
+        "validation": None,
+        "final_test": None if final is None else {"mean": final, "std": 0.0, "runs": [final]},
+        "curve": {"exact_scores": [], "step": steps, "time": [s / 1000 for s in steps], "return_last_100": returns},
+    }
+
+
+MINATAR_ANCHORS = {
+    "sources": {"paper": {"name": "MinAtar paper", "url": "https://example.org"}},
+    "anchors": [
+        {"env": "MinAtar/Breakout-v0", "agents": ["impala"], "source": "paper", "score": 17.5, "random": 0.5,
+         "points": [[1_000_000, 10.0], [3_000_000, 16.5], [5_000_000, 17.5]]},
+        {"env": "MinAtar/Breakout-v0", "agents": ["impala"], "source": "paper", "score": None,
+         "points": [[10_000_000, 28.0]]},
+        {"env": "MinAtar/Freeway-v0", "agents": ["impala", "r2d2"], "source": "paper", "score": 47.5,
+         "random": 0.0, "points": [[2_000_000, 40.0], [5_000_000, 47.5]]},
+    ],
+}  # fmt: skip
+
+
+def test_minatar_is_summarised_by_each_agents_iqm_with_a_stratified_bootstrap_interval(tmp_path):
+    """Synthetic MinAtar summaries (envs named MinAtar/<Game>-v0, their files under MinAtar-<Game>-v0/): each run's
+    score (its final test, else its last-100) normalised per game between the random return and the best anchor
+    point at or below its agent steps; the IQM over games x seeds is rliable's, its interval reproducible."""
+    from scipy import stats
+
+    from benchmarks import suite, summary_table
+
+    scores = {  # (game, seed): (last-100, final test)
+        ("Breakout", 1): (15.0, 16.0),
+        ("Breakout", 2): (12.0, None),
+        ("Breakout", 3): (9.0, 8.5),
+        ("Freeway", 1): (30.0, 31.0),
+        ("Freeway", 2): (45.0, 47.5),
+        ("Freeway", 3): (20.0, None),
+    }
+    data = tmp_path / "data"
+    for (game, seed), (last, final) in scores.items():
+        summary = summary_of(
+            "torchbeast_minatar", f"MinAtar/{game}-v0", "impala", seed, [1.0, 5.0, 9.0, 12.0, last], final
+        )
+        path = suite.summary_path(str(data), summary)
+        assert path == str(data / "torchbeast_minatar" / f"MinAtar-{game}-v0" / f"impala_seed{seed}.json")
+        suite.write_summary(path, summary)
+    summaries = suite.load_summaries(str(data))
+    (tmp_path / "img").mkdir()
+    region, _ = suite.render_markdown(summaries, MINATAR_ANCHORS, str(tmp_path), str(tmp_path / "img"), str(data))
+    # normalised by hand: Breakout between 0.5 and 17.5 (the 5M point; the 10M one lies beyond), Freeway 0 and 47.5
+    expected = np.array(
+        [[(16.0 - 0.5) / 17.0, 31.0 / 47.5], [(12.0 - 0.5) / 17.0, 1.0], [(8.5 - 0.5) / 17.0, 20.0 / 47.5]]
+    )
+    iqm = stats.trim_mean(expected, 0.25, axis=None)
+    point, low, high = summary_table.interval_estimate(expected)
+    assert point == pytest.approx(iqm) and low <= point <= high
+    assert summary_table.interval_estimate(expected) == (point, low, high)  # the bootstrap's seed is fixed
+    assert region_rows(region, "| agent | games |") == [
+        {
+            "agent": "impala",
+            "games": "2",
+            "seeds (every game's)": "3 (1, 2, 3)",
+            "IQM, normalised": f"{iqm:.2f}",
+            "95% CI": f"[{low:.2f}, {high:.2f}]",
+            "score used": "final test (4 runs), last-100 (2 runs)",
+        }
+    ]
+    assert "stratified-bootstrap confidence interval (rliable, 2,000 resamples, seed 0)" in " ".join(region.split())
+    for game in ("Breakout", "Freeway"):
+        assert (tmp_path / "img" / f"suite_torchbeast_minatar_MinAtar-{game}-v0.png").stat().st_size > 10_000
+    # a seed on one game only stays out of the matrix (the seeds every game has); a run with no published point at
+    # or below its agent steps is named
+    groups = [
+        [suite.run_of_summary(p, s) for p, s in summaries if s["env"] == env]
+        for env in ("MinAtar/Breakout-v0", "MinAtar/Freeway-v0")
+    ]
+    extra = summary_of("torchbeast_minatar", "MinAtar/Breakout-v0", "impala", 4, [1.0, 14.0], None)
+    groups[0].append(suite.run_of_summary("extra", extra))  # at 2M: normalised by the 1M point
+    rows, left_out = summary_table.iqm_rows(groups, MINATAR_ANCHORS)
+    assert [row[2] for row in rows] == ["3 (1, 2, 3)"] and left_out == []
+    early = summary_of("torchbeast_minatar", "MinAtar/Freeway-v0", "r2d2", 1, [3.0], None)
+    rows, left_out = summary_table.iqm_rows([[suite.run_of_summary("early", early)]], MINATAR_ANCHORS)
+    assert rows == [] and left_out == ["MinAtar/Freeway-v0 r2d2"]
+
+
+def test_a_variant_is_marked_in_its_summary_and_a_rows_command_keeps_what_differs_from_todays_defaults(tmp_path):
+    """A summary's ``variant`` (or a command needing a path of the machine) sends its row to docs/experiments/; a
+    package-default row is named by the core its command parses to and shows only the flags that differ from the
+    package's defaults of today, --env and --seed always; two default rows of one seed are refused."""
+    from benchmarks import page_rows, suite
+    from rl_core.errors import UserError
+
+    identity = "--xpid pong_s1 --savedir /work/runs/s1 --pipes_basename unix:/tmp/suite-1-0"
+    today = summary_of(
+        "torchbeast_atari", "PongNoFrameskip-v4", "impala", 1, [-20.0, 19.0], 19.5,
+        f"{identity} --total_steps 5000000 --entropy_cost 0.01 --entropy_decay linear --use_rtrl --stem_value",
+    )  # fmt: skip
+    assert page_rows.page_command(today) == (
+        "python -m torchbeast_atari.polybeast --env PongNoFrameskip-v4 --use_rtrl --total_steps 5000000 --seed 1"
+    )
+    assert page_rows.core_of(today) == "rtrl_elstm" and page_rows.variant_reason(today) is None
+    older = dict(today, seed=2, command=today["command"].replace("--entropy_cost 0.01", "--entropy_cost 0.0006"))
+    assert "--entropy_cost 0.0006" in page_rows.page_command(older)  # a value no longer the default stays
+    probe = dict(today, seed=3, command=today["command"] + " --load_conv_net_from /work/runs/ppo/model.tar")
+    assert page_rows.variant_reason(probe) == "its command needs a file of the machine it ran on"
+    assert "--load_conv_net_from SAVEDIR/ppo/model.tar" in page_rows.variant_command(probe)
+    marked = dict(today, seed=4, label="nostem", variant="no stem (--mlp_sizes=)")
+    plain = summary_of("torchbeast_atari", "PongNoFrameskip-v4", "impala", 1, [-20.0, 18.0], None)
+    summaries = [(str(tmp_path / f"{i}.json"), s) for i, s in enumerate((today, older, probe, marked, plain))]
+    page = suite.page_runs(summaries)
+    assert {key: [r.seed for r in g] for key, g in page.defaults.items()} == {
+        ("torchbeast_atari", "PongNoFrameskip-v4", "impala [feedforward]"): [1],
+        ("torchbeast_atari", "PongNoFrameskip-v4", "impala [rtrl_elstm]"): [1, 2],
+    }
+    assert sorted(page.reasons.values()) == [
+        "its command needs a file of the machine it ran on",
+        "no stem (--mlp_sizes=)",
+    ]
+    cell = suite.variant_pages(page.defaults[("torchbeast_atari", "PongNoFrameskip-v4", "impala [rtrl_elstm]")], page,
+                               dict(summaries), suite.EXPERIMENTS)  # fmt: skip
+    assert cell == {os.path.join(suite.EXPERIMENTS, "recurrent.md"): 2}
+    twice = dict(today, label="again")
+    with pytest.raises(UserError, match="are both the package-default row impala \\[rtrl_elstm\\]"):
+        suite.page_runs(summaries + [(str(tmp_path / "again.json"), twice)])
+
+
+def test_collect_marks_a_variant_and_render_moves_it_into_the_experiments_page(suite, tmp_path):
+    savedir, _ = suite
+    data = tmp_path / "docs" / "data"
+    status, out = collect([rundir(savedir, 1)], data, "--variant", "a probe")
+    assert status == 0, out
+    assert json.loads((data / "torchbeast_gym/CartPole-v1/impala_seed1.json").read_text())["variant"] == "a probe"
+    status, out = collect([rundir(savedir, 2)], data)
+    assert status == 0, out
+    docs = tmp_path / "docs"
+    (docs / "experiments").mkdir()
+    (docs / "experiments" / "impala.md").write_text("# IMPALA\n\nProse.\n")
+    (docs / "results.md").write_text("# Results\n\n<!-- suite:begin -->\n<!-- suite:end -->\n")
+    result = run(
+        SUITE, "render", "--data", str(data), "--out", str(docs / "results.md"), "--img", str(docs / "img"),
+        output=str(tmp_path / "out"), timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout
+    assert [r["seeds"] for r in region_rows((docs / "results.md").read_text())] == ["2"]
+    impala = (docs / "experiments" / "impala.md").read_text()
+    assert impala.startswith("# IMPALA\n\nProse.\n\n## Variant runs\n\n<!-- suite:variants:begin -->\n")
+    variants = region_rows(impala.replace("suite:variants:", "suite:"))
+    assert [(r["seeds"], r["what differs"]) for r in variants] == [("1", "a probe")]
+    assert "[1][impala.md variants]" in (docs / "results.md").read_text()

@@ -244,9 +244,10 @@ def make_parser(prog: str | None = None) -> argparse.ArgumentParser:
     g.add_argument(
         "--model",
         default="atari",
-        choices=["atari", "resnet", "grid"],
-        help="Image stem: AtariNet (Mnih et al. 2015), the IMPALA deep ResNet, or grid: two 3x3 convs for "
-        "symbolic grids one-hot per cell (MiniGrid's view), values used as given.",
+        choices=["atari", "resnet", "grid", "minatar"],
+        help="Image stem: AtariNet (Mnih et al. 2015), the IMPALA deep ResNet, grid: two 3x3 convs for "
+        "symbolic grids one-hot per cell (MiniGrid's view), or minatar: MinAtar's one 3x3 conv of 16 channels and "
+        "a 128-unit layer (Young & Tian 2019); grid and minatar use values as given.",
     )
     g.add_argument(
         "--resnet_channels",

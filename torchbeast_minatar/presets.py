@@ -1,0 +1,107 @@
+"""torchbeast_minatar's flag defaults: the package's (IMPALA's) and per agent (rl_core/config/env_package.py reads
+``agent_defaults`` and ``core_defaults`` here).  Data only: no torch, no minatar; the measurements behind each value
+are in docs/experiments/minatar.md."""
+
+from __future__ import annotations
+
+from rl_core.agents.policy_gradient import on_policy_defaults
+from rl_core.agents.sac import SAC_DISCRETE_IMAGE_DEFAULTS
+
+# Every agent: MinAtar's stem, its rewards unclipped (a step may score 2 in Asterix) and 5M agent steps, the budget of
+# the MinAtar paper's curves.
+PACKAGE_DEFAULTS = dict(model="minatar", reward_clipping="none", total_steps=5_000_000)
+
+# IMPALA: the classic-control settings (torchbeast_gym's, 16 envs on one server, B=8, T=20, lr 0.003) on MinAtar's
+# stem: docs/experiments/minatar.md (IMPALA).
+IMPALA = dict(
+    num_actors=16,
+    num_servers=1,
+    batch_size=8,
+    unroll_length=20,
+    learning_rate=0.003,
+    entropy_cost=0.01,
+)
+
+# PPO: gymnax-blines' MinAtar settings (64 envs x 128 steps, 4 epochs of 8 minibatches, lr 5e-4 constant, discount
+# 0.999, the value clipped at 0.2), fed as cleanrl feeds it (lockstep, split minibatches): docs/experiments/minatar.md
+# (PPO).
+PPO = dict(
+    num_actors=64,
+    num_servers=2,
+    unroll_length=128,
+    batch_size=64,
+    optimizer="adam",
+    learning_rate=5e-4,
+    epsilon=1e-5,
+    lr_decay="none",
+    num_epochs=4,
+    num_minibatches=8,
+    batch_mode="split",
+    ppo_clip=0.2,
+    value_clip=0.2,
+    advantage="gae",
+    gae_lambda=0.95,
+    discounting=0.999,
+    entropy_cost=0.01,
+    baseline_cost=0.5,
+    grad_norm_clipping=0.5,
+    advantage_normalization=True,
+    init="orthogonal",
+    deterministic=True,
+)
+PPO_ONLY = ("batch_mode", "value_clip", "deterministic")  # the one-pass variants keep the asynchronous runtime
+
+# R2D2: the paper's recurrent agent (rl_core.agents.r2d2.R2D2_DEFAULTS: an LSTM over prioritized sequences with
+# burn-in and stored state, Adam, n-step double Q with value rescaling), scaled as MinAtar's DQN is (discount 0.99,
+# 100k steps of replay) and to the replay ratio this machine affords: docs/experiments/minatar.md (R2D2).
+R2D2 = dict(
+    use_lstm=True,
+    learning_rate=5e-4,
+    lr_decay="linear",
+    num_actors=16,
+    num_servers=1,
+    unroll_length=20,
+    burn_in=10,
+    batch_size=32,
+    discounting=0.99,
+    replay_buffer_size=10_000,
+    replay_buffer_min_size=500,
+    replay_ratio=8.0,
+    target_update_period=200,
+    hidden_size=128,
+    dueling_hidden_size=128,
+    validate_step_every=250_000,
+    valid_num_episodes=16,
+)
+
+# Discrete SAC (Christodoulou 2019) as on Atari (rl_core.agents.sac.SAC_DISCRETE_IMAGE_DEFAULTS: batches of 64, no
+# MLP after the stem) at MinAtar's replay (100k transitions, 5,000 random steps first, as its DQN), each transition
+# sampled 4 times, and a lower target entropy: docs/experiments/minatar.md (SAC).
+SAC = dict(
+    SAC_DISCRETE_IMAGE_DEFAULTS,
+    num_actors=16,
+    num_servers=1,
+    replay_buffer_size=100_000,
+    replay_buffer_min_size=5_000,
+    random_init_steps=5_000,
+    replay_ratio=4.0,
+    target_entropy_ratio=0.5,
+    reward_clipping="none",
+)
+
+
+def agent_defaults(agent: str) -> dict:
+    """Flag defaults for ``--agent`` on MinAtar; VPG, AWR, V-MPO and V-trace take PPO's data path and optimizer with
+    one pass per batch, on the asynchronous runtime."""
+    if agent == "impala":
+        return dict(IMPALA)
+    if agent == "r2d2":
+        return dict(R2D2)
+    if agent == "sac":
+        return dict(SAC)
+    return on_policy_defaults(agent, PPO, ppo_only=PPO_ONLY)
+
+
+def core_defaults(agent: str, core: str | None) -> dict:
+    """With a recurrent core, PPO's minibatches keep unrolls whole (a core cannot learn from split transitions)."""
+    return {"batch_mode": "shuffle"} if core is not None and agent == "ppo" else {}
