@@ -14,6 +14,7 @@ Observations: uint8 [C, 10, 10], channels first, 0 or 1 (``--model minatar``: th
 from __future__ import annotations
 
 import re
+import warnings
 
 import gymnasium as gym
 import numpy as np
@@ -82,12 +83,14 @@ def make_env(flags, seed: int, render_mode: str | None = None) -> gym.Env:
     game(flags.env)
     if flags.env not in gym.registry:
         minatar.gym.register_envs()  # minatar registers its ids only when asked
-    env = gym.make(
-        flags.env,
-        sticky_action_prob=flags.sticky_actions,
-        render_mode=render_mode,
-        max_episode_steps=flags.max_episode_steps,
-    )
+    with warnings.catch_warnings():  # gymnasium calls -v0 out of date: here it names the 6-action set
+        warnings.filterwarnings("ignore", message=".*is out of date", category=DeprecationWarning)
+        env = gym.make(
+            flags.env,
+            sticky_action_prob=flags.sticky_actions,
+            render_mode=render_mode,
+            max_episode_steps=flags.max_episode_steps,
+        )
     height, width, channels = env.observation_space.shape
     space = spaces.Box(0, 1, (channels, height, width), np.uint8)
     env = gym.wrappers.TransformObservation(env, channels_first, space)

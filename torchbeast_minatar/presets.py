@@ -90,16 +90,23 @@ SAC = dict(
 )
 
 
+# The one-pass variants (VPG, AWR, V-MPO, V-trace): PPO's optimizer and loss settings on IMPALA's data shape, 16 envs
+# and batches of 8 unrolls of 20 steps (31k updates in 5M steps, where PPO's batches of 64 x 128 give 610): VPG on
+# Breakout reached 5.08 at 1M against 1.36 with PPO's batches: docs/experiments/minatar.md (The one-pass agents).
+ONE_PASS = dict(num_actors=16, num_servers=1, unroll_length=20, batch_size=8)
+
+
 def agent_defaults(agent: str) -> dict:
-    """Flag defaults for ``--agent`` on MinAtar; VPG, AWR, V-MPO and V-trace take PPO's data path and optimizer with
-    one pass per batch, on the asynchronous runtime."""
+    """Flag defaults for ``--agent`` on MinAtar; VPG, AWR, V-MPO and V-trace take PPO's optimizer with one pass per
+    batch of IMPALA's shape, on the asynchronous runtime."""
     if agent == "impala":
         return dict(IMPALA)
     if agent == "r2d2":
         return dict(R2D2)
     if agent == "sac":
         return dict(SAC)
-    return on_policy_defaults(agent, PPO, ppo_only=PPO_ONLY)
+    defaults = on_policy_defaults(agent, PPO, ppo_only=PPO_ONLY)
+    return dict(defaults, **ONE_PASS) if defaults and agent != "ppo" else defaults
 
 
 def core_defaults(agent: str, core: str | None) -> dict:
