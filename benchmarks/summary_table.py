@@ -221,6 +221,30 @@ def iqm_rows(groups: list[list], anchors: dict) -> tuple[list[list[str]], list[s
 IQM_HEADER = ["agent", "games", "seeds (every game's)", "IQM, normalised", "95% CI", "score used"]
 
 
+def game_name(env: str) -> str:
+    """``MinAtar/Breakout-v0`` -> ``Breakout-v0``: a column's name."""
+    return env.split("/")[-1]
+
+
+def game_table(groups: list[list], anchors: dict) -> str:
+    """Agent x game: each cell ours (score_cell) over the seeds; the header row under it the game's random return and
+    its best published point (any agent) at or below the budget of the game's runs."""
+    envs = sorted({group[0].env for group in groups})
+    cells: dict[str, dict[str, str]] = {}
+    for group in groups:
+        cells.setdefault(group[0].name, {})[group[0].env] = score_cell(group)
+    published = []
+    for env in envs:
+        steps = max(run.last_step for group in groups if group[0].env == env for run in group)
+        best = best_published(anchors, env, None, steps)
+        random = random_return(anchors, env)
+        text = "-" if best is None else f"{best[0]:g} at {short_steps(best[1])} ({best[2].split(' (')[0]})"
+        published.append(text + ("" if random is None else f"; random {random:g}"))
+    rows = [["best published", *published]]
+    rows += [[name, *(by_env.get(env, "-") for env in envs)] for name, by_env in cells.items()]
+    return markdown_table(["agent", *map(game_name, envs)], rows)
+
+
 def iqm_section(package: str, title: str, groups: list[list], anchors: dict) -> list[str]:
     """The lines of a suite's summary: its agents' IQM table, or one line where it has no runs yet."""
     if not groups:
@@ -235,6 +259,10 @@ def iqm_section(package: str, title: str, groups: list[list], anchors: dict) -> 
         ),
         "",
         markdown_table(IQM_HEADER, rows) if rows else "No run has a published point at or below its agent steps.",
+        "",
+        prose("Per game, ours (mean ± std over seeds, and which score) beside the best published figure:"),
+        "",
+        game_table(groups, anchors),
     ]
     if left_out:
         lines += [

@@ -870,6 +870,15 @@ def test_minatar_is_summarised_by_each_agents_iqm_with_a_stratified_bootstrap_in
         }
     ]
     assert "stratified-bootstrap confidence interval (rliable, 2,000 resamples, seed 0)" in " ".join(region.split())
+    # per game, ours over the seeds beside the game's best published point at or below the runs' budget
+    assert region_rows(region, "| agent | Breakout-v0 |") == [
+        {"agent": "best published", "Breakout-v0": "17.5 at 5M (MinAtar paper); random 0.5",
+         "Freeway-v0": "47.5 at 5M (MinAtar paper); random 0"},
+        {"agent": "impala", "Breakout-v0": f"{np.mean([16.0, 12.0, 8.5]):.1f} ± {np.std([16.0, 12.0, 8.5]):.1f} "
+         "(seed 1 final test, seed 2 last-100, seed 3 final test)",
+         "Freeway-v0": f"{np.mean([31.0, 47.5, 20.0]):.1f} ± {np.std([31.0, 47.5, 20.0]):.1f} "
+         "(seed 1 final test, seed 2 final test, seed 3 last-100)"},
+    ]  # fmt: skip
     for game in ("Breakout", "Freeway"):
         assert (tmp_path / "img" / f"suite_torchbeast_minatar_MinAtar-{game}-v0.png").stat().st_size > 10_000
     # a seed on one game only stays out of the matrix (the seeds every game has); a run with no published point at
