@@ -1134,7 +1134,7 @@ def plot_env(env: str, groups: list[list[Run]], info: dict[str, dict], anchors: 
     them), a transcribed run's recorded points as markers joined by a line, the anchors' points at or below the
     budget as markers, their scores and the env's random return as lines."""
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(8, 5))
+    fig, ax = plt.subplots(figsize=(8, 6))
     if len(groups) > 10:  # past the default cycle's 10 colours, two groups would share one
         ax.set_prop_cycle(color=plt.cm.tab20.colors)
     budget = max(run.last_step for group in groups for run in group)
@@ -1177,7 +1177,7 @@ def plot_env(env: str, groups: list[list[Run]], info: dict[str, dict], anchors: 
     ax.set_xlim(0, budget * 1.03)
     ax.xaxis.set_major_formatter(lambda x, _: short_steps(int(x)))
     ax.grid(alpha=0.3)
-    ax.legend(fontsize="small")
+    ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(0, -0.14), ncol=2, frameon=False)  # under the axes
     fig.tight_layout()
     return fig
 
