@@ -35,15 +35,42 @@ CARD_TASKS = ("popgym-RepeatPrevious", "popgym-RepeatFirst", "popgym-CountRecall
 CARD_TASK_IMPALA_DEFAULTS = dict(discounting=0.0)
 
 
+# R2D2 (with --use_lstm, the paper's recurrent agent) at the small-task scale torchbeast_gym's R2D2 was chosen at
+# (T=20 with a burn-in of 10, B=32, replay ratio 8, lr 5e-4 decaying), read by its greedy validation:
+# docs/experiments/memory.md (R2D2).
+R2D2_DEFAULTS = dict(
+    learning_rate=5e-4,
+    lr_decay="linear",
+    num_actors=16,
+    num_servers=1,
+    unroll_length=20,
+    burn_in=10,
+    batch_size=32,
+    replay_buffer_size=10_000,
+    replay_buffer_min_size=500,
+    replay_ratio=8.0,
+    target_update_period=200,
+    discounting=0.99,
+    hidden_size=128,
+    dueling_hidden_size=128,
+    mlp_sizes="256",
+    validate_step_every=250_000,
+    valid_num_episodes=32,
+    total_steps=5_000_000,
+)
+
+
 def agent_defaults(agent: str) -> dict:
-    """IMPALA's defaults for memory tasks; the other agents get only the shared ones (their papers' where
+    """IMPALA's and R2D2's defaults for memory tasks; the other agents get only the shared ones (their papers' where
     rl_core/agents gives them; PPO's live in the packages, and this one has none yet)."""
-    return dict(IMPALA_DEFAULTS) if agent == "impala" else {}
+    return dict({"impala": IMPALA_DEFAULTS, "r2d2": R2D2_DEFAULTS}.get(agent, {}))
 
 
 def env_defaults(agent: str, env: str) -> dict:
-    """IMPALA's on MiniGrid's envs (``MiniGrid-...``), where rewards come once an episode, and on POPGym's card
-    tasks (``CARD_TASKS``), whose deal does not depend on the answers."""
+    """IMPALA's on MiniGrid's envs (``MiniGrid-...``), where rewards come once an episode, and IMPALA's and R2D2's on
+    POPGym's card tasks (``CARD_TASKS``), whose deal does not depend on the answers."""
+    if agent == "r2d2":  # the cards' deal ignores the answers: a Q-value is the answer's own reward
+        return dict(CARD_TASK_IMPALA_DEFAULTS) if env.startswith(CARD_TASKS) else {}
     if agent != "impala":
         return {}
     if env.startswith("MiniGrid-"):
