@@ -49,6 +49,7 @@ def test_there_is_a_script_per_experiment():
         "atari_montezuma_rnd.sh",
         "memory_cores.sh",
         "memory_minigrid_ppo.sh",
+        "minatar.sh",
     }
 
 
