@@ -5,6 +5,8 @@ import json
 import os
 import re
 import struct
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -122,7 +124,8 @@ def test_wandb_offline_tensorboard_final_test_and_video(tmp_path, monkeypatch):
     # The first validation recorded its first episode too.
     frames, size = decode_video(str(rundir / "valid_first_episode.mp4"))
     assert size == (600, 400) and frames >= 8  # CartPole's shortest episode has 8 steps
-    assert "final test [test]: mean" in read(str(rundir / "out.log"))
+    log_text = read(str(rundir / "out.log"))
+    assert "final test: mean return" in log_text and "final test test" not in log_text  # the one run is the group
 
     history, config, summary = wandb_records(str(rundir))
     logged_steps = [h["step"] for h in history if "sps" in h]
@@ -249,7 +252,9 @@ def test_eval_only_mode_on_a_saved_checkpoint(tmp_path, package, monkeypatch):
         reader = imageio.get_reader(out["video"], format="FFMPEG")
         assert reader.get_meta_data()["fps"] == 15 and reader.get_data(0)[..., 0].std() > 0
         reader.close()
-    assert "test [test]: mean" in result.stdout
+    assert ("test [test]: mean" if out["groups"]["test"]["runs"] > 1 else "test: mean return") in result.stdout
+    # a line per run sums up its episodes (each one's return and length are in the eval json)
+    assert "episodes, return min" in result.stdout and "episode 1: return" not in result.stdout
 
 
 def test_eval_only_errors_are_one_line(tmp_path):
@@ -277,10 +282,16 @@ def test_plot_draws_two_runs_even_in_progress(tmp_path):
     )
     assert result.returncode == 0, result.stdout
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 10_000
-    result = run(
-        "rl_core.records.plot", str(tmp_path / "nowhere"), f"--out={out}", output=str(tmp_path / "o2"), timeout=60
-    )
-    assert result.returncode == 2 and "has no logs.csv" in result.stdout
+    # the bold line is the console's last-100 return, its last point the run's last value
+    from rl_core.records.plot import read_curves
+
+    steps, last_100, _, _ = read_curves(str(tmp_path / "runs" / "a"))
+    last_row = csv_rows(str(tmp_path / "runs" / "a" / "logs.csv"))[-1]
+    assert (steps[-1], last_100[-1]) == (int(last_row["step"]), float(last_row["return_last_100"]))
+    # the short command (pyproject.toml's console script) beside the interpreter
+    command = os.path.join(os.path.dirname(sys.executable), "polybeast-plot")
+    result = subprocess.run([command, str(tmp_path / "nowhere"), f"--out={out}"], capture_output=True, text=True)
+    assert result.returncode == 2 and "has no logs.csv" in result.stderr
 
 
 # A linear CartPole controller, push right iff w . (x, x_dot, theta, theta_dot) > 0: 500 on every seed

@@ -360,6 +360,12 @@ def summarize_groups(results: list[dict]) -> dict:
     return summary
 
 
+def named(what: str, name: str) -> str:
+    """``what`` followed by a run's or group's name, unless the name already ends it ("final test", not "final test
+    test")."""
+    return what if what.split()[-1] == name else f"{what} {name}"
+
+
 def log_result(result: dict, what: str = "final test") -> None:
     """One line per run, per group, and per task of a group."""
     for run in result["runs"]:
@@ -369,28 +375,38 @@ def log_result(result: dict, what: str = "final test") -> None:
             if k.startswith("mean_") and k != "mean_return" and isinstance(v, float)
         )
         log.info(
-            "%s %s: mean return %.2f over %d episodes%s",
-            what,
-            run["name"],
+            "%s: mean return %.2f over %d episodes%s",
+            named(what, run["name"]),
             run["mean_return"],
             run["episodes"],
             f" ({stats})" if stats else "",
         )
     for group, g in result["groups"].items():
-        log.info("%s [%s]: mean %.2f, std %.2f over %d runs", what, group, g["mean"], g["std"], g["runs"])
+        if g["runs"] > 1:  # a group of one run: its line above
+            log.info("%s [%s]: mean %.2f, std %.2f over %d runs", what, group, g["mean"], g["std"], g["runs"])
         for task, mean in g.get("tasks", {}).items():
             log.info("%s [%s] %s: mean %.2f", what, group, task, mean)
 
 
 def log_episodes(result: dict) -> None:
-    """Every episode of every run: its return, length and sets (eval-only mode; as the published RND
-    code's eval.py prints each episode's reward and visited rooms)."""
+    """Per run, its episodes in one line: the returns' spread and the lengths, and each set seen in any episode (eval
+    mode; every episode's return, length and sets are in the eval json, as the published RND code's eval.py prints
+    each episode's reward and visited rooms)."""
     for run in result["runs"]:
-        sets = {k[: -len("_per_episode")]: v for k, v in run.items() if k.endswith("_per_episode")}
-        for i, (ret, length) in enumerate(zip(run["returns"], run["lengths"])):
-            extra = "".join(f", {name} {members[i]}" for name, members in sets.items())
-            log.info("%s episode %d: return %.1f, length %d%s", run["name"], i + 1, ret, length, extra)
-        for name in sets:
+        returns, lengths = np.asarray(run["returns"], dtype=float), np.asarray(run["lengths"], dtype=float)
+        if not len(returns):
+            continue
+        log.info(
+            "%s: %d episodes, return min %.1f, median %.1f, max %.1f; length mean %.0f, max %.0f",
+            run["name"],
+            len(returns),
+            returns.min(),
+            np.median(returns),
+            returns.max(),
+            lengths.mean(),
+            lengths.max(),
+        )
+        for name in (k[: -len("_per_episode")] for k in run if k.endswith("_per_episode")):
             log.info("%s: %s seen in any episode: %s", run["name"], name, run[f"{name}_seen"])
 
 
