@@ -51,6 +51,12 @@ def test_unknown_flag_and_unknown_env_are_one_clear_line(tmp_path):
         "python -m torchbeast_gym.polybeast: error: unrecognized arguments: --no_such_flag=1 "
         "(all flags: python -m torchbeast_gym.polybeast --help)"
     ]
+    # a misspelt flag is answered with the nearest known ones
+    typo = run(GYM, *common(tmp_path), "--learnig_rate", "0.1", "--unrol_length=5", output=str(tmp_path / "out2"))
+    assert typo.returncode == 2 and typo.stdout.strip().splitlines() == [
+        "python -m torchbeast_gym.polybeast: error: unrecognized arguments: --learnig_rate 0.1 --unrol_length=5; did "
+        "you mean --learning_rate or --unroll_length? (all flags: python -m torchbeast_gym.polybeast --help)"
+    ]
     malformed = run(GYM, *common(tmp_path), "--batch_size=eight", output=str(tmp_path / "out3"), timeout=60)
     assert malformed.returncode == 2
     assert len(malformed.stdout.strip().splitlines()) == 1

@@ -8,6 +8,7 @@ full set, so the launcher passes its command line to its env servers unchanged.
 from __future__ import annotations
 
 import argparse
+import difflib
 
 
 class DefaultsHelpFormatter(argparse.HelpFormatter):
@@ -62,7 +63,19 @@ class FlagParser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> "NoReturn":  # noqa: F821
-        self.exit(2, f"{self.prog}: error: {message} (all flags: {self.prog} --help)\n")
+        self.exit(2, f"{self.prog}: error: {message}{self.closest(message)} (all flags: {self.prog} --help)\n")
+
+    def closest(self, message: str) -> str:
+        """For unrecognized flags, the known ones nearest each in spelling: ``; did you mean --learning_rate?``."""
+        if not message.startswith("unrecognized arguments:"):
+            return ""
+        known = [option for action in self._actions for option in action.option_strings if option.startswith("--")]
+        guesses = []
+        for word in message.split(":", 1)[1].split():
+            flag = word.split("=", 1)[0]
+            if flag.startswith("--"):
+                guesses += [g for g in difflib.get_close_matches(flag, known, n=1, cutoff=0.75) if g not in guesses]
+        return f"; did you mean {' or '.join(guesses)}?" if guesses else ""
 
 
 def make_parser(prog: str | None = None) -> argparse.ArgumentParser:
