@@ -73,7 +73,9 @@ def _error_line(capsys, *argv):
 def test_flag_errors_are_one_line(capsys):
     assert "unknown Football scenario 'academy_nowhere'" in _error_line(capsys, "--env", "academy_nowhere")
     assert "envpool's Football does not give" in _error_line(capsys, "--rewards", "scoring,checkpoints")
-    assert "not set up for Football" in _error_line(capsys, "--agent", "r2d2")
+    for agent in ("r2d2", "sac"):  # the agents whose traits say they replay
+        line = _error_line(capsys, "--agent", agent)
+        assert "learns from a replay, which is not set up for Football" in line and "use impala or vpg or" in line
     assert "disagrees with Football's 19 actions" in _error_line(capsys, "--num_actions", "18")
     assert "--resnet_channels '16,,-2'" in _error_line(capsys, "--resnet_channels", "16,,-2")
 

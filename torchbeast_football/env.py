@@ -45,6 +45,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
+from rl_core.agents import AGENTS, agent_traits
 from rl_core.envs.envpool_env import SingleEnvpoolEnv
 from rl_core.errors import UserError
 from torchbeast_football.presets import IMPALA_DEFAULTS
@@ -264,10 +265,11 @@ def check_flags(parser, flags) -> None:
         check_rewards(flags.rewards)
     except UserError as e:
         parser.error(str(e))
-    if flags.agent in ("r2d2", "sac"):
+    if agent_traits(flags).replays:
+        learners = [name for name in AGENTS if not agent_traits(name).replays]
         parser.error(
-            f"--agent {flags.agent} is not set up for Football (no replay codec for its stacked minimaps, "
-            f"110 KB a step, and no tuned defaults): use impala or ppo (or vpg, awr, vmpo, vtrace)"
+            f"--agent {flags.agent} learns from a replay, which is not set up for Football (no replay codec for its "
+            f"stacked minimaps, 110 KB a step, and no tuned defaults): use {' or '.join(learners)}"
         )
     if flags.num_actions is not None and flags.num_actions != NUM_ACTIONS:
         parser.error(
