@@ -15,7 +15,7 @@ Why the survival reward.  PPO normalizes its advantages, so any differences betw
 of the states an action leads to become a full-size signal, however small they are.  With no
 reward at all those differences are arbitrary (an untrained network's values of cells it has not
 seen yet), and PPO alone settled on whatever they favoured: a near-deterministic policy that in
-about one run in four walked forward and solved the corridor (measured in issue 15 on the first
+about one run in four walked forward and solved the corridor (measured on the first
 version, 30 cells and no survival reward: a CI run, and 1 of 5 seeds; the other runs pressed
 against the wall or stood still).  With a survival reward and a closing time, a cell far from the
 start is reached later, with fewer steps left to earn, so its value is lower: the differences now

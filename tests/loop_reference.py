@@ -1,4 +1,4 @@
-"""The per-timestep Python loops that rl_core's recurrences over time replaced (issue 30), kept as
+"""The per-timestep Python loops that rl_core's recurrences over time replaced, kept as
 slow references: tests/test_scan.py checks the library against them and benchmarks/scan_ops.py
 counts and times both.  Each is the library's code as it was before, a few small torch ops per
 step."""

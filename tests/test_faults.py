@@ -1,4 +1,4 @@
-"""Faults a user meets end in one clear line, and nothing saved is lost (issue 29).
+"""Faults a user meets end in one clear line, and nothing saved is lost.
 
 Each test drives the real launcher (``python -m torchbeast_gym.polybeast``: env server processes,
 sockets, files) into one fault and checks the last line, the exit status (2: the user's to fix,

@@ -1,4 +1,4 @@
-"""Faults a user meets end in one clear line, and nothing saved is lost (issue 29): a TCP secret that
+"""Faults a user meets end in one clear line, and nothing saved is lost: a TCP secret that
 differs, plotting imports in env servers, Ctrl-C while Procgen starts (servers still starting, or the
 learner inside its first update), an agent that does not fit the action space, and SAC's replay
 counted in transitions.  Each drives the real launcher, servers, sockets and files."""

@@ -1,4 +1,4 @@
-"""The layers import downwards, and the core names no plug-in (issue 38), read from the source with ast.
+"""The layers import downwards, and the core names no plug-in, read from the source with ast.
 
 Every import counts, those inside functions too.  A module's imports are resolved to the modules of
 rl_core/ and models/ they load (``from rl_core import agents``: rl_core.agents; ``from rl_core.agents import

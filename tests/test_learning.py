@@ -111,7 +111,7 @@ def _on_policy_cartpole(tmp_path, agent: str, *extra: str):
 @pytest.mark.timeout(PYTEST_TIMEOUT_S)
 def test_ppo_with_the_package_defaults_solves_cartpole(tmp_path):
     """PPO reaches a mean return >= 475 over the last 100 episodes within 500k agent steps (a random
-    policy scores about 22): issue 11's criterion, here within the package's 200k steps (rl-baselines3-zoo's
+    policy scores about 22), here within the package's 200k steps (rl-baselines3-zoo's
     tuned CartPole settings, see torchbeast_gym/env.py), and holds it to the end as the learning rate
     and the clip decay to 0.  In lockstep (--deterministic), so that the curve is the seed's and not the threads'
     timing (asynchronous, one full-suite run under CI's load ended at 469.5 after 475 at 56k-68k alone, seeds 1-7):

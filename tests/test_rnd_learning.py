@@ -20,7 +20,7 @@ from tests.proc_utils import csv_rows
 from tests.test_learning import PYTEST_TIMEOUT_S, run_to_the_end
 
 ENV = "tests.corridor_env:Corridor-v0"
-# Measured (closing note of issue 15): PPO + RND first reached a last-100 mean of 0.9 at 34k-56k
+# Measured (docs/experiments/rnd.md): PPO + RND first reached a last-100 mean of 0.9 at 34k-56k
 # steps (seeds 1-3, and this test four times); 150k steps leave 2.7 times the slowest.
 STEPS = 150_000
 COMMON = [

@@ -56,7 +56,7 @@ def test_sac_with_the_package_defaults_learns_pendulum_within_30k_steps(tmp_path
         if r["replay_sample_insert_ratio"] != "nan"
     ]
     assert ratios and 0.8 * 256 <= sum(ratios) / len(ratios) <= 1.2 * 256
-    # Issue 14's criterion: the last 20 training episodes average >= -250 (a random policy: about
+    # The criterion: the last 20 training episodes average >= -250 (a random policy: about
     # -1,200; the first 1,000 uniformly random steps' episodes here score -1,100 to -1,400).
     first = last_episodes_mean(rows[:3], 4)
     last20 = last_episodes_mean(rows, 20)

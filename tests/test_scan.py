@@ -1,4 +1,4 @@
-"""rl_core/losses/scan.py and the recurrences over time built on it (issue 30: no per-timestep Python
+"""rl_core/losses/scan.py and the recurrences over time built on it (no per-timestep Python
 loops): equal in float64 to the loops they replaced (tests/loop_reference.py) at the unroll lengths
 runs use, and a number of torch ops that does not grow with T."""
 

@@ -73,7 +73,7 @@ def test_two_cores_give_the_package_defaults_for_every_agent(name, monkeypatch):
 
 def test_sixteen_cores_with_a_gpu_give_impala_on_atari_at_most_eight_batches_of_envs():
     """IMPALA's envs stay within MAX_LAG batches and its batch stays the package's 8: on the H200 machine this
-    layout reached 18 on Pong in 8.3 minutes, where 448 envs in batches of 56 were at -17 after 6 (issue 40)."""
+    layout reached 18 on Pong in 8.3 minutes, where 448 envs in batches of 56 were at -17 after 6."""
     defaults = defaults_of("torchbeast_atari", [])
     got = sizing.size_run(16, True, "impala", envs_per_server("torchbeast_atari"), defaults, {})
     assert (got.num_servers, got.num_actors, got.batch_size) == (14, 56, 8)  # a server a core, 4 envs each

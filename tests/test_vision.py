@@ -76,7 +76,7 @@ def test_gradients_reach_first_conv():
 
 
 def test_the_atari_impala_default_init_lets_the_stem_see_pong():
-    """Issue 40: with PyTorch's default init the AtariNet stem is blind to Pong (its features hardly vary
+    """With PyTorch's default init the AtariNet stem is blind to Pong (its features hardly vary
     across frames: the biases dominate after four ReLU layers), and IMPALA's value head stayed at 0.5%
     explained variance for 1.4M steps.  The package's IMPALA default (orthogonal, gain sqrt 2, biases 0)
     keeps the frames' differences: measured 36x the default init's spread."""
