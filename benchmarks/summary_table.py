@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import textwrap
 import warnings
+from collections import Counter
 
 import numpy as np
 
@@ -212,7 +213,7 @@ def iqm_rows(groups: list[list], anchors: dict) -> tuple[list[list[str]], list[s
             continue
         iqm, low, high = interval_estimate(matrix)
         kinds = [games[g][s][1] for g in names for s in seeds]
-        used = ", ".join(f"{kind} ({kinds.count(kind)} runs)" for kind in dict.fromkeys(kinds))
+        used = ", ".join(f"{kind} ({n} run{'s' * (n != 1)})" for kind, n in Counter(kinds).items())
         seeds_text = f"{len(seeds)} ({', '.join(map(str, seeds))})"
         rows.append([name, str(len(names)), seeds_text, f"{iqm:.2f}", f"[{low:.2f}, {high:.2f}]", used])
     return rows, left_out
