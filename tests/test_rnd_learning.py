@@ -153,5 +153,8 @@ def test_montezuma_with_rnd_logs_rooms_resumes_and_evaluates(tmp_path):
         output=str(tmp_path / "test"),
     )
     assert test.returncode == 0, test.stdout[-3000:]
-    lines = [line for line in test.stdout.splitlines() if "run0 episode" in line]
-    assert len(lines) == 2 and all("rooms [1" in line for line in lines), lines
+    # the console sums the run up (its episodes, the rooms seen in any); the eval json has each episode's rooms
+    assert "run0: 2 episodes, return min" in test.stdout and "run0: rooms seen in any episode: [1" in test.stdout
+    (result,) = [json.loads(p.read_text()) for p in (tmp_path / "mz").glob("eval-*.json")]
+    per_episode = result["runs"][0]["rooms_per_episode"]
+    assert len(per_episode) == 2 and all(1 in rooms for rooms in per_episode), per_episode
