@@ -3,6 +3,8 @@ here).  Data only: no torch, no popgym; the measurements behind each value are i
 
 from __future__ import annotations
 
+from rl_core.agents.r2d2 import R2D2_SMALL_TASK_DEFAULTS
+
 # IMPALA (the R2AC agent) on POPGym and MiniGrid memory tasks: docs/experiments/memory.md.
 IMPALA_DEFAULTS = dict(
     num_actors=16,
@@ -35,29 +37,9 @@ CARD_TASKS = ("popgym-RepeatPrevious", "popgym-RepeatFirst", "popgym-CountRecall
 CARD_TASK_IMPALA_DEFAULTS = dict(discounting=0.0)
 
 
-# R2D2 (with --use_lstm, the paper's recurrent agent) at the small-task scale torchbeast_gym's R2D2 was chosen at
-# (T=20 with a burn-in of 10, B=32, replay ratio 8, lr 5e-4 decaying), read by its greedy validation:
+# R2D2 (with --use_lstm, the paper's recurrent agent) at the small-task scale, read by its greedy validation:
 # docs/experiments/memory.md (R2D2).
-R2D2_DEFAULTS = dict(
-    learning_rate=5e-4,
-    lr_decay="linear",
-    num_actors=16,
-    num_servers=1,
-    unroll_length=20,
-    burn_in=10,
-    batch_size=32,
-    replay_buffer_size=10_000,
-    replay_buffer_min_size=500,
-    replay_ratio=8.0,
-    target_update_period=200,
-    discounting=0.99,
-    hidden_size=128,
-    dueling_hidden_size=128,
-    mlp_sizes="256",
-    validate_step_every=250_000,
-    valid_num_episodes=32,
-    total_steps=5_000_000,
-)
+R2D2_DEFAULTS = dict(R2D2_SMALL_TASK_DEFAULTS, mlp_sizes="256", valid_num_episodes=32, total_steps=5_000_000)
 
 
 def agent_defaults(agent: str) -> dict:

@@ -5,6 +5,7 @@ are in docs/experiments/minatar.md."""
 from __future__ import annotations
 
 from rl_core.agents.policy_gradient import on_policy_defaults
+from rl_core.agents.r2d2 import R2D2_SMALL_TASK_DEFAULTS
 from rl_core.agents.sac import SAC_DISCRETE_IMAGE_DEFAULTS
 
 # Every agent: MinAtar's stem, its rewards unclipped (a step may score 2 in Asterix) and 5M agent steps, the budget of
@@ -51,27 +52,9 @@ PPO = dict(
 PPO_ONLY = ("batch_mode", "deterministic")  # the one-pass variants keep the asynchronous runtime
 
 # R2D2: the paper's recurrent agent (rl_core.agents.r2d2.R2D2_DEFAULTS: an LSTM over prioritized sequences with
-# burn-in and stored state, Adam, n-step double Q with value rescaling), scaled as MinAtar's DQN is (discount 0.99,
-# 100k steps of replay) and to the replay ratio this machine affords: docs/experiments/minatar.md (R2D2).
-R2D2 = dict(
-    use_lstm=True,
-    learning_rate=5e-4,
-    lr_decay="linear",
-    num_actors=16,
-    num_servers=1,
-    unroll_length=20,
-    burn_in=10,
-    batch_size=32,
-    discounting=0.99,
-    replay_buffer_size=10_000,
-    replay_buffer_min_size=500,
-    replay_ratio=8.0,
-    target_update_period=200,
-    hidden_size=128,
-    dueling_hidden_size=128,
-    validate_step_every=250_000,
-    valid_num_episodes=16,
-)
+# burn-in and stored state, Adam, n-step double Q with value rescaling) at the small-task scale, which is MinAtar DQN's
+# discount (0.99) and replay (100k steps): docs/experiments/minatar.md (R2D2).
+R2D2 = dict(R2D2_SMALL_TASK_DEFAULTS, use_lstm=True, valid_num_episodes=16)
 
 # Discrete SAC (Christodoulou 2019) as on Atari (rl_core.agents.sac.SAC_DISCRETE_IMAGE_DEFAULTS: batches of 64, no
 # MLP after the stem) at MinAtar's replay (100k transitions, 5,000 random steps first, as its DQN), each transition

@@ -35,6 +35,28 @@ R2D2_DEFAULTS = dict(
     replay_buffer_min_size=200,
 )
 
+# The paper's agent at the scale of small tasks on a CPU (T=20 after a burn-in of 10, B=32, replay ratio 8, Adam at
+# 5e-4 decaying linearly: torchbeast_gym's, chosen on CartPole-v1, docs/experiments/r2d2.md), with 100k steps of
+# replay (sequences overlap by half) and a greedy validation every 250k steps: what torchbeast_minatar and
+# torchbeast_memory start from.
+R2D2_SMALL_TASK_DEFAULTS = dict(
+    learning_rate=5e-4,
+    lr_decay="linear",
+    num_actors=16,
+    num_servers=1,
+    unroll_length=20,
+    burn_in=10,
+    batch_size=32,
+    replay_buffer_size=10_000,
+    replay_buffer_min_size=500,
+    replay_ratio=8.0,
+    target_update_period=200,
+    discounting=0.99,
+    hidden_size=128,
+    dueling_hidden_size=128,
+    validate_step_every=250_000,
+)
+
 RANGES = {
     "burn_in": "[0, inf)",
     "sequence_stride": "[0, inf)",
