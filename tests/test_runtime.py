@@ -6,6 +6,8 @@ import math
 import os
 import re
 import signal
+import subprocess
+import sys
 import time
 
 import pytest
@@ -447,6 +449,27 @@ def test_doubled_sigint_is_one_request(tmp_path):
     assert "terminate called" not in text and "Traceback" not in text
     assert not any(alive(pid) for pid in servers)
     assert not sockets_left(tmp_path)
+
+
+def test_an_env_server_given_sigint_and_sigterm_at_once_exits_cleanly_without_a_traceback():
+    """Both signals pending before Python runs the first handler: the second finds a handler that does nothing
+    (SIG_IGN there would make Python raise "Signal 15 ignored due to race condition" into the cleanup)."""
+    code = """
+import os, signal, sys
+both = {signal.SIGINT, signal.SIGTERM}
+signal.pthread_sigmask(signal.SIG_BLOCK, both)  # before any thread starts (numpy's), so all inherit it
+from rl_core.runtime.env_server import install_termination_handlers
+install_termination_handlers()
+os.kill(os.getpid(), signal.SIGINT)
+os.kill(os.getpid(), signal.SIGTERM)
+try:
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, both)
+finally:
+    print("cleanup ran", file=sys.stderr, flush=True)
+"""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.strip() == "cleanup ran", result.stderr
 
 
 def test_a_missing_env_module_is_named(tmp_path):

@@ -418,11 +418,19 @@ def watch_parent(parent_pid: int, on_orphan: Callable[[], None]) -> None:
 
 def install_termination_handlers() -> None:
     """SIGTERM/SIGINT end the server through SystemExit, so ``finally`` cleans up; a repeat while
-    it exits is ignored (it would interrupt the cleanup or the interpreter's own exit)."""
+    it exits is ignored (it would interrupt the cleanup or the interpreter's own exit).
+
+    The repeat is ignored by a Python handler that does nothing, not by SIG_IGN: a Ctrl-C reaches the
+    server from the terminal and the launcher's SIGTERM right after it, and when both arrive before
+    Python runs the first handler, Python finds the second's handler gone and raises "OSError: Signal 15
+    ignored due to race condition" (CPython's signal module) into the cleanup."""
+
+    def ignore(signum, frame):
+        pass
 
     def handler(signum, frame):
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, ignore)
+        signal.signal(signal.SIGINT, ignore)
         sys.exit(0)
 
     signal.signal(signal.SIGTERM, handler)
