@@ -28,7 +28,14 @@ T, K = 5, 3
 
 
 def flags(**kw):
-    base = dict(unroll_length=T, connect_timeout=5, max_message_bytes=1 << 20, env_timeout=300.0, num_actors=K)
+    base = dict(
+        unroll_length=T,
+        connect_timeout=5,
+        max_message_bytes=1 << 20,
+        env_timeout=300.0,
+        num_actors=K,
+        shared_memory=True,
+    )
     base.update(kw)
     return types.SimpleNamespace(**base)
 
@@ -52,10 +59,11 @@ class Recorder(gym.Wrapper):
         return obs, r, term, trunc, info
 
 
+@pytest.mark.parametrize("shared", [True, False], ids=["shared_memory", "socket"])
 @pytest.mark.parametrize(
     "core,max_steps", [(None, None), ("lstm", None), ("elstm", None), ("rtrl_elstm", None), (None, 3), ("lstm", 4)]
 )
-def test_unrolls_overlap_by_one_step_and_align_actions(tmp_path, core, max_steps):
+def test_unrolls_overlap_by_one_step_and_align_actions(tmp_path, core, max_steps, shared):
     logs = [[] for _ in range(K)]
     address = tp.Address("unix", path=str(tmp_path / "srv.0"))
     server = EnvServer(address, [lambda i=i: Recorder(logs[i], max_steps) for i in range(K)], seeds=list(range(K)))
@@ -69,7 +77,7 @@ def test_unrolls_overlap_by_one_step_and_align_actions(tmp_path, core, max_steps
     errors = ErrorBox(stop)
     batcher = InferenceBatcher(max_batch_size=K, timeout_s=0.001)
     learner_queue = queue.Queue(maxsize=3)
-    conn, spec = connect_server(address, flags(), None)
+    conn, spec = connect_server(address, flags(shared_memory=shared), None)
     stats = RunStats()
     agent = make_agent(make_parser().parse_args(["--agent=impala", f"--unroll_length={T}"]), spec)
     actor = ActorThread(
@@ -96,6 +104,7 @@ def test_unrolls_overlap_by_one_step_and_align_actions(tmp_path, core, max_steps
     stop.set()
     server_stop.set()
     assert errors.error is None
+    assert (conn.shared is not None) == shared  # the steps came through shared memory, or the socket
 
     for (u1, _), (u2, _) in zip(unrolls, unrolls[1:]):
         assert u1["obs"].shape == (T + 1, K, 4)

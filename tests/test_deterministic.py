@@ -47,9 +47,11 @@ def _train(tmp_path, xpid, *args):
 
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("agent", sorted(RUNS))
-def test_two_runs_of_one_command_write_the_same_rows(tmp_path, agent):
-    first = _train(tmp_path, "first", *RUNS[agent], "--seed=3")
-    second = _train(tmp_path, "second", *RUNS[agent], "--seed=3")
+def test_two_runs_of_one_command_write_the_same_rows_whether_steps_travel_in_shared_memory_or_on_the_socket(
+    tmp_path, agent
+):
+    first = _train(tmp_path, "first", *RUNS[agent], "--seed=3")  # steps and actions in shared memory
+    second = _train(tmp_path, "second", *RUNS[agent], "--seed=3", "--no-shared_memory")
     assert len(first) >= 3
     # the rows hold training: optimizer steps taken, losses that moved, episodes that ended
     assert sum(float(r["optimizer_steps"]) for r in first) > 0

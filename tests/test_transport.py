@@ -390,7 +390,7 @@ def _server_in_thread(address, **kwargs):
 def _learner_flags(connect_timeout):
     import types
 
-    return types.SimpleNamespace(connect_timeout=connect_timeout, max_message_bytes=1 << 20)
+    return types.SimpleNamespace(connect_timeout=connect_timeout, max_message_bytes=1 << 20, shared_memory=True)
 
 
 def test_a_silent_peer_gives_way_to_a_learner(tmp_path):

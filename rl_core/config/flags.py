@@ -207,6 +207,14 @@ def make_parser(prog: str | None = None) -> argparse.ArgumentParser:
     )
     g.add_argument("--max_message_bytes", type=int, default=256 * 1024 * 1024, help="Larger messages are refused.")
     g.add_argument(
+        "--shared_memory",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="Servers on this host (unix: addresses) write their steps into shared memory that the learner reads, "
+        "and read its actions there; the socket carries only notices (--no-shared_memory: every array on the socket, "
+        "as over TCP).",
+    )
+    g.add_argument(
         "--num_actions", type=int, default=None, help="Default: from the env; a different value is an error."
     )
 

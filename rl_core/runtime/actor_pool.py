@@ -28,6 +28,7 @@ from rl_core.data.env_spec import EnvSpec
 from rl_core.errors import EnvServerError, RunFailure, UserError
 from rl_core.runtime import transport as tp
 from rl_core.runtime.inference import InferenceBatcher
+from rl_core.runtime.shared_steps import SharedSteps, StepLayout, receive_answer
 
 log = logging.getLogger("actor_pool")
 
@@ -56,10 +57,61 @@ class _NoAnswer(Exception):
     pass
 
 
+class ServerLink:
+    """The learner's end of one env server's connection: ``recv`` a message, ``send_action``.
+
+    Over a Unix socket with ``--shared_memory`` the first action asks the server for shared memory
+    (rl_core/runtime/shared_steps.py): from its answer on, a STEP's arrays are read from the mapping
+    (``recv`` returns views of it, valid until the next action: the caller copies them) and an action is
+    written there, the socket carrying sequence numbers.  Otherwise every array travels on the socket.
+    """
+
+    def __init__(self, conn: tp.Connection, spec: EnvSpec, share: bool):
+        self.conn = conn
+        self.spec = spec
+        self._ask = share  # ask with the next action
+        self.shared: SharedSteps | None = None
+        self._seq = -1  # the last STEP's sequence number (the reset STEP's is 0)
+
+    def recv(self, stop=None, on_idle=None) -> tuple[int, dict]:
+        kind, msg = self.conn.recv(stop, on_idle=on_idle)
+        if kind == tp.STEP and self.shared is not None:
+            if "shm_seq" not in msg or int(msg["shm_seq"][0]) != self._seq + 1:
+                raise tp.ProtocolError(f"expected the notice of shared step {self._seq + 1}, got fields {sorted(msg)}")
+            self._seq += 1
+            msg = {**self.shared.read_step(self._seq), **{k: v for k, v in msg.items() if k.startswith("stat/")}}
+        elif kind == tp.STEP:
+            self._seq += 1
+        return kind, msg
+
+    def step_intact(self) -> bool:
+        """Whether the last STEP's shared arrays were not overwritten while they were read (True on the socket)."""
+        return self.shared is None or self.shared.step_intact(self._seq)
+
+    def send_action(self, action: np.ndarray) -> None:
+        # The action that answers STEP n carries n; STEP n + 1 follows it.
+        if self.shared is not None:
+            self.shared.write_action(self._seq, action)
+            self.conn.send(tp.ACTION, {"shm_seq": np.array([self._seq], np.int64)})
+            return
+        if not self._ask:
+            self.conn.send(tp.ACTION, {"action": action})
+            return
+        self._ask = False
+        self.conn.send(tp.ACTION, {"action": action, "shm_request": np.ones(1, np.uint8)})
+        self.shared = receive_answer(self.conn.sock, StepLayout(self.spec), self.conn.frame_timeout_s)
+
+    def close(self) -> None:
+        self.conn.close()
+        if self.shared is not None:
+            self.shared.close()
+            self.shared = None
+
+
 def connect_server(address: tp.Address, flags, secret: bytes | None, stop=None, on_retry=None):
     """Connect (retrying until --connect_timeout), authenticate over TCP, read HELLO.
 
-    Returns ``(connection, EnvSpec)``; a malformed spec is a RunFailure.
+    Returns ``(ServerLink, EnvSpec)``; a malformed spec is a RunFailure.
     """
     deadline = time.monotonic() + flags.connect_timeout
 
@@ -97,10 +149,12 @@ def connect_server(address: tp.Address, flags, secret: bytes | None, stop=None, 
             conn.close()
             raise tp.ProtocolError(f"{address} sent {tp.KINDS[kind]} before HELLO")
         try:
-            return conn, EnvSpec.from_json(tp.field_json(msg["spec"]))
+            spec = EnvSpec.from_json(tp.field_json(msg["spec"]))
         except (ValueError, tp.ProtocolError, KeyError) as e:
             conn.close()
             raise RunFailure(f"env server at {address} sent a malformed HELLO: {e}") from None
+        share = address.kind == "unix" and flags.shared_memory
+        return ServerLink(conn, spec, share), spec
 
 
 def spec_key(spec: EnvSpec) -> tuple:
@@ -113,7 +167,7 @@ class ActorThread:
         self,
         index: int,
         address: tp.Address,
-        conn: tp.Connection,
+        conn: ServerLink,
         spec: EnvSpec,
         flags,
         secret: bytes | None,
@@ -184,6 +238,8 @@ class ActorThread:
                         episode[name] = value
                 episodes.append(episode)
             self.stats.add_episodes(episodes)
+        if not self.conn.step_intact():
+            raise tp.ProtocolError("the shared step was overwritten while it was read")
 
     def _silent_server(self, waited: float) -> None:
         """Warn at half --env_timeout, end the run at it: an env that never returns is named, not waited on."""
@@ -281,7 +337,7 @@ class ActorThread:
         }
 
     def send(self, action: np.ndarray) -> None:
-        self.conn.send(tp.ACTION, {"action": action})
+        self.conn.send_action(action)
 
     def receive(self, action: np.ndarray, extras: dict, state: tuple, version: int):
         """The step that ``action`` led to, recorded with what inference kept of it and the ``version`` of

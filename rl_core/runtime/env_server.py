@@ -16,6 +16,10 @@ each ACTION message of K actions it steps the K envs and answers one STEP:
     stat/<name> [K] f32  extra statistics an env puts in info["episode_stats"] at
                          the end of an episode (NaN for the other envs)
 
+A learner on this host may ask, with its first ACTION (``shm_request``), for the STEP arrays and its
+actions in shared memory (rl_core/runtime/shared_steps.py): the server then writes each step straight
+into the mapping and the socket carries sequence numbers (and any ``stat/<name>``).
+
 A malformed, truncated or oversized message drops the connection with a logged
 reason (such lines, and those of peers failing TCP authentication, at most once per
 10 s), and the server waits for the next learner.  An exception inside an env
@@ -40,6 +44,7 @@ import numpy as np
 
 from rl_core.data.env_spec import DiscreteActions, EnvSpec, Observation, action_space_of
 from rl_core.runtime import transport as tp
+from rl_core.runtime.shared_steps import SharedSteps, StepLayout, send_answer
 from rl_core.runtime.threads import name_os_thread
 
 log = logging.getLogger("env_server")
@@ -252,87 +257,128 @@ class EnvServer:
     def _serve(self, conn: tp.Connection, stop) -> None:
         K = self.num_envs
         conn.send(tp.HELLO, {"spec": tp.json_field(self.spec().to_json())})
-        obs = np.empty((K, *self.obs_shape), self.obs_dtype)
-        reward = np.zeros(K, np.float32)
-        done = np.ones(K, np.bool_)
-        truncated_out = np.zeros(K, np.bool_)
-        episode_end = np.zeros(K, np.bool_)
-        episode_step = np.zeros(K, np.int32)
-        episode_return = np.zeros(K, np.float32)
-        for slot in range(K):
-            obs[slot] = self._reset(slot)
-        self._first_reset = False
-        out_step = np.zeros(K, np.int32)
-        out_return = np.zeros(K, np.float32)
         fields = {
-            "obs": obs,
-            "reward": reward,
-            "done": done,
-            "truncated": truncated_out,
-            "episode_end": episode_end,
-            "episode_step": out_step,
-            "episode_return": out_return,
+            "obs": np.empty((K, *self.obs_shape), self.obs_dtype),
+            "reward": np.zeros(K, np.float32),
+            "done": np.ones(K, np.bool_),
+            "truncated": np.zeros(K, np.bool_),
+            "episode_end": np.zeros(K, np.bool_),
+            "episode_step": np.zeros(K, np.int32),  # where episode_end, the finished episode's
+            "episode_return": np.zeros(K, np.float32),
         }
+        for slot in range(K):
+            fields["obs"][slot] = self._reset(slot)
+        self._first_reset = False
         conn.send(tp.STEP, fields)
+        episode_step = np.zeros(K, np.int32)  # the running counters
+        episode_return = np.zeros(K, np.float32)
         space = self.action_space
         if isinstance(space, DiscreteActions):
             n_actions, action_shape = space.n, (K,)
         else:  # a Gaussian policy's samples are clipped to the bounds here (gymnasium's ClipAction)
             n_actions, action_shape = None, (K, *space.shape)
             low, high = space.bounds()
-        while True:
-            kind, msg = conn.recv(stop, on_idle=self._drop_if_superseded)
-            if kind != tp.ACTION or "action" not in msg:
-                raise tp.ProtocolError(f"expected ACTION, got {tp.KINDS[kind]} with fields {sorted(msg)}")
-            actions = msg["action"]
-            if actions.shape != action_shape:
-                raise tp.ProtocolError(f"action shape {actions.shape} != expected {action_shape}")
-            if n_actions is not None:
-                if actions.dtype.kind not in "iu":
-                    raise tp.ProtocolError(f"discrete actions must be integers, got {actions.dtype}")
-                if actions.size and (actions.min() < 0 or actions.max() >= n_actions):
-                    raise tp.ProtocolError(f"action out of range [0, {n_actions})")
-                actions = actions.tolist()
-            else:
-                if actions.dtype.kind != "f":
-                    raise tp.ProtocolError(f"box actions must be floats, got {actions.dtype}")
-                actions = np.clip(actions, low, high)
-            with self._step_lock:
-                stats: dict[str, np.ndarray] = {}
-                for slot, env in enumerate(self.envs):
-                    self._busy = ("step", slot, time.monotonic())
-                    try:
-                        o, r, terminated, truncated, info = env.step(actions[slot])
-                    except Exception:  # noqa: BLE001 - whatever the env raised is its slot's error
-                        raise EnvError(slot, traceback.format_exc()) from None
-                    self._busy = None
-                    d = bool(terminated or truncated)
-                    episode_return[slot] += r
-                    episode_step[slot] += 1
-                    end = bool(info.get("episode_end", d)) if info else d
-                    reward[slot] = r
-                    done[slot] = d
-                    truncated_out[slot] = bool(truncated) and not terminated
-                    episode_end[slot] = end
-                    out_step[slot] = episode_step[slot]
-                    out_return[slot] = episode_return[slot]
-                    if end:
-                        episode_step[slot] = 0
-                        episode_return[slot] = 0.0
-                        extra = info.get("episode_stats") if info else None
-                        if extra:
-                            for name, value in extra.items():
-                                arr = stats.get(name)
-                                if arr is None:
-                                    arr = stats[name] = np.full(K, np.nan, np.float32)
-                                arr[slot] = value
-                    obs[slot] = self._reset(slot) if d else o
-            if stats:
-                message = dict(fields)
+        shared: SharedSteps | None = None
+        seq = 0  # the STEP's sequence number: 0 the reset one, always on the socket
+        try:
+            while True:
+                kind, msg = conn.recv(stop, on_idle=self._drop_if_superseded)
+                if kind != tp.ACTION:
+                    raise tp.ProtocolError(f"expected ACTION, got {tp.KINDS[kind]} with fields {sorted(msg)}")
+                if shared is not None:
+                    if "shm_seq" not in msg or int(msg["shm_seq"][0]) != seq:
+                        raise tp.ProtocolError(f"expected the notice of shared action {seq}, got fields {sorted(msg)}")
+                    actions = shared.read_action(seq)
+                elif "action" in msg:
+                    actions = msg["action"]
+                else:
+                    raise tp.ProtocolError(f"expected ACTION with an action, got fields {sorted(msg)}")
+                if actions.shape != action_shape:
+                    raise tp.ProtocolError(f"action shape {actions.shape} != expected {action_shape}")
+                if n_actions is not None:
+                    if actions.dtype.kind not in "iu":
+                        raise tp.ProtocolError(f"discrete actions must be integers, got {actions.dtype}")
+                    if actions.size and (actions.min() < 0 or actions.max() >= n_actions):
+                        raise tp.ProtocolError(f"action out of range [0, {n_actions})")
+                    actions = actions.tolist()
+                else:
+                    if actions.dtype.kind != "f":
+                        raise tp.ProtocolError(f"box actions must be floats, got {actions.dtype}")
+                    actions = np.clip(actions, low, high)
+                if "shm_request" in msg and shared is None:
+                    shared = self._share_steps(conn, fields)
+                    if shared is not None:
+                        fields = shared.step
+                seq += 1
+                if shared is not None:
+                    shared.begin_step(seq)
+                stats = self._step_envs(actions, fields, episode_step, episode_return)
+                if shared is not None:
+                    shared.end_step(seq)
+                    message = {"shm_seq": np.array([seq], np.int64)}
+                else:
+                    message = dict(fields) if stats else fields
                 message.update({f"stat/{k}": v for k, v in stats.items()})
                 conn.send(tp.STEP, message)
-            else:
-                conn.send(tp.STEP, fields)
+        finally:
+            if shared is not None:
+                shared.close()
+
+    def _step_envs(self, actions, fields: dict, episode_step: np.ndarray, episode_return: np.ndarray) -> dict:
+        """Step every env once, writing its outputs into ``fields``; the extra statistics of the
+        episodes that ended (``info["episode_stats"]``, NaN for the other envs)."""
+        obs, reward, done = fields["obs"], fields["reward"], fields["done"]
+        truncated_out, episode_end = fields["truncated"], fields["episode_end"]
+        out_step, out_return = fields["episode_step"], fields["episode_return"]
+        stats: dict[str, np.ndarray] = {}
+        with self._step_lock:
+            for slot, env in enumerate(self.envs):
+                self._busy = ("step", slot, time.monotonic())
+                try:
+                    o, r, terminated, truncated, info = env.step(actions[slot])
+                except Exception:  # noqa: BLE001 - whatever the env raised is its slot's error
+                    raise EnvError(slot, traceback.format_exc()) from None
+                self._busy = None
+                d = bool(terminated or truncated)
+                episode_return[slot] += r
+                episode_step[slot] += 1
+                end = bool(info.get("episode_end", d)) if info else d
+                reward[slot] = r
+                done[slot] = d
+                truncated_out[slot] = bool(truncated) and not terminated
+                episode_end[slot] = end
+                out_step[slot] = episode_step[slot]
+                out_return[slot] = episode_return[slot]
+                if end:
+                    episode_step[slot] = 0
+                    episode_return[slot] = 0.0
+                    extra = info.get("episode_stats") if info else None
+                    if extra:
+                        for name, value in extra.items():
+                            arr = stats.get(name)
+                            if arr is None:
+                                arr = stats[name] = np.full(self.num_envs, np.nan, np.float32)
+                            arr[slot] = value
+                obs[slot] = self._reset(slot) if d else o
+        return stats
+
+    def _share_steps(self, conn: tp.Connection, fields: dict) -> SharedSteps | None:
+        """Answer a learner's ``shm_request``: the STEP arrays from now on in a new memfd (a Unix socket's
+        peer is on this host), their current values copied there; over TCP, no."""
+        if self.address.kind != "unix":
+            send_answer(conn.sock, None, None)
+            return None
+        shared, fd = SharedSteps.create(StepLayout(self.spec()))
+        try:
+            for name, array in shared.step.items():
+                array[...] = fields[name]
+            send_answer(conn.sock, shared, fd)
+        except BaseException:
+            shared.close()
+            raise
+        finally:
+            os.close(fd)
+        return shared
 
     def remove_socket_file(self) -> None:
         """Remove the socket file this server created (not one another server put at its path)."""

@@ -1,0 +1,138 @@
+"""The same-host data path: every array on the socket (old) against shared memory (new), in one run.
+
+Per case and path, a real training run through the package's launcher with its defaults for --seconds;
+over the run's second half, from /proc: agent steps/s, the learner process's core-us per agent step (all
+its threads: learner, inference, actors, main) and the env servers' (their processes).  The paths
+alternate within each repeat, so a shared host's drift touches both alike; the last lines give new
+against old per case (paired medians).
+
+Cases: ``cartpole`` (torchbeast_gym, IMPALA's defaults, CartPole-v1), ``pong`` (torchbeast_atari, IMPALA's
+defaults), ``null`` (the one-process ceiling: an env and a model that cost nothing,
+benchmarks/null_env.py and an MLP of 8 units).
+
+    python benchmarks/data_path.py [--cases cartpole pong null] [--seconds 40] [--repeats 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HZ = os.sysconf("SC_CLK_TCK")
+
+CASES = {
+    "cartpole": ("torchbeast_gym", ["--env=CartPole-v1"]),
+    "pong": ("torchbeast_atari", ["--env=PongNoFrameskip-v4"]),
+    "null": ("torchbeast_gym", ["--env=benchmarks.null_env:Null-v0", "--mlp_sizes=8"]),
+}
+PATHS = {"socket": "--no-shared_memory", "shared": "--shared_memory"}
+
+
+def _cpu_seconds(pid: int) -> float:
+    """utime + stime of process ``pid`` (all its threads) so far; 0 once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / HZ
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(x) for x in f.read().split()]
+    except OSError:
+        return []
+
+
+def measure(case: str, path: str, seconds: float, extra: list[str]) -> dict:
+    """One run: steps/s and core-us per agent step of the learner process and of the servers."""
+    package, flags = CASES[case]
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [
+            sys.executable,
+            "-m",
+            f"{package}.polybeast",
+            *flags,
+            PATHS[path],
+            "--total_steps=1000000000",
+            f"--pipes_basename=unix:{tmp}/pipe",
+            f"--savedir={tmp}",
+            "--xpid=bench",
+            "--log_interval=2",
+            "--disable_checkpoint",
+            "--disable_final_test",
+            *extra,
+        ]
+        with open(os.path.join(tmp, "out"), "w") as out:
+            proc = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
+            try:
+                time.sleep(seconds / 2)
+                servers = _children(proc.pid)
+                learner0, servers0, t0 = _cpu_seconds(proc.pid), sum(map(_cpu_seconds, servers)), time.monotonic()
+                time.sleep(seconds / 2)
+                learner1, servers1, t1 = _cpu_seconds(proc.pid), sum(map(_cpu_seconds, servers)), time.monotonic()
+            finally:
+                proc.terminate()
+                proc.wait(30)
+        try:
+            with open(os.path.join(tmp, "bench", "logs.csv"), newline="") as f:
+                rows = [r for r in csv.DictReader(f) if float(r["time"]) >= seconds / 2 - 1]
+        except FileNotFoundError:
+            rows = []
+        if len(rows) < 2:
+            with open(os.path.join(tmp, "out")) as f:
+                raise RuntimeError(f"{case} {path}: too few logs.csv rows; its output ends:\n{f.read()[-2000:]}")
+    sps = (int(rows[-1]["step"]) - int(rows[0]["step"])) / (float(rows[-1]["time"]) - float(rows[0]["time"]))
+    wall = t1 - t0
+    return {
+        "sps": sps,
+        "learner_us": (learner1 - learner0) / wall / sps * 1e6,
+        "servers_us": (servers1 - servers0) / wall / sps * 1e6,
+        "learner_cores": (learner1 - learner0) / wall,
+        "servers": len(servers),
+    }
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES))
+    parser.add_argument("--seconds", type=float, default=40.0, help="Length of each run; the second half is measured.")
+    parser.add_argument("--repeats", type=int, default=2, help="Old/new pairs per case.")
+    parser.add_argument("--extra", nargs=argparse.REMAINDER, default=[], help="Flags passed to every run.")
+    args = parser.parse_args(argv)
+    print(f"machine: {len(os.sched_getaffinity(0))} cores; {args.seconds:g} s a run, the second half measured")
+    print(f"{'case':<9} {'path':<7} {'steps/s':>8} {'learner us/st':>14} {'servers us/st':>14} {'learner cores':>14}")
+    results: dict[tuple[str, str], list[dict]] = {}
+    for case in args.cases:
+        for _ in range(args.repeats):
+            for path in PATHS:
+                r = measure(case, path, args.seconds, args.extra)
+                results.setdefault((case, path), []).append(r)
+                print(
+                    f"{case:<9} {path:<7} {r['sps']:>8,.0f} {r['learner_us']:>14,.1f} {r['servers_us']:>14,.1f} "
+                    f"{r['learner_cores']:>14.2f}",
+                    flush=True,
+                )
+    print("new (shared) against old (socket), paired within each repeat, median (range):")
+    for case in args.cases:
+        old, new = results[(case, "socket")], results[(case, "shared")]
+        for key, label in (("sps", "steps/s"), ("learner_us", "learner core-us/step"), ("servers_us", "servers")):
+            ratios = [n[key] / o[key] for o, n in zip(old, new)]
+            print(
+                f"  {case:<9} {label:<21} x{np.median(ratios):.3f} ({min(ratios):.3f}-{max(ratios):.3f}): "
+                f"{np.median([n[key] for n in new]):,.1f} against {np.median([o[key] for o in old]):,.1f}"
+            )
+
+
+if __name__ == "__main__":
+    main()
