@@ -1,6 +1,8 @@
-"""The same-host data path: every array on the socket (old) against shared memory (new), in one run.
+"""The same-host data path, old against new, in one run.
 
-Per case and path, a real training run through the package's launcher with its defaults for --seconds;
+Paths: ``old`` (every array on the socket, an actor thread per server beside an inference thread:
+--no-shared_memory --no-acting_loop), ``shm`` (shared memory, the same threads) and ``new`` (shared memory
+and one acting loop that also runs inference: the defaults).  Per case and path, a real training run through the package's launcher with its defaults for --seconds;
 over the run's second half, from /proc: agent steps/s, the learner process's core-us per agent step (all
 its threads: learner, inference, actors, main) and the env servers' (their processes).  The paths
 alternate within each repeat, so a shared host's drift touches both alike; the last lines give new
@@ -33,7 +35,11 @@ CASES = {
     "pong": ("torchbeast_atari", ["--env=PongNoFrameskip-v4"]),
     "null": ("torchbeast_gym", ["--env=benchmarks.null_env:Null-v0", "--mlp_sizes=8"]),
 }
-PATHS = {"socket": "--no-shared_memory", "shared": "--shared_memory"}
+PATHS = {
+    "old": ["--no-shared_memory", "--no-acting_loop"],
+    "shm": ["--shared_memory", "--no-acting_loop"],
+    "new": ["--shared_memory", "--acting_loop"],
+}
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -63,7 +69,7 @@ def measure(case: str, path: str, seconds: float, extra: list[str]) -> dict:
             "-m",
             f"{package}.polybeast",
             *flags,
-            PATHS[path],
+            *PATHS[path],
             "--total_steps=1000000000",
             f"--pipes_basename=unix:{tmp}/pipe",
             f"--savedir={tmp}",
@@ -107,7 +113,7 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES))
     parser.add_argument("--seconds", type=float, default=40.0, help="Length of each run; the second half is measured.")
-    parser.add_argument("--repeats", type=int, default=2, help="Old/new pairs per case.")
+    parser.add_argument("--repeats", type=int, default=2, help="Runs of every path per case.")
     parser.add_argument("--extra", nargs=argparse.REMAINDER, default=[], help="Flags passed to every run.")
     args = parser.parse_args(argv)
     print(f"machine: {len(os.sched_getaffinity(0))} cores; {args.seconds:g} s a run, the second half measured")
@@ -123,15 +129,17 @@ def main(argv=None) -> None:
                     f"{r['learner_cores']:>14.2f}",
                     flush=True,
                 )
-    print("new (shared) against old (socket), paired within each repeat, median (range):")
+    print("against old, paired within each repeat: median (range): new's median against old's")
     for case in args.cases:
-        old, new = results[(case, "socket")], results[(case, "shared")]
-        for key, label in (("sps", "steps/s"), ("learner_us", "learner core-us/step"), ("servers_us", "servers")):
-            ratios = [n[key] / o[key] for o, n in zip(old, new)]
-            print(
-                f"  {case:<9} {label:<21} x{np.median(ratios):.3f} ({min(ratios):.3f}-{max(ratios):.3f}): "
-                f"{np.median([n[key] for n in new]):,.1f} against {np.median([o[key] for o in old]):,.1f}"
-            )
+        old = results[(case, "old")]
+        for path in [p for p in PATHS if p != "old"]:
+            runs = results[(case, path)]
+            for key, label in (("sps", "steps/s"), ("learner_us", "learner core-us/st"), ("servers_us", "servers")):
+                ratios = [n[key] / o[key] for o, n in zip(old, runs)]
+                print(
+                    f"  {case:<9} {path:<4} {label:<19} x{np.median(ratios):.3f} ({min(ratios):.3f}-{max(ratios):.3f}): "
+                    f"{np.median([n[key] for n in runs]):,.1f} against {np.median([o[key] for o in old]):,.1f}"
+                )
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 import queue
 import threading
+import time
 import types
 
 import gymnasium as gym
@@ -15,6 +16,7 @@ from models.recurrent import make_core
 from rl_core.agents import make_agent
 from rl_core.config.flags import make_parser
 from rl_core.runtime import transport as tp
+from rl_core.runtime.acting_loop import ActingLoop
 from rl_core.runtime.actor_pool import ActorThread, RunStats, connect_server
 from rl_core.runtime.inference import answer, inference_loop
 from rl_core.runtime.inference import InferenceBatcher, Request
@@ -59,11 +61,17 @@ class Recorder(gym.Wrapper):
         return obs, r, term, trunc, info
 
 
-@pytest.mark.parametrize("shared", [True, False], ids=["shared_memory", "socket"])
+@pytest.mark.parametrize(
+    "shared,acting",
+    [(True, "loop"), (False, "loop"), (True, "threads")],
+    ids=["shm-loop", "socket-loop", "shm-threads"],
+)
 @pytest.mark.parametrize(
     "core,max_steps", [(None, None), ("lstm", None), ("elstm", None), ("rtrl_elstm", None), (None, 3), ("lstm", 4)]
 )
-def test_unrolls_overlap_by_one_step_and_align_actions(tmp_path, core, max_steps, shared):
+def test_unrolls_overlap_by_one_step_and_align_actions(tmp_path, core, max_steps, shared, acting):
+    """Through shared memory or the socket, acted by one loop (rl_core/runtime/acting_loop.py) or by an actor
+    thread beside an inference thread: the stored unrolls are what the envs saw and did."""
     logs = [[] for _ in range(K)]
     address = tp.Address("unix", path=str(tmp_path / "srv.0"))
     server = EnvServer(address, [lambda i=i: Recorder(logs[i], max_steps) for i in range(K)], seeds=list(range(K)))
@@ -94,17 +102,30 @@ def test_unrolls_overlap_by_one_step_and_align_actions(tmp_path, core, max_steps
         stop,
         agent,
     )
-    start_thread(
-        "inference",
-        lambda: inference_loop(batcher, inference_copy(model), threading.Lock(), "cpu", stop, agent),
-        errors,
-    )
-    start_thread("actor", actor.run, errors)
+    if acting == "loop":
+        copy = inference_copy(model)
+        loop = ActingLoop(
+            [actor],
+            lambda requests: answer(requests, copy, threading.Lock(), "cpu", agent),
+            learner_queue,
+            stop,
+            K,
+            0.001,
+            lambda name, target: start_thread(name, target, errors),
+        )
+        start_thread("actor-loop", loop.run, errors)
+    else:
+        start_thread(
+            "inference",
+            lambda: inference_loop(batcher, inference_copy(model), threading.Lock(), "cpu", stop, agent),
+            errors,
+        )
+        start_thread("actor", actor.run, errors)
     unrolls = [learner_queue.get(timeout=20) for _ in range(3)]
     stop.set()
     server_stop.set()
     assert errors.error is None
-    assert (conn.shared is not None) == shared  # the steps came through shared memory, or the socket
+    assert (actor.conn.shared is not None) == shared  # the steps came through shared memory, or the socket
 
     for (u1, _), (u2, _) in zip(unrolls, unrolls[1:]):
         assert u1["obs"].shape == (T + 1, K, 4)
@@ -460,3 +481,58 @@ def test_r2d2_sequences_overlap_by_their_stride_and_carry_the_state_of_their_fir
 
     expected = ape_x_epsilons(2 * K)[K:].view(1, K)
     assert seen_inputs and all(torch.equal(e, expected) for e in seen_inputs)
+
+
+def test_the_acting_loop_holds_back_a_server_whose_unroll_the_full_queue_refuses_and_stops_promptly(tmp_path):
+    """Two servers, a learner queue of one that nobody reads: the loop hands over what fits and holds each
+    server's next sequence (its envs wait, unstepped) instead of dropping it; once the learner takes one,
+    acting goes on; stop ends the loop within its poll."""
+    servers, actors = [], []
+    torch.manual_seed(0)
+    stem = MLPStem((4,), (16,))
+    model = ActorCritic(stem, num_actions=2)
+    stop = threading.Event()
+    errors = ErrorBox(stop)
+    learner_queue = queue.Queue(maxsize=1)
+    stats = RunStats()
+    agent = None
+    for i in range(2):
+        address = tp.Address("unix", path=str(tmp_path / f"srv.{i}"))
+        server = EnvServer(address, [lambda: gym.make("CartPole-v1")] * K, seeds=list(range(K)))
+        server_stop = threading.Event()
+        threading.Thread(target=server.serve_forever, args=(server_stop,), daemon=True).start()
+        servers.append(server_stop)
+        conn, spec = connect_server(address, flags(), None)
+        agent = agent or make_agent(make_parser().parse_args(["--agent=impala", f"--unroll_length={T}"]), spec)
+        actors.append(
+            ActorThread(
+                i, address, conn, spec, flags(), None, None, learner_queue, model.initial_state, stats, stop, agent
+            )
+        )
+    copy = inference_copy(model)
+    loop = ActingLoop(
+        actors,
+        lambda requests: answer(requests, copy, threading.Lock(), "cpu", agent),
+        learner_queue,
+        stop,
+        2 * K,
+        0.001,
+        lambda name, target: start_thread(name, target, errors),
+    )
+    thread = start_thread("actor-loop", loop.run, errors)
+    deadline = time.monotonic() + 20
+    while len(loop.held) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert learner_queue.full() and len(loop.held) == 2  # both servers' next sequences held, none dropped
+    steps = stats.env_steps
+    time.sleep(0.3)
+    assert stats.env_steps == steps  # held servers do not step
+    first = learner_queue.get(timeout=1)
+    second = learner_queue.get(timeout=5)  # a held sequence moved in once there was room
+    assert first[0]["obs"].shape == second[0]["obs"].shape == (T + 1, K, 4)
+    assert stats.dropped_unrolls == 0 and errors.error is None
+    stop.set()
+    thread.join(2)
+    assert not thread.is_alive()
+    for server_stop in servers:
+        server_stop.set()

@@ -225,7 +225,16 @@ def make_parser(prog: str | None = None) -> argparse.ArgumentParser:
     g.add_argument("--batch_size", type=int, default=32, metavar="B", help="Learner batch size (unrolls).")
     g.add_argument("--unroll_length", type=int, default=20, metavar="T", help="The unroll length (time dimension).")
     g.add_argument("--num_learner_threads", type=int, default=1, metavar="N", help="Number of learner threads.")
-    g.add_argument("--num_inference_threads", type=int, default=1, metavar="N", help="Number of inference threads.")
+    g.add_argument(
+        "--acting_loop",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="Act for every env server in one thread that also runs inference (rl_core/runtime/acting_loop.py); "
+        "--no-acting_loop: a thread per server and --num_inference_threads inference threads.",
+    )
+    g.add_argument(
+        "--num_inference_threads", type=int, default=1, metavar="N", help="With --no-acting_loop: inference threads."
+    )
     g.add_argument("--max_inference_batch_size", type=int, default=0, help="Envs per inference batch (0: all of them).")
     g.add_argument(
         "--inference_batch_timeout_ms", type=float, default=1.0, help="How long a batch waits for more requests."

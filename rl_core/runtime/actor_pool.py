@@ -53,6 +53,10 @@ class RunStats:
             return episodes
 
 
+# What ends a connection (an actor then reconnects): the peer closed, sent garbage, or the socket failed.
+LOST_CONNECTION = (tp.ConnectionClosed, tp.ProtocolError, ConnectionError, OSError)
+
+
 class _NoAnswer(Exception):
     pass
 
@@ -83,6 +87,10 @@ class ServerLink:
         elif kind == tp.STEP:
             self._seq += 1
         return kind, msg
+
+    def fileno(self) -> int:
+        """The socket's (for ``selectors``: readable when a message has begun to arrive)."""
+        return self.conn.sock.fileno()
 
     def step_intact(self) -> bool:
         """Whether the last STEP's shared arrays were not overwritten while they were read (True on the socket)."""
@@ -277,23 +285,25 @@ class ActorThread:
         while not self.stop.is_set():
             try:
                 self._act()
-            except (tp.ConnectionClosed, tp.ProtocolError, ConnectionError, OSError) as e:
+            except LOST_CONNECTION as e:
                 if self.stop.is_set():
                     return
-                with self.stats.lock:
-                    self.stats.dropped_unrolls += 1
-                    self.stats.reconnects += 1
-                reason = "closed the connection" if isinstance(e, tp.ConnectionClosed) else str(e)
-                log.warning(
-                    "env server %d (%s) %s: dropped its unroll in flight; reconnecting",
-                    self.index,
-                    self.address,
-                    reason,
-                )
-                self.conn.close()
-                self.conn, spec = connect_server(self.address, self.flags, self.secret, self.stop)
-                if spec_key(spec) != spec_key(self.spec):
-                    raise tp.ProtocolError(f"env server {self.index} came back with a different spec: {spec}")
+                self.reconnect(e)
+
+    def reconnect(self, error: BaseException) -> None:
+        """After the connection failed with ``error``: its unroll in flight counted as dropped, a line logged,
+        and a new connection to the same server (the same spec) in its place; ``begin()`` starts acting again."""
+        with self.stats.lock:
+            self.stats.dropped_unrolls += 1
+            self.stats.reconnects += 1
+        reason = "closed the connection" if isinstance(error, tp.ConnectionClosed) else str(error)
+        log.warning(
+            "env server %d (%s) %s: dropped its unroll in flight; reconnecting", self.index, self.address, reason
+        )
+        self.conn.close()
+        self.conn, spec = connect_server(self.address, self.flags, self.secret, self.stop)
+        if spec_key(spec) != spec_key(self.spec):
+            raise tp.ProtocolError(f"env server {self.index} came back with a different spec: {spec}")
 
     def _act(self) -> None:
         """Steps the K envs until the connection fails or the run stops; every ``stride`` steps once

@@ -17,6 +17,7 @@ from rl_core.data.env_spec import EnvSpec
 from rl_core.errors import UserError
 from rl_core.runtime import distributed
 from rl_core.runtime import transport as tp
+from rl_core.runtime.acting_loop import ActingLoop
 from rl_core.runtime.actor_pool import ActorThread, RunStats, connect_server, spec_key
 from rl_core.runtime.inference import answer, inference_loop
 from rl_core.runtime.inference import InferenceBatcher
@@ -206,19 +207,43 @@ def build_parts(
     )
 
 
+def _infer(parts: Parts):
+    """One inference pass for a list of requests, counted in the logs' inference batch."""
+    p = parts
+
+    def infer(requests):
+        answer(requests, p.inference_model, p.inference_lock, p.device, p.agent)
+        p.batcher.count(sum(r.size for r in requests))
+
+    return infer
+
+
 def start_threads(parts: Parts, flags, errors, stop: threading.Event) -> list[threading.Thread]:
-    """The asynchronous runtime: inference, an actor per server, the data source's and the learner's threads."""
+    """The asynchronous runtime: acting (one loop for every server, or --no-acting_loop: an actor thread per
+    server and inference threads), the data source's and the learner's threads."""
     p, threads = parts, []
-    for i in range(flags.num_inference_threads):
-        threads.append(
-            start_thread(
-                f"inference-{i}",
-                lambda: inference_loop(p.batcher, p.inference_model, p.inference_lock, p.device, stop, p.agent),
-                errors,
-            )
+    if flags.acting_loop:
+        loop = ActingLoop(
+            p.actors,
+            _infer(p),
+            p.learner_queue,
+            stop,
+            flags.max_inference_batch_size or flags.num_actors,
+            flags.inference_batch_timeout_ms / 1000.0,
+            lambda name, target: threads.append(start_thread(name, target, errors)),
         )
-    for i, actor in enumerate(p.actors):
-        threads.append(start_thread(f"actor-{i}", actor.run, errors))
+        threads.append(start_thread("actor-loop", loop.run, errors))
+    else:
+        for i in range(flags.num_inference_threads):
+            threads.append(
+                start_thread(
+                    f"inference-{i}",
+                    lambda: inference_loop(p.batcher, p.inference_model, p.inference_lock, p.device, stop, p.agent),
+                    errors,
+                )
+            )
+        for i, actor in enumerate(p.actors):
+            threads.append(start_thread(f"actor-{i}", actor.run, errors))
     for name, target in getattr(p.data_source, "threads", lambda: [])():
         threads.append(start_thread(name, lambda target=target: target(stop), errors))
     loop = p.learner.loop if p.peers is None else (lambda: p.peers.loop(p.learner))
@@ -231,11 +256,7 @@ def start_lockstep(parts: Parts, flags, errors, stop: threading.Event, after_bat
     """--deterministic: one thread acts and learns in turn (rl_core/runtime/lockstep.py); ``after_batch(step
     before, step after)`` after each learned batch."""
     p = parts
-
-    def infer(requests):
-        answer(requests, p.inference_model, p.inference_lock, p.device, p.agent)
-        p.batcher.count(sum(r.size for r in requests))
-
+    infer = _infer(p)
     log.info(
         "--deterministic: acting and learning alternate in one thread; a logs.csv row every %s steps",
         f"{flags.log_step_interval:,}",
