@@ -1,5 +1,6 @@
 """Gymnasium envs that fail: ``tests.crashing_env:Crashing-v0`` raises mid-episode, ``CrashingReset-v0``
-raises in a later reset, ``Dying-v0`` kills its process (a server that keeps dying)."""
+raises in a later reset, ``Dying-v0`` kills its process (a server that keeps dying), ``MissingModule-v0`` cannot
+be made (its entry point's module does not exist)."""
 
 import gymnasium as gym
 from gymnasium.envs.classic_control.cartpole import CartPoleEnv
@@ -109,3 +110,7 @@ class HangingCartPole(CartPoleEnv):
 
 
 gym.register(id="Hanging-v0", entry_point=HangingCartPole, max_episode_steps=500)
+
+
+# Registered, so the id resolves at parse time, but its module is missing: making it fails in the env server.
+gym.register(id="MissingModule-v0", entry_point="no_such_module_for_tests:Env")

@@ -374,3 +374,43 @@ def test_eval_only_and_the_final_test_play_the_checkpoints_weights(tmp_path):
     assert result.returncode == 0, result.stdout[-3000:]
     (path,) = glob.glob(str(tmp_path / "mirror" / "eval-*.json"))
     assert max(json.loads(open(path).read())["runs"][0]["returns"]) < 50
+
+
+def test_a_validation_whose_snapshot_reached_the_last_step_is_not_repeated_at_the_end(tmp_path, monkeypatch):
+    """The poll at a crossing (step 7,360) snapshots the model at the learner's step by then (8,000, the last): the
+    end's check finds that step validated and starts no second validation of it."""
+    import threading
+    import types
+
+    from rl_core.runtime import validation as validation_module
+
+    started = []
+
+    def fake_start_thread(name, target, errors):
+        started.append(name)
+        thread = threading.Thread(target=lambda: None)
+        thread.start()
+        return thread
+
+    monkeypatch.setattr(validation_module, "start_thread", fake_start_thread)
+    learner = types.SimpleNamespace(step=0, lock=threading.Lock(), model=torch.nn.Linear(1, 1))
+    flags = types.SimpleNamespace(
+        disable_validation=False, validate_every=0, validate_step_every=4000, record_video=False
+    )
+    parts = types.SimpleNamespace(learner=learner, device="cpu", agent=None)
+    valid = validation_module.Validation(flags, parts, None, None, str(tmp_path), None, None, [])
+    learner.step = 7360
+    original = validation_module.copy.deepcopy
+
+    def snapshot_later(model):  # the learner goes on to its last step while the poll starts the validation
+        learner.step = 8000
+        return original(model)
+
+    monkeypatch.setattr(validation_module.copy, "deepcopy", snapshot_later)
+    valid.poll(0.0)
+    monkeypatch.setattr(validation_module.copy, "deepcopy", original)
+    valid.finish()
+    assert started == ["validation"]  # one validation, of step 8,000
+    learner.step = 12_000
+    valid.poll(1.0)  # the next crossing (12,000) is validated
+    assert started == ["validation", "validation"]

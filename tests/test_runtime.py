@@ -64,12 +64,17 @@ def test_unknown_flag_and_unknown_env_are_one_clear_line(tmp_path):
     assert len(malformed.stdout.strip().splitlines()) == 1
     assert "argument --batch_size: invalid int value: 'eight'" in malformed.stdout and "--help" in malformed.stdout
 
-    # at once, not at --connect_timeout (600 s here): run() fails past 120 s (about 2 s on an idle machine)
-    result = run(
-        GYM, *common(tmp_path, env="NoSuchEnv-v0", connect_timeout=600), output=str(tmp_path / "out2"), timeout=120
-    )
+    # an unknown id: at parse time, as --dry_run says it
+    unknown = run(GYM, *common(tmp_path, env="NoSuchEnv-v0"), "--dry_run", output=str(tmp_path / "out4"), timeout=60)
+    assert unknown.returncode == 2 and len(unknown.stdout.strip().splitlines()) == 1
+    assert "unknown gymnasium environment 'NoSuchEnv-v0' (NameNotFound)" in unknown.stdout
+
+    # an env its servers cannot make: at once, not at --connect_timeout (600 s here): run() fails past 120 s
+    # (about 2 s on an idle machine)
+    env = "tests.crashing_env:MissingModule-v0"
+    result = run(GYM, *common(tmp_path, env=env, connect_timeout=600), output=str(tmp_path / "out2"), timeout=120)
     assert result.returncode == 2
-    assert "unknown gymnasium environment 'NoSuchEnv-v0'" in result.stdout
+    assert f"--env {env}: module 'no_such_module_for_tests' not found" in result.stdout
     assert "Traceback" not in result.stdout
     assert not sockets_left(tmp_path)
 
@@ -472,7 +477,9 @@ finally:
     assert result.stderr.strip() == "cleanup ran", result.stderr
 
 
-def test_a_missing_env_module_is_named(tmp_path):
+def test_a_missing_env_module_is_named_at_parse_time_and_by_make_env(capsys):
+    import types
+
     from rl_core.errors import UserError
     from rl_core.runtime.entry import parse_flags
     import torchbeast_gym.env as gym_pkg
@@ -481,9 +488,11 @@ def test_a_missing_env_module_is_named(tmp_path):
         ("some_missing_module:Foo-v0", "some_missing_module"),
         ("tests.no_such_file:Foo-v0", "tests.no_such_file"),
     ]:
-        flags = parse_flags(gym_pkg, [f"--env={env}"])
+        with pytest.raises(SystemExit):
+            parse_flags(gym_pkg, [f"--env={env}"])
+        assert f"module '{module}' not found: install it or fix the module path" in capsys.readouterr().err
         with pytest.raises(UserError, match=f"module '{module}' not found: install it or fix the module path"):
-            gym_pkg.make_env(flags, 0)
+            gym_pkg.make_env(types.SimpleNamespace(env=env), 0)
 
 
 PACKAGES = list(installed_env_packages())  # every registered package (pyproject.toml)

@@ -90,6 +90,9 @@ class Validation:
         with learner.lock:  # a consistent snapshot; the learner goes on at once
             model = copy.deepcopy(learner.model)
             step = learner.step
+        # The crossings up to the snapshot's step are validated by it (the learner may have moved on since the
+        # poll that made it due): the last step's check in ``finish`` then does not validate that step twice.
+        self.last_step = max(self.last_step, step)
         model.eval()
         record = f.record_video and self.count == 0
         self.count += 1
