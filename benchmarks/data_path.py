@@ -1,8 +1,10 @@
 """The same-host data path, old against new, in one run.
 
 Paths: ``old`` (every array on the socket, an actor thread per server beside an inference thread:
---no-shared_memory --no-acting_loop), ``shm`` (shared memory, the same threads) and ``new`` (shared memory
-and one acting loop that also runs inference: the defaults).  Per case and path, a real training run through the package's launcher with its defaults for --seconds;
+--no-shared_memory --no-acting_loop), ``shm`` (shared memory, the same threads), ``new`` (shared memory
+and one acting loop that also runs inference: the defaults) and ``proc`` (that loop in a process of its own,
+--acting_process: the learner process's figure is then its learning alone, the acting process's among
+"acting us/st").  Per case and path, a real training run through the package's launcher with its defaults for --seconds;
 over the run's second half, from /proc: agent steps/s, the learner process's core-us per agent step (all
 its threads: learner, inference, actors, main) and the env servers' (their processes).  The paths
 alternate within each repeat, so a shared host's drift touches both alike; the last lines give new
@@ -39,6 +41,7 @@ PATHS = {
     "old": ["--no-shared_memory", "--no-acting_loop"],
     "shm": ["--shared_memory", "--no-acting_loop"],
     "new": ["--shared_memory", "--acting_loop"],
+    "proc": ["--shared_memory", "--acting_process"],
 }
 
 
@@ -58,6 +61,14 @@ def _children(pid: int) -> list[int]:
             return [int(x) for x in f.read().split()]
     except OSError:
         return []
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline") as f:
+            return f.read().replace("\0", " ")
+    except OSError:
+        return ""
 
 
 def measure(case: str, path: str, seconds: float, extra: list[str]) -> dict:
@@ -83,10 +94,14 @@ def measure(case: str, path: str, seconds: float, extra: list[str]) -> dict:
             proc = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
             try:
                 time.sleep(seconds / 2)
-                servers = _children(proc.pid)
-                learner0, servers0, t0 = _cpu_seconds(proc.pid), sum(map(_cpu_seconds, servers)), time.monotonic()
+                kids = _children(proc.pid)
+                servers = [k for k in kids if "polybeast_env" in _cmdline(k)]
+                others = [k for k in kids if k not in servers]  # the acting process (and multiprocessing's tracker)
+                learner0, t0 = _cpu_seconds(proc.pid), time.monotonic()
+                servers0, others0 = sum(map(_cpu_seconds, servers)), sum(map(_cpu_seconds, others))
                 time.sleep(seconds / 2)
-                learner1, servers1, t1 = _cpu_seconds(proc.pid), sum(map(_cpu_seconds, servers)), time.monotonic()
+                learner1, t1 = _cpu_seconds(proc.pid), time.monotonic()
+                servers1, others1 = sum(map(_cpu_seconds, servers)), sum(map(_cpu_seconds, others))
             finally:
                 proc.terminate()
                 proc.wait(30)
@@ -104,6 +119,7 @@ def measure(case: str, path: str, seconds: float, extra: list[str]) -> dict:
         "sps": sps,
         "learner_us": (learner1 - learner0) / wall / sps * 1e6,
         "servers_us": (servers1 - servers0) / wall / sps * 1e6,
+        "acting_us": (others1 - others0) / wall / sps * 1e6,
         "learner_cores": (learner1 - learner0) / wall,
         "servers": len(servers),
     }
@@ -117,7 +133,10 @@ def main(argv=None) -> None:
     parser.add_argument("--extra", nargs=argparse.REMAINDER, default=[], help="Flags passed to every run.")
     args = parser.parse_args(argv)
     print(f"machine: {len(os.sched_getaffinity(0))} cores; {args.seconds:g} s a run, the second half measured")
-    print(f"{'case':<9} {'path':<7} {'steps/s':>8} {'learner us/st':>14} {'servers us/st':>14} {'learner cores':>14}")
+    print(
+        f"{'case':<9} {'path':<7} {'steps/s':>8} {'learner us/st':>14} {'acting us/st':>13} {'servers us/st':>14} "
+        f"{'learner cores':>14}"
+    )
     results: dict[tuple[str, str], list[dict]] = {}
     for case in args.cases:
         for _ in range(args.repeats):
@@ -125,7 +144,8 @@ def main(argv=None) -> None:
                 r = measure(case, path, args.seconds, args.extra)
                 results.setdefault((case, path), []).append(r)
                 print(
-                    f"{case:<9} {path:<7} {r['sps']:>8,.0f} {r['learner_us']:>14,.1f} {r['servers_us']:>14,.1f} "
+                    f"{case:<9} {path:<7} {r['sps']:>8,.0f} {r['learner_us']:>14,.1f} {r['acting_us']:>13,.1f} "
+                    f"{r['servers_us']:>14,.1f} "
                     f"{r['learner_cores']:>14.2f}",
                     flush=True,
                 )

@@ -233,6 +233,13 @@ def make_parser(prog: str | None = None) -> argparse.ArgumentParser:
         "--no-acting_loop: a thread per server and --num_inference_threads inference threads.",
     )
     g.add_argument(
+        "--acting_process",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="Run the acting loop and central inference in a process of their own, the inference weights in shared "
+        "memory (rl_core/runtime/acting_process.py): acting off the learner's GIL.  CPU inference only.",
+    )
+    g.add_argument(
         "--num_inference_threads", type=int, default=1, metavar="N", help="With --no-acting_loop: inference threads."
     )
     g.add_argument("--max_inference_batch_size", type=int, default=0, help="Envs per inference batch (0: all of them).")

@@ -86,10 +86,10 @@ class InferenceBatcher:
         self.count(total)
         return batch
 
-    def count(self, envs: int) -> None:
-        """One inference batch of ``envs`` envs (``get_batch``'s, or --deterministic's lockstep's)."""
+    def count(self, envs: int, batches: int = 1) -> None:
+        """``batches`` inference batches of ``envs`` envs in all (``get_batch``'s, an acting loop's)."""
         with self._counts_lock:
-            self._batches += 1
+            self._batches += batches
             self._batched_envs += envs
 
     def take_counts(self) -> tuple[int, int]:
@@ -128,7 +128,7 @@ def answer(requests: list, model, lock: threading.Lock, device, agent) -> None:
     if len(states):
         states = tuple(torch.cat([r.state[i] for r in requests], dim=0) for i in range(len(states)))
     with lock, torch.inference_mode():
-        version = model.policy_version
+        version = int(model.policy_version)
         action, extras, new_state = agent.act(model, inputs, states)
     action = action[0].cpu().numpy()
     extras = {k: v[0].float().cpu().numpy() for k, v in extras.items()}

@@ -65,7 +65,11 @@ class Publisher:
         with self.lock, torch.no_grad():
             if self.dst:
                 torch._foreach_copy_(self.dst, self.src)
-            self.inference_model.policy_version = version
+            shared = self.inference_model.policy_version
+            if isinstance(shared, torch.Tensor):  # in shared memory: an acting process reads it (acting_process.py)
+                shared.fill_(version)
+            else:
+                self.inference_model.policy_version = version
 
 
 class GradientNorms:

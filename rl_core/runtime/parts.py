@@ -18,6 +18,7 @@ from rl_core.errors import UserError
 from rl_core.runtime import distributed
 from rl_core.runtime import transport as tp
 from rl_core.runtime.acting_loop import ActingLoop
+from rl_core.runtime.acting_process import ActingProcess
 from rl_core.runtime.actor_pool import ActorThread, RunStats, connect_server, spec_key
 from rl_core.runtime.inference import answer, inference_loop
 from rl_core.runtime.inference import InferenceBatcher
@@ -156,7 +157,14 @@ def build_parts(
     if group is not None:
         group.broadcast_module(model)  # every replica starts from rank 0's weights
         torch.manual_seed(f.seed + group.rank)  # and acts and samples minibatches with its own draws
-    inference_lock = threading.Lock()
+    if f.acting_process and not f.deterministic:
+        check_acting_process(device, group)
+        # read and written across processes (rl_core/runtime/acting_process.py)
+        inference_model.share_memory()
+        inference_model.policy_version = torch.zeros((), dtype=torch.int64).share_memory_()
+        inference_lock = torch.multiprocessing.get_context("spawn").Lock()
+    else:
+        inference_lock = threading.Lock()
     publish(model, inference_model, inference_lock, version=learner_steps)
     if group is None or group.is_writer:  # (rank 0 alone under torchrun: the ranks' models are the same)
         log.info("model on %s: %s", device, model)
@@ -218,11 +226,21 @@ def _infer(parts: Parts):
     return infer
 
 
+def check_acting_process(device: torch.device, group) -> None:
+    """--acting_process: central inference on the CPU, one process (not under torchrun)."""
+    if device.type != "cpu":
+        raise UserError("--acting_process runs central inference on the CPU: drop it, or pass --disable_cuda")
+    if group is not None:
+        raise UserError("--acting_process is not available under torchrun yet: drop it")
+
+
 def start_threads(parts: Parts, flags, errors, stop: threading.Event) -> list[threading.Thread]:
     """The asynchronous runtime: acting (one loop for every server, or --no-acting_loop: an actor thread per
     server and inference threads), the data source's and the learner's threads."""
     p, threads = parts, []
-    if flags.acting_loop:
+    if flags.acting_process:
+        threads.extend(ActingProcess(p, flags, stop).start(lambda name, target: start_thread(name, target, errors)))
+    elif flags.acting_loop:
         loop = ActingLoop(
             p.actors,
             _infer(p),

@@ -1,0 +1,166 @@
+"""--acting_process (rl_core/runtime/acting_process.py): acting and inference in a child process, through the real
+launcher, env servers and sockets; its slots and statistics in process."""
+
+import os
+import queue
+import signal
+import time
+
+import numpy as np
+import torch
+import torch.multiprocessing as mp
+
+from rl_core.runtime.acting_process import SlotQueue, UnrollSlots, _error_from
+from rl_core.runtime.actor_pool import RunStats
+from rl_core.errors import EnvServerError, RunFailure, UserError
+from tests.proc_utils import alive, children, csv_rows, read, run, sockets_left, start, wait_for
+
+GYM = "torchbeast_gym.polybeast"
+
+
+def flags(tmp_path, **overrides):
+    values = {
+        "env": "CartPole-v1",
+        "num_actors": 8,
+        "num_servers": 2,
+        "batch_size": 8,
+        "unroll_length": 20,
+        "pipes_basename": f"unix:{tmp_path}/pipe",
+        "savedir": str(tmp_path / "runs"),
+        "xpid": "run",
+        "log_interval": 1,
+        "test_episodes": 4,
+    }
+    values.update(overrides)
+    return ["--acting_process", *[f"--{k}={v}" for k, v in values.items()]]
+
+
+def comm(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline") as f:
+            return f.read().replace("\0", " ")
+    except OSError:
+        return ""
+
+
+def acting_and_servers(pid: int) -> tuple[list[int], list[int]]:
+    """The launcher's acting process and env servers (multiprocessing's resource tracker aside)."""
+    kids = children(pid)
+    return [k for k in kids if comm(k) == "actor-loop"], [k for k in kids if "polybeast_env" in cmdline(k)]
+
+
+def test_a_sequence_goes_through_a_slot_with_the_statistics_gathered_since_the_last():
+    ctx = mp.get_context("spawn")
+    fields = {"obs": ((4,), np.float32), "action": ((), np.int64)}
+    slots = UnrollSlots(fields, length=3, num_envs=2, state_template=(torch.zeros(2, 5),), n=1)
+    free, out = ctx.Queue(), ctx.Queue()
+    free.put(0)
+    stats, counts = RunStats(), [2, 32]
+    stats.env_steps, stats.reconnects = 40, 1
+    stats.add_episodes([{"return": 9.0, "length": 9}])
+    slot_queue = SlotQueue(slots, free, out, stats, counts)
+    unroll = {"obs": torch.randn(4, 2, 4), "action": torch.arange(8).reshape(4, 2)}
+    state = (torch.randn(2, 5),)
+    time.sleep(0.1)  # (the queue's feeder thread)
+    slot_queue.put_nowait((unroll, state))
+    kind, i, deltas = out.get(timeout=5)
+    assert (kind, i) == ("unroll", 0)
+    for name in unroll:
+        torch.testing.assert_close(slots.fields[0][name], unroll[name])
+    torch.testing.assert_close(slots.states[0][0], state[0])
+    assert deltas == ([{"return": 9.0, "length": 9}], 40, 0, 1, 2, 32)
+    try:
+        slot_queue.put_nowait((unroll, state))  # no free slot: a full queue to the acting loop
+        raise AssertionError("no queue.Full")
+    except queue.Full:
+        pass
+    stats.env_steps = 56
+    assert slot_queue.deltas() == ([], 16, 0, 0, 0, 0)  # since the last message
+
+
+def test_the_childs_errors_are_raised_as_their_own_classes():
+    assert type(_error_from("EnvServerError", "env 0 raised")) is EnvServerError
+    assert type(_error_from("UserError", "bad")) is UserError
+    error = _error_from("ZeroDivisionError", "division by zero")
+    assert type(error) is RunFailure and "ZeroDivisionError: division by zero" in str(error)
+
+
+def test_it_trains_and_a_killed_server_rejoins_while_the_learner_process_only_learns(tmp_path):
+    out = str(tmp_path / "out")
+    proc = start(GYM, *flags(tmp_path, total_steps=120_000), output=out)
+    try:
+        rows_path = str(tmp_path / "runs" / "run" / "logs.csv")
+        wait_for(lambda: csv_rows(rows_path) and int(csv_rows(rows_path)[-1]["step"]) > 0, 60, "training to start")
+        acting, servers = wait_for(
+            lambda: all(map(len, acting_and_servers(proc.pid))) and acting_and_servers(proc.pid), 10, "the children"
+        )
+        assert len(acting) == 1 and len(servers) == 2
+        os.kill(servers[0], signal.SIGKILL)
+        wait_for(lambda: "dropped its unroll in flight; reconnecting" in read(out), 30, "the acting loop to notice")
+        proc.wait(timeout=240)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    text = read(out)
+    assert proc.returncode == 0, text[-3000:]
+    assert f"acting and central inference in process {acting[0]} (--acting_process)" in text
+    rows = csv_rows(rows_path)
+    assert int(rows[-1]["step"]) >= 120_000
+    assert int(rows[-1]["server_restarts"]) == 1 and int(rows[-1]["dropped_unrolls"]) >= 1
+    assert float(rows[-1]["return_last_100"]) > 100  # learned: a random policy's CartPole return is about 22
+    assert float(rows[-1]["inference_batch"]) > 0  # the child's inference batches reach the logs
+    assert not alive(acting[0]) and not sockets_left(tmp_path)
+    assert "Traceback" not in text
+
+
+def test_an_env_exception_in_the_child_ends_the_run_with_its_traceback(tmp_path):
+    result = run(
+        GYM,
+        *flags(tmp_path, env="tests.crashing_env:Crashing-v0", total_steps=10**9),
+        output=str(tmp_path / "out"),
+        timeout=90,
+    )
+    assert result.returncode == 1
+    assert "boom: the env broke at its step 300" in result.stdout
+    assert "crashing_env.py" in result.stdout  # the env's traceback reached the learner process
+    assert not sockets_left(tmp_path)
+
+
+def test_sigint_checkpoints_and_a_killed_learner_leaves_no_acting_process(tmp_path):
+    out = str(tmp_path / "out")
+    proc = start(GYM, *flags(tmp_path, total_steps=10**9), output=out)
+    try:
+        rows_path = str(tmp_path / "runs" / "run" / "logs.csv")
+        wait_for(lambda: csv_rows(rows_path) and int(csv_rows(rows_path)[-1]["step"]) > 0, 60, "training to start")
+        acting, _ = acting_and_servers(proc.pid)
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=15)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    text = read(out)
+    assert proc.returncode == 0, text[-3000:]
+    assert "Traceback" not in text and "reconnecting" not in text  # the child stopped before the servers did
+    assert acting and not alive(acting[0])
+    assert torch.load(tmp_path / "runs" / "run" / "model.tar", weights_only=True)["step"] > 0
+
+    (tmp_path / "b").mkdir()
+    proc = start(GYM, *flags(tmp_path / "b", total_steps=10**9), output=str(tmp_path / "out_b"))
+    try:
+        rows_path = str(tmp_path / "b" / "runs" / "run" / "logs.csv")
+        wait_for(lambda: csv_rows(rows_path) and int(csv_rows(rows_path)[-1]["step"]) > 0, 60, "training to start")
+        acting, servers = acting_and_servers(proc.pid)
+        proc.kill()  # kill -9: the children are left to notice
+        proc.wait(timeout=10)
+        wait_for(lambda: not any(alive(p) for p in acting + servers), 15, "the children to exit by themselves")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
