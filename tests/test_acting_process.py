@@ -164,3 +164,15 @@ def test_sigint_checkpoints_and_a_killed_learner_leaves_no_acting_process(tmp_pa
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_too_little_shared_memory_for_the_slots_is_one_line(tmp_path):
+    from rl_core.runtime.acting_process import check_shared_memory
+
+    fields = {"obs": ((4, 84, 84), np.uint8)}
+    check_shared_memory(fields, 20, 16, 8, str(tmp_path))  # this machine's disk has room for 72 MB
+    try:
+        check_shared_memory(fields, 20, 16, 10**7, str(tmp_path))
+        raise AssertionError("not refused")
+    except UserError as e:
+        assert "--acting_process needs" in str(e) and "--shm-size" in str(e) and "\n" not in str(e)

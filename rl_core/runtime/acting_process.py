@@ -33,7 +33,7 @@ import torch.multiprocessing as mp
 
 from rl_core import errors as run_errors
 from rl_core.data.batch import step_fields
-from rl_core.errors import RunFailure, Stopped
+from rl_core.errors import RunFailure, Stopped, UserError
 
 log = logging.getLogger("learner")
 
@@ -50,6 +50,27 @@ class UnrollSlots:
 
         self.fields = [{name: tensor(shape, dtype) for name, (shape, dtype) in fields.items()} for _ in range(n)]
         self.states = [tuple(torch.zeros_like(s).share_memory_() for s in state_template) for _ in range(n)]
+
+
+def check_shared_memory(fields: dict, length: int, num_envs: int, n: int, path: str = "/dev/shm") -> None:
+    """Room in /dev/shm for ``n`` slots (torch's shared tensors live there; a container's default 64 MB would end
+    the run in a bus error when a page past it is touched): one line naming the fix where it is short."""
+    need = (
+        n
+        * (length + 1)
+        * num_envs
+        * sum(int(np.prod(shape)) * np.dtype(dtype).itemsize for shape, dtype in fields.values())
+    )
+    try:
+        stat = os.statvfs(path)
+    except OSError:
+        return
+    free = stat.f_bavail * stat.f_frsize
+    if need > free:
+        raise UserError(
+            f"--acting_process needs {need / 2**20:,.0f} MB of shared memory for its {n} sequence slots, and {path} "
+            f"has {free / 2**20:,.0f} MB free: enlarge it (docker run --shm-size=2g) or drop --acting_process"
+        )
 
 
 class SlotQueue:
@@ -175,6 +196,7 @@ class ActingProcess:
         template = p.inference_model.initial_state(actor.K)
         fields = {**step_fields(actor.spec), **p.agent.unroll_fields()}
         n = p.learner_queue.maxsize + 2 * len(p.actors)
+        check_shared_memory(fields, actor.length, actor.K, n)
         self.slots = UnrollSlots(fields, actor.length, actor.K, template, n)
         self.free, self.out, self.child_stop = ctx.Queue(), ctx.Queue(), ctx.Event()
         for i in range(n):
