@@ -1,14 +1,13 @@
 """The same-host data path, old against new, in one run.
 
-Paths: ``old`` (every array on the socket, an actor thread per server beside an inference thread:
---no-shared_memory --no-acting_loop), ``shm`` (shared memory, the same threads), ``new`` (shared memory
-and one acting loop that also runs inference: the defaults) and ``proc`` (that loop in a process of its own,
---acting_process: the learner process's figure is then its learning alone, the acting process's among
-"acting us/st").  Per case and path, a real training run through the package's launcher with its defaults for --seconds;
-over the run's second half, from /proc: agent steps/s, the learner process's core-us per agent step (all
-its threads: learner, inference, actors, main) and the env servers' (their processes).  The paths
-alternate within each repeat, so a shared host's drift touches both alike; the last lines give new
-against old per case (paired medians).
+Paths: ``old`` (every array on the socket, an actor thread per server beside an inference thread), ``shm``
+(shared memory, the same threads), ``loop`` (shared memory and one acting loop that also runs inference) and
+``proc`` (that loop in a process of its own: the defaults on a CPU learner; the learner process's figure is
+then its learning alone, the acting process's under "acting us/st").  Per case and path, a real training run
+through the package's launcher with its defaults for --seconds; over the run's second half, from /proc: agent
+steps/s, the learner process's core-us per agent step (all its threads) and the env servers'.  The paths
+alternate within each repeat, so a shared host's drift touches them alike; the last lines give each against
+old per case (paired medians).
 
 Cases: ``cartpole`` (torchbeast_gym, IMPALA's defaults, CartPole-v1), ``pong`` (torchbeast_atari, IMPALA's
 defaults), ``null`` (the one-process ceiling: an env and a model that cost nothing,
@@ -38,9 +37,9 @@ CASES = {
     "null": ("torchbeast_gym", ["--env=benchmarks.null_env:Null-v0", "--mlp_sizes=8"]),
 }
 PATHS = {
-    "old": ["--no-shared_memory", "--no-acting_loop"],
-    "shm": ["--shared_memory", "--no-acting_loop"],
-    "new": ["--shared_memory", "--acting_loop"],
+    "old": ["--no-shared_memory", "--no-acting_loop", "--no-acting_process"],
+    "shm": ["--shared_memory", "--no-acting_loop", "--no-acting_process"],
+    "loop": ["--shared_memory", "--acting_loop", "--no-acting_process"],
     "proc": ["--shared_memory", "--acting_process"],
 }
 

@@ -59,6 +59,19 @@ def children(pid: int) -> list[int]:
     return found
 
 
+def server_pids(pid: int) -> list[int]:
+    """The launcher's env server processes (not e.g. the git it runs for meta.json)."""
+    found = []
+    for child in children(pid):
+        try:
+            with open(f"/proc/{child}/cmdline", "rb") as f:
+                if b"polybeast_env" in f.read():
+                    found.append(child)
+        except OSError:
+            pass
+    return found
+
+
 def alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as f:

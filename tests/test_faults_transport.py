@@ -19,12 +19,12 @@ from rl_core.records import checkpoint_file
 from rl_core.runtime import transport as tp
 from tests.proc_utils import (
     alive,
-    children,
     csv_rows,
     free_port,
     last_line,
     read,
     run,
+    server_pids,
     snapshot,
     sockets_left,
     start,
@@ -173,19 +173,6 @@ def procgen_flags(tmp_path, **overrides) -> list[str]:
     }
     flags.update(overrides)
     return [f"--{k}" if v is True else f"--{k}={v}" for k, v in flags.items()]
-
-
-def server_pids(pid: int) -> list[int]:
-    """The launcher's env server processes (not e.g. the git it runs for meta.json)."""
-    found = []
-    for child in children(pid):
-        try:
-            with open(f"/proc/{child}/cmdline", "rb") as f:
-                if b"polybeast_env" in f.read():
-                    found.append(child)
-        except OSError:
-            pass
-    return found
 
 
 def seconds_to_exit_after_sigint(proc) -> float:

@@ -14,7 +14,18 @@ import pytest
 import torch
 
 from rl_core.config.env_package import installed_env_packages
-from tests.proc_utils import alive, children, csv_rows, free_port, read, run, sockets_left, start, wait_for
+from tests.proc_utils import (
+    alive,
+    children,
+    csv_rows,
+    free_port,
+    read,
+    run,
+    server_pids,
+    sockets_left,
+    start,
+    wait_for,
+)
 
 GYM = "torchbeast_gym.polybeast"
 
@@ -238,7 +249,7 @@ def test_killed_server_is_restarted_and_training_finishes(tmp_path):
     try:
         rows_path = str(tmp_path / "runs" / "run" / "logs.csv")
         wait_for(lambda: csv_rows(rows_path) and int(csv_rows(rows_path)[-1]["step"]) > 0, 60, "training to start")
-        servers = wait_for(lambda: len(children(proc.pid)) == 2 and children(proc.pid), 10, "two servers")
+        servers = wait_for(lambda: len(server_pids(proc.pid)) == 2 and server_pids(proc.pid), 10, "two servers")
         killed = servers[0]
         os.kill(killed, signal.SIGKILL)
         killed_at = time.monotonic()
@@ -266,7 +277,7 @@ def test_signal_checkpoints_and_leaves_no_child_or_socket(tmp_path, sig):
     try:
         rows_path = str(tmp_path / "runs" / "run" / "logs.csv")
         wait_for(lambda: csv_rows(rows_path) and int(csv_rows(rows_path)[-1]["step"]) > 0, 60, "training to start")
-        servers = children(proc.pid)
+        servers = server_pids(proc.pid)
         assert len(servers) == 2 and len(sockets_left(tmp_path)) == 2
         for pid in servers:
             # Each server has its own process group, so a terminal's Ctrl-C reaches only the

@@ -229,15 +229,17 @@ def make_parser(prog: str | None = None) -> argparse.ArgumentParser:
         "--acting_loop",
         action=argparse.BooleanOptionalAction,
         default=True,
-        help="Act for every env server in one thread that also runs inference (rl_core/runtime/acting_loop.py); "
-        "--no-acting_loop: a thread per server and --num_inference_threads inference threads.",
+        help="Act for every env server in one thread that also runs inference (rl_core/runtime/acting_loop.py), in "
+        "the learner process where --acting_process is off; --no-acting_loop --no-acting_process: a thread per server "
+        "and --num_inference_threads inference threads.",
     )
     g.add_argument(
         "--acting_process",
         action=argparse.BooleanOptionalAction,
-        default=False,
+        default=None,
         help="Run the acting loop and central inference in a process of their own, the inference weights in shared "
-        "memory (rl_core/runtime/acting_process.py): acting off the learner's GIL.  CPU inference only.",
+        "memory (rl_core/runtime/acting_process.py): acting off the learner's GIL.  Unset: on where central "
+        "inference runs on the CPU in one process (not under torchrun, not --deterministic); CPU inference only.",
     )
     g.add_argument(
         "--num_inference_threads", type=int, default=1, metavar="N", help="With --no-acting_loop: inference threads."

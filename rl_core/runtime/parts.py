@@ -116,6 +116,7 @@ class Parts:
     learner: Learner
     actors: list[ActorThread]
     peers: distributed.Peers | None
+    acting_process: bool  # acting and inference in a child process (rl_core/runtime/acting_process.py)
 
 
 def _recycler(flags, model, optimizer) -> Recycler | None:
@@ -157,8 +158,8 @@ def build_parts(
     if group is not None:
         group.broadcast_module(model)  # every replica starts from rank 0's weights
         torch.manual_seed(f.seed + group.rank)  # and acts and samples minibatches with its own draws
-    if f.acting_process and not f.deterministic:
-        check_acting_process(device, group)
+    acting_process = wants_acting_process(f, device, group)
+    if acting_process:
         # read and written across processes (rl_core/runtime/acting_process.py)
         inference_model.share_memory()
         inference_model.policy_version = torch.zeros((), dtype=torch.int64).share_memory_()
@@ -212,6 +213,7 @@ def build_parts(
         learner,
         actors,
         peers,
+        acting_process,
     )
 
 
@@ -226,19 +228,25 @@ def _infer(parts: Parts):
     return infer
 
 
-def check_acting_process(device: torch.device, group) -> None:
-    """--acting_process: central inference on the CPU, one process (not under torchrun)."""
-    if device.type != "cpu":
+def wants_acting_process(flags, device: torch.device, group) -> bool:
+    """Acting in a process of its own: --acting_process, or unset where central inference runs on the CPU in one
+    process; never under --deterministic (its lockstep thread acts).  Asked for where it cannot run: one line."""
+    if flags.deterministic:
+        return False
+    if flags.acting_process is None:
+        return device.type == "cpu" and group is None
+    if flags.acting_process and device.type != "cpu":
         raise UserError("--acting_process runs central inference on the CPU: drop it, or pass --disable_cuda")
-    if group is not None:
+    if flags.acting_process and group is not None:
         raise UserError("--acting_process is not available under torchrun yet: drop it")
+    return flags.acting_process
 
 
 def start_threads(parts: Parts, flags, errors, stop: threading.Event) -> list[threading.Thread]:
     """The asynchronous runtime: acting (one loop for every server, or --no-acting_loop: an actor thread per
     server and inference threads), the data source's and the learner's threads."""
     p, threads = parts, []
-    if flags.acting_process:
+    if p.acting_process:
         threads.extend(ActingProcess(p, flags, stop).start(lambda name, target: start_thread(name, target, errors)))
     elif flags.acting_loop:
         loop = ActingLoop(
