@@ -4,13 +4,14 @@ launcher, env servers and sockets; its slots and statistics in process."""
 import os
 import queue
 import signal
-import time
+import subprocess
+import sys
 
 import numpy as np
 import torch
 import torch.multiprocessing as mp
 
-from rl_core.runtime.acting_process import SlotQueue, UnrollSlots, _error_from
+from rl_core.runtime.acting_process import FileLock, SlotQueue, UnrollSlots, _error_from, _recv, _send
 from rl_core.runtime.actor_pool import RunStats
 from rl_core.errors import EnvServerError, RunFailure, UserError
 from tests.proc_utils import alive, children, csv_rows, read, run, sockets_left, start, wait_for
@@ -61,29 +62,45 @@ def test_a_sequence_goes_through_a_slot_with_the_statistics_gathered_since_the_l
     ctx = mp.get_context("spawn")
     fields = {"obs": ((4,), np.float32), "action": ((), np.int64)}
     slots = UnrollSlots(fields, length=3, num_envs=2, state_template=(torch.zeros(2, 5),), n=1)
-    free, out = ctx.Queue(), ctx.Queue()
-    free.put(0)
+    free_r, free_w = ctx.Pipe(duplex=False)
+    out_r, out_w = ctx.Pipe(duplex=False)
+    _send(free_w, 0)
     stats, counts = RunStats(), [2, 32]
     stats.env_steps, stats.reconnects = 40, 1
     stats.add_episodes([{"return": 9.0, "length": 9}])
-    slot_queue = SlotQueue(slots, free, out, stats, counts)
+    slot_queue = SlotQueue(slots, free_r, out_w, stats, counts)
     unroll = {"obs": torch.randn(4, 2, 4), "action": torch.arange(8).reshape(4, 2)}
     state = (torch.randn(2, 5),)
-    time.sleep(0.1)  # (the queue's feeder thread)
     slot_queue.put_nowait((unroll, state))
-    kind, i, deltas = out.get(timeout=5)
-    assert (kind, i) == ("unroll", 0)
+    assert _recv(out_r) == ["unroll", 0, [[{"return": 9.0, "length": 9}], 40, 0, 1, 2, 32]]
     for name in unroll:
         torch.testing.assert_close(slots.fields[0][name], unroll[name])
     torch.testing.assert_close(slots.states[0][0], state[0])
-    assert deltas == ([{"return": 9.0, "length": 9}], 40, 0, 1, 2, 32)
     try:
         slot_queue.put_nowait((unroll, state))  # no free slot: a full queue to the acting loop
         raise AssertionError("no queue.Full")
     except queue.Full:
         pass
     stats.env_steps = 56
-    assert slot_queue.deltas() == ([], 16, 0, 0, 0, 0)  # since the last message
+    assert slot_queue.deltas() == [[], 16, 0, 0, 0, 0]  # since the last message
+
+
+def test_the_weights_lock_excludes_another_process_and_leaves_no_file():
+    lock = FileLock()
+    assert lock.path.startswith(f"/proc/{os.getpid()}/fd/") and os.readlink(lock.path).endswith("(deleted)")
+    probe = (
+        "import fcntl, os, sys\n"
+        "fd = os.open(sys.argv[1], os.O_RDWR)\n"
+        "try:\n"
+        "    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)\n"
+        "    print('taken')\n"
+        "except BlockingIOError:\n"
+        "    print('held')\n"
+    )
+    with lock:
+        held = subprocess.run([sys.executable, "-c", probe, lock.path], capture_output=True, text=True, timeout=30)
+    free = subprocess.run([sys.executable, "-c", probe, lock.path], capture_output=True, text=True, timeout=30)
+    assert (held.stdout.strip(), free.stdout.strip()) == ("held", "taken")
 
 
 def test_the_childs_errors_are_raised_as_their_own_classes():

@@ -125,8 +125,15 @@ def test_train_writes_logs_and_checkpoint_then_resumes(tmp_path):
     rows = csv_rows(str(rundir / "logs.csv"))
     assert rows and int(rows[-1]["step"]) >= 20_000
     assert {"sps", "return_last_100", "total_loss", "inference_batch", "learner_queue"} <= set(rows[-1])
-    # the policy lag (learner batches since the weights that acted were published), every row
-    lags = [(float(r["policy_lag"]), float(r["policy_lag_max"])) for r in rows]
+    # the policy lag (learner batches since the weights that acted were published), every row from the first with a
+    # learned batch on (a row before it has none: the acting process may still be starting)
+    learned = [i for i, r in enumerate(rows) if r["policy_lag"] != ""]
+    assert (
+        learned
+        and learned == list(range(learned[0], len(rows)))
+        and int(rows[learned[0] - 1]["step"] if learned[0] else 0) == 0
+    )
+    lags = [(float(r["policy_lag"]), float(r["policy_lag_max"])) for r in rows[learned[0] :]]
     assert all(math.isfinite(mean) and 0 <= mean <= peak and peak == int(peak) for mean, peak in lags), lags
     assert "Step " in read(str(rundir / "out.log"))
     ckpt = torch.load(rundir / "model.tar", weights_only=True)

@@ -7,7 +7,8 @@ to it) with the inference copy of the model in shared memory, as sample-factory'
 theirs:
 
 - the learner publishes into those shared tensors, and the weights' version into a shared scalar, under a
-  lock both processes take (``learner.Publisher``; ``inference.answer`` reads them under it);
+  lock both processes take (``FileLock``: flock on a file both opened, unlinked once the child is ready;
+  ``learner.Publisher``; ``inference.answer`` reads them under it);
 - a completed sequence is written into a free slot of ``UnrollSlots`` (shared tensors: each field
   [length + 1, K, ...] and the recurrent state at its first step), and its index sent to the learner
   process, whose receiver thread copies it out, frees the slot and puts it on the learner queue; no free
@@ -16,14 +17,20 @@ theirs:
   index (and once more at its end), its first error as one message that the receiver raises as the same
   error class, so the run ends as it would in one process.
 
-The child ends when the run's stop is set, and by itself when the learner process is gone (kill -9).
+The two talk through pipes, one way each (``Pipe(duplex=False)``: slot indices to the child, JSON messages back;
+nothing is unpickled after the start) and hold no semaphore, so an exit of either leaves nothing for
+multiprocessing's resource tracker to clean.  The child ends when the run's stop is sent, and by itself when
+the learner process is gone (its pipe's end closes: kill -9 included).
 Central inference on the CPU only: a GPU's model stays in the learner process (--no-acting_process).
 """
 
 from __future__ import annotations
 
+import fcntl
+import json
 import logging
 import os
+import tempfile
 import queue
 import threading
 
@@ -73,6 +80,46 @@ def check_shared_memory(fields: dict, length: int, num_envs: int, n: int, path: 
         )
 
 
+class FileLock:
+    """A lock between processes: ``fcntl.flock`` on a file each process opened itself (flock excludes open files),
+    with a thread lock inside a process.  The file is unlinked at once: each process reaches it through the
+    learner process's descriptor (/proc/PID/fd/N, a new open file each time), so no exit leaves it behind."""
+
+    def __init__(self, path: str | None = None):
+        self._threads = threading.Lock()
+        if path is None:  # the learner process: a new file, nameless from the start
+            fd, name = tempfile.mkstemp(prefix="polybeast-weights-", suffix=".lock")
+            os.unlink(name)
+            self._fd = fd
+            self.path = f"/proc/{os.getpid()}/fd/{fd}"
+        else:
+            self._fd = os.open(path, os.O_RDWR)
+            self.path = path
+
+    def __enter__(self):
+        self._threads.acquire()
+        fcntl.flock(self._fd, fcntl.LOCK_EX)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        fcntl.flock(self._fd, fcntl.LOCK_UN)
+        self._threads.release()
+
+    def __getstate__(self):  # the child opens the learner's file anew
+        return {"path": self.path}
+
+    def __setstate__(self, state):
+        self.__init__(state["path"])
+
+
+def _send(conn, *message) -> None:
+    conn.send_bytes(json.dumps(message).encode())
+
+
+def _recv(conn) -> list:
+    return json.loads(conn.recv_bytes())
+
+
 class SlotQueue:
     """The acting process's learner queue: ``put_nowait`` writes a sequence into a free slot and sends its index
     with the statistics gathered since the last one; ``queue.Full`` where no slot is free."""
@@ -83,17 +130,16 @@ class SlotQueue:
 
     def put_nowait(self, item) -> None:
         unroll, state = item
-        try:
-            i = self.free.get_nowait()
-        except queue.Empty:
-            raise queue.Full from None
+        if not self.free.poll():
+            raise queue.Full
+        i = _recv(self.free)[0]
         for name, value in unroll.items():
             self.slots.fields[i][name].copy_(value)
         for dst, src in zip(self.slots.states[i], state):
             dst.copy_(src)
-        self.out.put(("unroll", i, self.deltas()))
+        _send(self.out, "unroll", i, self.deltas())
 
-    def deltas(self) -> tuple:
+    def deltas(self) -> list:
         s = self.stats
         with s.lock:
             totals = [s.env_steps, s.dropped_unrolls, s.reconnects]
@@ -101,22 +147,19 @@ class SlotQueue:
         self._sent = totals
         batches, envs = self.counts
         self.counts[0] = self.counts[1] = 0
-        return (s.take_episodes(), *change, batches, envs)
+        return [s.take_episodes(), *change, batches, envs]
 
 
-def _acting_main(
-    flags, spec, addresses, sockets, secret, model, lock, stop, slots, free, out, parent_pid, logs
-) -> None:
-    """The child: the acting loop over the passed connections, until ``stop`` or the learner process is gone; its log
-    lines on the console and in ``logs`` (the learner process's log files: out.log)."""
+def _acting_main(flags, spec, addresses, sockets, secret, model, lock, control, slots, free, out, logs) -> None:
+    """The child: the acting loop over the passed connections until ``control`` says stop or closes (the learner
+    process is gone); its log lines on the console and in ``logs`` (the learner process's log files: out.log)."""
     from rl_core.agents import make_agent
+    from rl_core.records.run_log import setup_logging
     from rl_core.runtime import transport as tp
     from rl_core.runtime.acting_loop import ActingLoop
     from rl_core.runtime.actor_pool import ActorThread, RunStats, ServerLink
     from rl_core.runtime.inference import answer
     from rl_core.runtime.threads import ErrorBox, name_os_thread, start_thread
-
-    from rl_core.records.run_log import setup_logging
 
     setup_logging(None)
     for path in logs:
@@ -125,13 +168,16 @@ def _acting_main(
         logging.getLogger().addHandler(handler)
     torch.set_num_threads(1)
     name_os_thread("actor-loop")
+    stop = threading.Event()
 
-    def watch_parent():
-        while not stop.wait(0.5):
-            if os.getppid() != parent_pid:
-                stop.set()
+    def watch_learner():  # a word from the learner process, or its end
+        try:
+            control.recv_bytes()
+        except (EOFError, OSError):
+            pass
+        stop.set()
 
-    threading.Thread(target=watch_parent, name="parent-watch", daemon=True).start()
+    threading.Thread(target=watch_learner, name="learner-watch", daemon=True).start()
     agent = make_agent(flags, spec)
     stats, counts = RunStats(), [0, 0]
     slot_queue = SlotQueue(slots, free, out, stats, counts)
@@ -164,6 +210,7 @@ def _acting_main(
         lambda name, target: start_thread(name, target, errors),
     )
     try:
+        _send(out, "ready")
         loop.run()
     except Stopped:
         pass
@@ -172,10 +219,13 @@ def _acting_main(
     finally:
         for actor in actors:
             actor.conn.close()
-    out.put(("stats", slot_queue.deltas()))
-    if errors.error is not None:
-        out.put(("error", type(errors.error).__name__, str(errors.error), errors.thread_name))
-    out.put(("end",))
+    try:
+        _send(out, "stats", slot_queue.deltas())
+        if errors.error is not None:
+            _send(out, "error", type(errors.error).__name__, str(errors.error))
+        _send(out, "end")
+    except OSError:  # the learner process is gone
+        pass
 
 
 def _error_from(name: str, text: str) -> BaseException:
@@ -198,9 +248,11 @@ class ActingProcess:
         n = p.learner_queue.maxsize + 2 * len(p.actors)
         check_shared_memory(fields, actor.length, actor.K, n)
         self.slots = UnrollSlots(fields, actor.length, actor.K, template, n)
-        self.free, self.out, self.child_stop = ctx.Queue(), ctx.Queue(), ctx.Event()
+        free_r, self.free = ctx.Pipe(duplex=False)
+        self.out, out_w = ctx.Pipe(duplex=False)
+        control_r, self.control = ctx.Pipe(duplex=False)
         for i in range(n):
-            self.free.put(i)
+            _send(self.free, i)
         self.process = ctx.Process(
             target=_acting_main,
             name="acting",
@@ -212,59 +264,82 @@ class ActingProcess:
                 actor.secret,
                 p.inference_model,
                 p.inference_lock,
-                self.child_stop,
+                control_r,
                 self.slots,
-                self.free,
-                self.out,
-                os.getpid(),
+                free_r,
+                out_w,
                 [h.baseFilename for h in logging.getLogger().handlers if isinstance(h, logging.FileHandler)],
             ),
             daemon=True,
         )
+        self._child_ends = (free_r, out_w, control_r)
 
     def start(self, start_thread) -> list[threading.Thread]:
+        """The child started and ready (its imports, agent and connections made), then the receiver thread."""
         self.process.start()
-        for actor in self.parts.actors:  # the child holds its own copies of the sockets now
+        for end in self._child_ends:  # the child holds its own now: an exit of either closes the pipes
+            end.close()
+        for actor in self.parts.actors:  # ... and its own copies of the sockets
             actor.conn.close()
+        message = self._next(startup=True)
+        if message[0] != "ready":
+            self._raise(message)
         log.info("acting and central inference in process %d (--acting_process)", self.process.pid)
 
         def pass_stop_on():  # at once: the servers are stopped right after the run's stop, before the joins
             self.stop.wait()
-            self.child_stop.set()
+            self._stop_child()
 
         threading.Thread(target=pass_stop_on, name="acting-stop", daemon=True).start()
         return [start_thread("actor-receiver", self.receive)]
 
+    def _stop_child(self) -> None:
+        try:
+            self.control.send_bytes(b"stop")
+        except OSError:
+            pass
+
+    def _next(self, startup: bool = False) -> list:
+        """The child's next message; Stopped at the run's stop; a child that died is a RunFailure."""
+        while True:
+            if self.stop.is_set():
+                raise Stopped()
+            try:
+                if self.out.poll(RECEIVE_POLL_S):
+                    return _recv(self.out)
+            except (EOFError, OSError):
+                pass
+            else:
+                if self.process.is_alive():
+                    continue
+            self.process.join(JOIN_S)
+            raise RunFailure(
+                f"the acting process exited (code {self.process.exitcode}) "
+                f"{'while starting' if startup else 'without a word'}: killed, or out of memory; the log above says "
+                f"what it did last"
+            )
+
+    def _raise(self, message: list) -> None:
+        if message[0] == "error":
+            raise _error_from(message[1], message[2])
+        if message[0] == "end":
+            if self.stop.is_set():
+                raise Stopped()
+            raise RunFailure("the acting process ended before the run")
+
     def receive(self) -> None:
         try:
             while True:
-                if self.stop.is_set():
-                    raise Stopped()
-                try:
-                    message = self.out.get(timeout=RECEIVE_POLL_S)
-                except queue.Empty:
-                    if self.stop.is_set():
-                        raise Stopped() from None
-                    if not self.process.is_alive():
-                        raise RunFailure(
-                            f"the acting process exited (code {self.process.exitcode}) without a word: killed, or "
-                            f"out of memory; the run's log above says what it did last"
-                        ) from None
-                    continue
-                kind = message[0]
-                if kind == "unroll":
+                message = self._next()
+                if message[0] == "unroll":
                     self._hand_over(message[1])
                     self._count(message[2])
-                elif kind == "stats":
+                elif message[0] == "stats":
                     self._count(message[1])
-                elif kind == "error":
-                    raise _error_from(message[1], message[2])
-                elif kind == "end":
-                    if self.stop.is_set():
-                        raise Stopped()
-                    raise RunFailure("the acting process ended before the run")
+                else:
+                    self._raise(message)
         finally:
-            self.child_stop.set()
+            self._stop_child()
             self.process.join(JOIN_S)
             if self.process.is_alive():
                 self.process.terminate()
@@ -273,7 +348,7 @@ class ActingProcess:
     def _hand_over(self, i: int) -> None:
         unroll = {name: value.clone() for name, value in self.slots.fields[i].items()}
         state = tuple(s.clone() for s in self.slots.states[i])
-        self.free.put(i)
+        _send(self.free, i)
         while True:
             try:
                 self.parts.learner_queue.put((unroll, state), timeout=RECEIVE_POLL_S)
@@ -282,7 +357,7 @@ class ActingProcess:
                 if self.stop.is_set():
                     raise Stopped() from None
 
-    def _count(self, deltas: tuple) -> None:
+    def _count(self, deltas: list) -> None:
         episodes, env_steps, dropped, reconnects, batches, envs = deltas
         stats = self.parts.stats
         stats.add_episodes(episodes)

@@ -65,7 +65,7 @@ class Publisher:
         with self.lock, torch.no_grad():
             if self.dst:
                 torch._foreach_copy_(self.dst, self.src)
-            shared = self.inference_model.policy_version
+            shared = getattr(self.inference_model, "policy_version", None)
             if isinstance(shared, torch.Tensor):  # in shared memory: an acting process reads it (acting_process.py)
                 shared.fill_(version)
             else:

@@ -18,7 +18,7 @@ from rl_core.errors import UserError
 from rl_core.runtime import distributed
 from rl_core.runtime import transport as tp
 from rl_core.runtime.acting_loop import ActingLoop
-from rl_core.runtime.acting_process import ActingProcess
+from rl_core.runtime.acting_process import ActingProcess, FileLock
 from rl_core.runtime.actor_pool import ActorThread, RunStats, connect_server, spec_key
 from rl_core.runtime.inference import answer, inference_loop
 from rl_core.runtime.inference import InferenceBatcher
@@ -163,7 +163,7 @@ def build_parts(
         # read and written across processes (rl_core/runtime/acting_process.py)
         inference_model.share_memory()
         inference_model.policy_version = torch.zeros((), dtype=torch.int64).share_memory_()
-        inference_lock = torch.multiprocessing.get_context("spawn").Lock()
+        inference_lock = FileLock()
     else:
         inference_lock = threading.Lock()
     publish(model, inference_model, inference_lock, version=learner_steps)
