@@ -6,6 +6,7 @@ import queue
 import signal
 import subprocess
 import sys
+import tempfile
 
 import numpy as np
 import torch
@@ -170,6 +171,7 @@ def test_sigint_checkpoints_and_a_killed_learner_leaves_no_acting_process(tmp_pa
     assert torch.load(tmp_path / "runs" / "run" / "model.tar", weights_only=True)["step"] > 0
 
     (tmp_path / "b").mkdir()
+    shm_before = set(os.listdir("/dev/shm"))
     proc = start(GYM, *flags(tmp_path / "b", total_steps=10**9), output=str(tmp_path / "out_b"))
     try:
         rows_path = str(tmp_path / "b" / "runs" / "run" / "logs.csv")
@@ -181,6 +183,10 @@ def test_sigint_checkpoints_and_a_killed_learner_leaves_no_acting_process(tmp_pa
     finally:
         if proc.poll() is None:
             proc.kill()
+    # shared memory (memfds, torch's shared tensors) and the weights' lock have no names: nothing is left
+    assert set(os.listdir("/dev/shm")) <= shm_before
+    assert not [name for name in os.listdir(tempfile.gettempdir()) if name.startswith("polybeast-weights-")]
+    assert not [name for name in os.listdir(tmp_path / "b") if name.startswith("pipe")]
 
 
 def test_too_little_shared_memory_for_the_slots_is_one_line(tmp_path):

@@ -30,6 +30,7 @@ from rl_core.runtime.inference import Request
 
 POLL_S = 0.5  # how often the loop wakes with nothing to do, to check stop and silent servers
 HELD_POLL_S = 0.005  # ... while a completed sequence waits for room in the learner queue
+LOST_GRACE_S = 0.5  # how long a lost connection waits for a stop that may be on its way before reconnecting
 
 
 class ActingLoop:
@@ -153,8 +154,10 @@ class ActingLoop:
 
     # -------------------------------------------------------------- failures
     def _lost(self, actor: ActorThread, error: BaseException) -> None:
-        """A server's connection failed: reconnected in a thread of its own while the others act."""
-        if self.stop.is_set():
+        """A server's connection failed: reconnected in a thread of its own while the others act.  The run's stop
+        may be on its way (from the learner process, which stops the servers right after it): it is given
+        ``LOST_GRACE_S`` to arrive, so that a shutdown is not taken for a lost server."""
+        if self.stop.wait(LOST_GRACE_S):
             return
         if actor in self.in_flight:
             self.in_flight.pop(actor)
