@@ -129,6 +129,7 @@ def main(argv=None) -> None:
     parser.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES))
     parser.add_argument("--seconds", type=float, default=40.0, help="Length of each run; the second half is measured.")
     parser.add_argument("--repeats", type=int, default=2, help="Runs of every path per case.")
+    parser.add_argument("--paths", nargs="+", default=list(PATHS), choices=list(PATHS), help="old is always run.")
     parser.add_argument("--extra", nargs=argparse.REMAINDER, default=[], help="Flags passed to every run.")
     args = parser.parse_args(argv)
     print(f"machine: {len(os.sched_getaffinity(0))} cores; {args.seconds:g} s a run, the second half measured")
@@ -139,7 +140,7 @@ def main(argv=None) -> None:
     results: dict[tuple[str, str], list[dict]] = {}
     for case in args.cases:
         for _ in range(args.repeats):
-            for path in PATHS:
+            for path in ["old", *[p for p in args.paths if p != "old"]]:
                 r = measure(case, path, args.seconds, args.extra)
                 results.setdefault((case, path), []).append(r)
                 print(
@@ -151,7 +152,7 @@ def main(argv=None) -> None:
     print("against old, paired within each repeat: median (range): new's median against old's")
     for case in args.cases:
         old = results[(case, "old")]
-        for path in [p for p in PATHS if p != "old"]:
+        for path in [p for p in args.paths if p != "old"]:
             runs = results[(case, path)]
             for key, label in (("sps", "steps/s"), ("learner_us", "learner core-us/st"), ("servers_us", "servers")):
                 ratios = [n[key] / o[key] for o, n in zip(old, runs)]

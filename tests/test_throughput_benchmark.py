@@ -18,3 +18,18 @@ def test_each_layout_is_paired_with_the_first_layouts_run_of_the_same_repeat():
 @pytest.mark.parametrize("servers", [[2], []])
 def test_one_layout_has_nothing_to_pair(servers):
     assert layout_summary({(56, 2): [800.0]}, servers) == []
+
+
+def test_the_data_path_benchmark_measures_old_and_the_acting_process_in_one_run(capsys):
+    """benchmarks/data_path.py end to end on the null env, one short run per path: each path's row, and the
+    acting process's core-us apart from the learner process's."""
+    from benchmarks import data_path
+
+    data_path.main(["--cases", "null", "--seconds", "10", "--repeats", "1", "--paths", "proc"])
+    out = capsys.readouterr().out
+    rows = {line.split()[1]: line.split() for line in out.splitlines() if line.startswith("null ")}
+    assert set(rows) == {"old", "proc"}
+    sps, learner_us, acting_us = (float(rows["proc"][i].replace(",", "")) for i in (2, 3, 4))
+    assert sps > 0 and learner_us > 0 and acting_us > 0  # the child's share is measured apart
+    assert float(rows["old"][4]) == 0.0  # no acting process on the old path
+    assert "null      proc steps/s" in out
