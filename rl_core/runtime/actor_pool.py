@@ -25,7 +25,7 @@ import torch
 
 from rl_core.data.batch import POLICY_VERSION, step_fields
 from rl_core.data.env_spec import EnvSpec
-from rl_core.errors import EnvServerError, RunFailure, UserError
+from rl_core.errors import EnvServerError, RunFailure, Stopped, UserError
 from rl_core.runtime import transport as tp
 from rl_core.runtime.inference import InferenceBatcher
 from rl_core.runtime.shared_steps import SharedSteps, StepLayout, receive_answer
@@ -386,4 +386,4 @@ class ActorThread:
                 return
             except queue.Full:
                 if self.stop.is_set():
-                    raise tp.Stopped()
+                    raise Stopped()

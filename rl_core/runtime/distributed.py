@@ -49,7 +49,7 @@ from torch import nn
 from rl_core import agents
 from rl_core.numerics.collectives import set_active
 from rl_core.errors import RunFailure, UserError
-from rl_core.runtime.transport import Stopped
+from rl_core.errors import Stopped
 
 log = logging.getLogger("learner")
 

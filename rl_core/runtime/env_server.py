@@ -43,6 +43,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from rl_core.data.env_spec import DiscreteActions, EnvSpec, Observation, action_space_of
+from rl_core.errors import Stopped
 from rl_core.runtime import transport as tp
 from rl_core.runtime.shared_steps import SharedSteps, StepLayout, send_answer
 from rl_core.runtime.threads import name_os_thread
@@ -224,7 +225,7 @@ class EnvServer:
             self._drop_warning.warn(f"env server {self.server_index}: dropped connection: {e}")
         except (ConnectionError, BrokenPipeError) as e:
             log.info("env server %d: connection lost (%s); waiting for the next", self.server_index, e)
-        except tp.Stopped:
+        except Stopped:
             pass
         except EnvError as e:
             log.error("env server %d: env %d raised:\n%s", self.server_index, e.slot, e.text)

@@ -14,7 +14,7 @@ import time
 
 import torch
 
-from rl_core.runtime.transport import Stopped
+from rl_core.errors import Stopped
 
 
 class Request:

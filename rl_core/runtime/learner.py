@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from rl_core.errors import TrainingDiverged
-from rl_core.runtime.transport import Stopped
+from rl_core.errors import Stopped
 from rl_core.data.batch import POLICY_VERSION
 
 

@@ -10,7 +10,7 @@ import signal
 import threading
 
 from rl_core.errors import RunFailure, UserError
-from rl_core.runtime.transport import Stopped
+from rl_core.errors import Stopped
 
 log = logging.getLogger("learner")
 

@@ -8,7 +8,7 @@ import threading
 import traceback
 from typing import Callable
 
-from rl_core.runtime.transport import Stopped
+from rl_core.errors import Stopped
 
 
 class ErrorBox:
