@@ -153,7 +153,7 @@ def _num(x) -> float:
 
 # ------------------------------------------------------------------ standalone
 def synthetic_unroll(agent, spec, K: int, rng: np.random.Generator, frame_stack: bool = False) -> dict:
-    """An actor's handover as the actor thread stores it (``rl_core.runtime.actor_pool``), filled at random.
+    """An actor's handover as the actor thread stores it (``rl_core.runtime.actors``), filled at random.
     ``frame_stack``: observations [C, H, W] that shift by one frame a step, as an Atari env's frame stacks do
     (what ``--replay_frame_stack`` stores once per frame)."""
     from rl_core.data.batch import action_field

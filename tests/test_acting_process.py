@@ -13,7 +13,7 @@ import torch
 import torch.multiprocessing as mp
 
 from rl_core.runtime.acting_process import FileLock, SlotQueue, UnrollSlots, _error_from, _recv, _send
-from rl_core.runtime.actor_pool import RunStats
+from rl_core.runtime.actors import RunStats
 from rl_core.errors import EnvServerError, RunFailure, UserError
 from tests.proc_utils import alive, children, csv_rows, read, run, sockets_left, start, wait_for
 

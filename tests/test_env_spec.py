@@ -81,7 +81,7 @@ def test_a_malformed_spec_is_one_line(spec):
 
 
 def test_a_server_sending_a_malformed_hello_ends_the_run_in_one_line(tmp_path):
-    from rl_core.runtime.actor_pool import connect_server
+    from rl_core.runtime.actors import connect_server
 
     address = tp.Address("unix", path=str(tmp_path / "srv.0"))
     listener = tp.listen(address)

@@ -12,7 +12,7 @@ import pytest
 from rl_core.data.env_spec import BoxActions, DiscreteActions, EnvSpec, Observation
 from rl_core.envs.seeds import env_seed
 from rl_core.runtime import transport as tp
-from rl_core.runtime.actor_pool import connect_server
+from rl_core.runtime.actors import connect_server
 from rl_core.runtime.env_server import EnvServer
 from rl_core.runtime.shared_steps import SharedSteps, StepLayout
 
@@ -91,7 +91,7 @@ def test_a_tcp_server_declines_and_the_steps_come_on_the_socket(tmp_path):
 
 def test_a_server_asked_over_tcp_answers_no(tmp_path):
     """A learner that asks over TCP anyway (a peer of another build) is answered N, and served on the socket."""
-    from rl_core.runtime.actor_pool import ServerLink
+    from rl_core.runtime.actors import ServerLink
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

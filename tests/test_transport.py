@@ -324,7 +324,7 @@ def test_the_client_refuses_a_server_that_cannot_prove_the_secret(answer):
     import hmac
     import types
 
-    from rl_core.runtime.actor_pool import connect_server
+    from rl_core.runtime.actors import connect_server
 
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
@@ -396,7 +396,7 @@ def _learner_flags(connect_timeout):
 def test_a_silent_peer_gives_way_to_a_learner(tmp_path):
     """A peer that took the server and then says nothing is dropped when a learner connects, once it has
     been silent for idle_peer_s; the learner gets its HELLO."""
-    from rl_core.runtime.actor_pool import connect_server
+    from rl_core.runtime.actors import connect_server
 
     address = tp.Address("unix", path=str(tmp_path / "srv.0"))
     server, stop, thread = _server_in_thread(address, idle_peer_s=1.0)
@@ -413,7 +413,7 @@ def test_a_silent_peer_gives_way_to_a_learner(tmp_path):
 
 
 def test_a_peer_trickling_a_frame_is_dropped_and_the_learner_served(tmp_path):
-    from rl_core.runtime.actor_pool import connect_server
+    from rl_core.runtime.actors import connect_server
 
     address = tp.Address("unix", path=str(tmp_path / "srv.0"))
     server, stop, thread = _server_in_thread(address, idle_peer_s=1000.0, frame_timeout_s=1.5)
@@ -444,7 +444,7 @@ def test_a_peer_trickling_a_frame_is_dropped_and_the_learner_served(tmp_path):
 
 
 def test_a_tcp_peer_that_never_authenticates_gives_way_and_a_held_server_is_one_line(tmp_path):
-    from rl_core.runtime.actor_pool import connect_server
+    from rl_core.runtime.actors import connect_server
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -473,7 +473,7 @@ def test_a_tcp_peer_that_never_authenticates_gives_way_and_a_held_server_is_one_
 def test_a_learner_facing_a_held_unix_server_says_so_at_connect_timeout(tmp_path):
     """Before, a learner on a unix socket whose server served another peer hung silently past
     --connect_timeout; now it retries until then and ends with one line naming the server."""
-    from rl_core.runtime.actor_pool import connect_server
+    from rl_core.runtime.actors import connect_server
 
     address = tp.Address("unix", path=str(tmp_path / "srv.0"))
     server, stop, thread = _server_in_thread(address, idle_peer_s=1000.0)

@@ -4,7 +4,7 @@ A batch is time-major, [T+1, B, ...]: index t holds obs[t], the reward, done and
 and the action that led to it, with the agent's own per-step fields of that inference step (its
 ``unroll_fields``: IMPALA's behaviour logits and baseline, PPO's log-probability); so an agent pairs its
 outputs [:-1] with batch[1:] and bootstraps from the last observation.  The actors' unroll stores hold
-``step_fields`` (``rl_core/runtime/actor_pool.py``); a replay's sample adds ``REPLAY_INDEX`` and
+``step_fields`` (``rl_core/runtime/actors.py``); a replay's sample adds ``REPLAY_INDEX`` and
 ``REPLAY_WEIGHT`` (``rl_core/data/replay_source.py``).
 """
 

@@ -25,7 +25,7 @@ import queue
 import selectors
 import time
 
-from rl_core.runtime.actor_pool import LOST_CONNECTION, ActorThread
+from rl_core.runtime.actors import LOST_CONNECTION, ActorThread
 from rl_core.runtime.inference import Request
 
 POLL_S = 0.5  # how often the loop wakes with nothing to do, to check stop and silent servers

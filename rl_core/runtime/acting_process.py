@@ -157,7 +157,7 @@ def _acting_main(flags, spec, addresses, sockets, secret, model, lock, control, 
     from rl_core.records.run_log import setup_logging
     from rl_core.runtime import transport as tp
     from rl_core.runtime.acting_loop import ActingLoop
-    from rl_core.runtime.actor_pool import ActorThread, RunStats, ServerLink
+    from rl_core.runtime.actors import ActorThread, RunStats, ServerLink
     from rl_core.runtime.inference import answer
     from rl_core.runtime.threads import ErrorBox, name_os_thread, start_thread
 

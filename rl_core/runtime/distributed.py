@@ -439,7 +439,7 @@ class Peers:
         return agreed
 
     def loop(self, learner) -> None:
-        f, source = learner.flags, learner.batcher
+        f, source = learner.flags, learner.data_source
         while True:
             batch = state = None
             if not learner.stop.is_set():

@@ -199,7 +199,7 @@ class Learner:
         flags,
         agent,
         weights: Weights,
-        batcher,
+        data_source,
         device,
         stop: threading.Event,
         *,
@@ -216,7 +216,7 @@ class Learner:
         self.agent = agent
         self.optimizer = weights.optimizer
         self.scheduler = weights.scheduler
-        self.batcher = batcher
+        self.data_source = data_source
         self.device = device
         self.stop = stop
         self.lock = threading.Lock()  # one optimizer step at a time
@@ -418,7 +418,7 @@ class Learner:
         """Batches until --total_steps or a stop (one process; under torchrun ``Peers.loop``)."""
         f = self.flags
         while not self.stop.is_set():
-            batch, state, versions = self.to_device(*self.batcher.next_batch(self.stop))
-            self.learn(batch, state, self.batcher.take_new_steps(), versions)
+            batch, state, versions = self.to_device(*self.data_source.next_batch(self.stop))
+            self.learn(batch, state, self.data_source.take_new_steps(), versions)
             if self.step >= f.total_steps:
                 self.stop.set()

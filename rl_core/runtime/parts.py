@@ -19,7 +19,7 @@ from rl_core.runtime import distributed
 from rl_core.runtime import transport as tp
 from rl_core.runtime.acting_loop import ActingLoop
 from rl_core.runtime.acting_process import ActingProcess, FileLock
-from rl_core.runtime.actor_pool import ActorThread, RunStats, connect_server, spec_key
+from rl_core.runtime.actors import ActorThread, RunStats, connect_server, spec_key
 from rl_core.runtime.inference import answer, inference_loop
 from rl_core.runtime.inference import InferenceBatcher
 from rl_core.runtime.device import inference_precision

@@ -17,7 +17,7 @@ from rl_core.agents import make_agent
 from rl_core.config.flags import make_parser
 from rl_core.runtime import transport as tp
 from rl_core.runtime.acting_loop import ActingLoop
-from rl_core.runtime.actor_pool import ActorThread, RunStats, connect_server
+from rl_core.runtime.actors import ActorThread, RunStats, connect_server
 from rl_core.runtime.inference import answer, inference_loop
 from rl_core.runtime.inference import InferenceBatcher, Request
 from rl_core.runtime.env_server import EnvServer

@@ -30,7 +30,7 @@ from rl_core.runtime import transport as tp
 from rl_core.runtime.inference import InferenceBatcher
 from rl_core.runtime.shared_steps import SharedSteps, StepLayout, receive_answer
 
-log = logging.getLogger("actor_pool")
+log = logging.getLogger("actors")
 
 
 class RunStats:
