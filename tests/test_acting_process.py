@@ -15,7 +15,7 @@ import torch.multiprocessing as mp
 from rl_core.runtime.acting_process import FileLock, SlotQueue, UnrollSlots, _error_from, _recv, _send
 from rl_core.runtime.actors import RunStats
 from rl_core.errors import EnvServerError, RunFailure, UserError
-from tests.proc_utils import alive, children, csv_rows, read, run, sockets_left, start, wait_for
+from tests.proc_utils import alive, children, csv_rows, read, run, server_pids, sockets_left, start, wait_for
 
 GYM = "torchbeast_gym.polybeast"
 
@@ -45,18 +45,9 @@ def comm(pid: int) -> str:
         return ""
 
 
-def cmdline(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/cmdline") as f:
-            return f.read().replace("\0", " ")
-    except OSError:
-        return ""
-
-
 def acting_and_servers(pid: int) -> tuple[list[int], list[int]]:
     """The launcher's acting process and env servers (multiprocessing's resource tracker aside)."""
-    kids = children(pid)
-    return [k for k in kids if comm(k) == "actor-loop"], [k for k in kids if "polybeast_env" in cmdline(k)]
+    return [k for k in children(pid) if comm(k) == "actor-loop"], server_pids(pid)
 
 
 def test_a_sequence_goes_through_a_slot_with_the_statistics_gathered_since_the_last():

@@ -1,7 +1,6 @@
 """Steps and actions through shared memory (rl_core/runtime/shared_steps.py) against a real EnvServer."""
 
 import os
-import socket
 import threading
 import types
 
@@ -15,6 +14,7 @@ from rl_core.runtime import transport as tp
 from rl_core.runtime.actors import connect_server
 from rl_core.runtime.env_server import EnvServer
 from rl_core.runtime.shared_steps import SharedSteps, StepLayout
+from tests.proc_utils import free_port
 
 
 def learner_flags(shared=True):
@@ -76,28 +76,16 @@ def test_shared_memory_gives_the_socket_path_s_steps_and_is_unmapped_at_disconne
             np.testing.assert_array_equal(a[key], b[key])
 
 
-def test_a_tcp_server_declines_and_the_steps_come_on_the_socket(tmp_path):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    address = tp.Address("tcp", host="127.0.0.1", port=port)
-    stop, thread = serve(address, secret=b"k")
-    link, _ = connect_server(address, learner_flags(), b"k")  # a unix address alone asks
-    assert len(play(link, 5)) == 6 and link.shared is None
-    link.close()
-    stop.set()
-    thread.join(10)
-
-
-def test_a_server_asked_over_tcp_answers_no(tmp_path):
-    """A learner that asks over TCP anyway (a peer of another build) is answered N, and served on the socket."""
+def test_over_tcp_the_learner_does_not_ask_and_one_that_asks_is_answered_no():
+    """Over TCP the learner keeps every array on the socket; a learner that asks anyway (a peer of another build) is
+    answered N by the server and served on the socket."""
     from rl_core.runtime.actors import ServerLink
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    address = tp.Address("tcp", host="127.0.0.1", port=port)
+    address = tp.Address("tcp", host="127.0.0.1", port=free_port())
     stop, thread = serve(address, secret=b"k")
+    link, spec = connect_server(address, learner_flags(), b"k")  # a unix address alone asks
+    assert len(play(link, 5)) == 6 and link.shared is None
+    link.close()
     link, spec = connect_server(address, learner_flags(), b"k")
     asking = ServerLink(link.conn, spec, share=True)
     assert len(play(asking, 5)) == 6 and asking.shared is None

@@ -83,7 +83,10 @@ class ServerLink:
             if "shm_seq" not in msg or int(msg["shm_seq"][0]) != self._seq + 1:
                 raise tp.ProtocolError(f"expected the notice of shared step {self._seq + 1}, got fields {sorted(msg)}")
             self._seq += 1
-            msg = {**self.shared.read_step(self._seq), **{k: v for k, v in msg.items() if k.startswith("stat/")}}
+            step = self.shared.read_step(self._seq)
+            if len(msg) > 1:  # (rare) an episode's extra statistics came with the notice
+                step = {**step, **{k: v for k, v in msg.items() if k.startswith("stat/")}}
+            msg = step
         elif kind == tp.STEP:
             self._seq += 1
         return kind, msg
