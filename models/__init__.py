@@ -7,10 +7,10 @@ from rl_core.errors import UserError
 
 
 def core_kind(flags) -> str | None:
-    """--use_lstm / --use_quasi_lstm (--use_elstm) / --use_rtrl -> make_core's kind, None: feedforward."""
+    """--use_lstm / --use_elstm (--use_elstm) / --use_rtrl -> make_core's kind, None: feedforward."""
     if flags.use_rtrl:
         return "rtrl_elstm"
-    if flags.use_quasi_lstm:
+    if flags.use_elstm:
         return "elstm"
     if flags.use_lstm:
         return "lstm"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# R2AC on Atari Qbert: eLSTM trained by RTRL (replace --use_rtrl by --use_quasi_lstm
+# R2AC on Atari Qbert: eLSTM trained by RTRL (replace --use_rtrl by --use_elstm
 # for TBPTT, or drop it for a feedforward agent).  Extra flags are passed on, e.g. --dry_run.
 # R2AC's settings (torchbeast's): the learning rate decays linearly to 0, the entropy cost stays, PyTorch's
 # initialisation, and none of the Atari package's measured additions (dormant-unit recycling, the stem's value head).

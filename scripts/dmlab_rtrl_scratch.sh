@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# R2AC on DMLab from scratch: eLSTM trained by RTRL (--use_quasi_lstm for TBPTT, nothing for
+# R2AC on DMLab from scratch: eLSTM trained by RTRL (--use_elstm for TBPTT, nothing for
 # feedforward).  Needs DeepMind Lab (see the README).  Extra flags are passed on, e.g. --dry_run.
 set -euo pipefail
 SAVE_DIR=${SAVE_DIR:-saved_models_dmlab}

@@ -474,7 +474,7 @@ def test_impala_agent_loss_feeds_the_loss_function_the_right_slices_and_flags(cl
 
 
 @pytest.mark.parametrize("package", ["torchbeast_atari", "torchbeast_procgen", "torchbeast_gym", "torchbeast_mujoco"])
-@pytest.mark.parametrize("core", [None, "--use_lstm", "--use_quasi_lstm", "--use_rtrl"])
+@pytest.mark.parametrize("core", [None, "--use_lstm", "--use_elstm", "--use_rtrl"])
 def test_each_package_builds_and_updates_r2d2_with_its_defaults(package, core, capsys):
     """--agent r2d2 in every package with discrete actions: its defaults (R2D2's published ones under
     the package's) build a Q-network that acts and learns from a replay batch; Box actions are refused

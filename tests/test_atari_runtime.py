@@ -49,7 +49,7 @@ def test_pong_on_two_servers_checkpoints_and_resumes(tmp_path):
     assert torch.load(rundir / "model.tar", weights_only=True)["step"] >= 6000
 
 
-@pytest.mark.parametrize("core", ["use_quasi_lstm", "use_rtrl"])
+@pytest.mark.parametrize("core", ["use_elstm", "use_rtrl"])
 def test_pretrained_frozen_stem_with_each_core(tmp_path, core):
     first = atari_flags(tmp_path, "source", total_steps=400)
     assert run(ATARI, *first, output=str(tmp_path / "out1"), timeout=180).returncode == 0

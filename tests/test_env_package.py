@@ -8,6 +8,7 @@ import types
 import pytest
 
 from rl_core.config.env_package import EnvPackage, env_package, installed_env_packages
+from rl_core.config.presets import Preset
 from rl_core.errors import UserError
 from rl_core.runtime import entry
 
@@ -21,9 +22,28 @@ def test_every_package_passes_the_check(name):
     assert pkg.package == name and pkg.name == f"{name}.env" and env_package(pkg) is pkg
     flags = entry.make_parser(pkg).parse_args([])  # (not the package's checks: DMLab's needs its module)
     assert flags.num_actors % pkg.num_actors_multiple(flags) == 0
-    presets = importlib.import_module(f"{name}.presets")  # its defaults per agent, read there
+    presets = importlib.import_module(f"{name}.presets")  # its presets table, read there
     assert pkg.presets is presets and pkg.presets_name == f"{name}.presets"
-    assert pkg.agent_defaults("ppo") == presets.agent_defaults("ppo") and not hasattr(module, "agent_defaults")
+    assert pkg.PRESETS == presets.PRESETS and not hasattr(module, "PRESETS")
+
+
+@pytest.mark.parametrize("name", PACKAGES)
+def test_every_packages_presets_module_is_a_table_with_no_code(name):
+    """Data only: no ``if``, no function, no machine read (a machine-sized value is a MemoryShare the resolver
+    sizes); rows of Preset."""
+    import ast
+    import inspect
+
+    presets = importlib.import_module(f"{name}.presets")
+    tree = ast.parse(inspect.getsource(presets))
+    code = [
+        type(n).__name__
+        for n in ast.walk(tree)
+        if isinstance(n, (ast.If, ast.IfExp, ast.FunctionDef, ast.comprehension))
+    ]
+    assert not code, f"{name}/presets.py has {code}"
+    assert "os" not in {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    assert presets.PRESETS and all(isinstance(row, Preset) for row in presets.PRESETS)
 
 
 def _package_on_disk(root, name, env_py, presets_py=None):
@@ -36,41 +56,30 @@ def _package_on_disk(root, name, env_py, presets_py=None):
     return importlib.import_module(f"{name}.env")
 
 
-def test_a_packages_presets_module_answers_its_defaults_and_env_py_without_one(tmp_path, monkeypatch):
+def test_a_packages_presets_module_answers_its_table_and_env_py_without_one(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
-    both = _package_on_disk(
-        tmp_path,
-        "torchbeast_both",
-        "def rnd_defaults(agent):\n    return {'seed': 2}\n",
-        "def agent_defaults(agent):\n    return {'seed': 1}\n",
-    )
+    row = "from rl_core.config.presets import Preset\nPRESETS = (Preset({'seed': %d}),)\n"
+    both = _package_on_disk(tmp_path, "torchbeast_both", "", row % 1)
     pkg = EnvPackage(both)
-    assert (pkg.agent_defaults("ppo"), pkg.rnd_defaults("ppo"), pkg.presets_name) == (
-        {"seed": 1},
-        {"seed": 2},
-        "torchbeast_both.presets",
-    )
-    alone = _package_on_disk(tmp_path, "torchbeast_alone", "def agent_defaults(agent):\n    return {'seed': 3}\n")
-    assert EnvPackage(alone).agent_defaults("ppo") == {"seed": 3} and EnvPackage(alone).presets is None
-    twice = _package_on_disk(
-        tmp_path,
-        "torchbeast_twice",
-        "def agent_defaults(agent):\n    return {}\n",
-        "def agent_defaults(agent):\n    return {}\n",
-    )
+    assert (pkg.PRESETS, pkg.presets_name) == ((Preset({"seed": 1}),), "torchbeast_both.presets")
+    alone = _package_on_disk(tmp_path, "torchbeast_alone", row % 3)
+    assert EnvPackage(alone).PRESETS == (Preset({"seed": 3}),) and EnvPackage(alone).presets is None
+    twice = _package_on_disk(tmp_path, "torchbeast_twice", row % 4, row % 5)
     with pytest.raises(
         UserError,
-        match=r"^env package torchbeast_twice.env: agent_defaults defined in both env.py "
-        r"and presets.py: keep it in presets.py",
+        match=r"^env package torchbeast_twice.env: PRESETS defined in both env.py and presets.py: keep it in presets.py",
     ):
         EnvPackage(twice)
-    same = _package_on_disk(
-        tmp_path,
-        "torchbeast_same",
-        "from torchbeast_same.presets import agent_defaults\n",
-        "def agent_defaults(agent):\n    return {'seed': 4}\n",
-    )
-    assert EnvPackage(same).agent_defaults("ppo") == {"seed": 4}  # env.py's re-export of it is the same function
+    same = _package_on_disk(tmp_path, "torchbeast_same", "from torchbeast_same.presets import PRESETS\n", row % 6)
+    assert EnvPackage(same).PRESETS == (Preset({"seed": 6}),)  # env.py's re-export of it is the same table
+    old = _package_on_disk(tmp_path, "torchbeast_old", "", "def agent_defaults(agent):\n    return {}\n")
+    with pytest.raises(
+        UserError, match=r"^env package torchbeast_old.env: agent_defaults is now a table: define PRESETS"
+    ):
+        EnvPackage(old)
+    wrong = _package_on_disk(tmp_path, "torchbeast_wrong", "", "PRESETS = ({'seed': 1},)\n")
+    with pytest.raises(UserError, match=r"PRESETS\[0\] is dict, not a rl_core.config.presets.Preset"):
+        EnvPackage(wrong)
 
 
 def test_a_package_lacking_a_required_function_is_refused_in_one_line(capsys):
@@ -102,8 +111,7 @@ def test_optional_parts_take_the_runtimes_defaults():
     bare.make_env = lambda flags, seed: made.append(seed) or "env"
     pkg = EnvPackage(bare)
     flags = types.SimpleNamespace(valid_num_episodes=7)
-    assert (pkg.agent_defaults("ppo"), pkg.core_defaults("ppo", "lstm"), pkg.rnd_defaults("ppo")) == ({}, {}, {})
-    assert pkg.env_defaults("ppo", "CartPole-v1") == {}
+    assert pkg.PRESETS == ()
     assert pkg.num_actors_multiple(flags) == 1 and pkg.check_flags(None, flags) is None
     assert pkg.FLAG_RANGES is None and pkg.ENVS_PER_SERVER is None
     assert pkg.test_protocol(flags) == [{"name": "test", "episodes": 100, "group": "test", "overrides": {}}]
@@ -112,17 +120,19 @@ def test_optional_parts_take_the_runtimes_defaults():
 
 
 def test_a_family_of_envs_gets_its_defaults_over_the_agents_and_under_the_cores(tmp_path, monkeypatch):
-    """``env_defaults(agent, env)``: the layer after the package's ``agent_defaults``, named by the --env it
-    answered; a core's defaults are laid over it, and a core named on the command line drops the core it gives."""
+    """Rows keyed by an env pattern: the layer after the rows keyed by the agent, named by the --env it matched; a
+    core's rows are laid over it, and a core named on the command line drops the core it gives."""
     monkeypatch.syspath_prepend(str(tmp_path))
     module = _package_on_disk(
         tmp_path,
         "torchbeast_families",
         "def add_flags(parser):\n    parser.set_defaults(env='Plain-v0')\n",
-        "def agent_defaults(agent):\n    return {'learning_rate': 0.1, 'entropy_cost': 0.2}\n"
-        "def env_defaults(agent, env):\n"
-        "    return {'learning_rate': 0.3, 'entropy_cost': 0.4, 'use_lstm': True} if env.startswith('Grid') else {}\n"
-        "def core_defaults(agent, core):\n    return {'entropy_cost': 0.5} if core == 'lstm' else {}\n",
+        "from rl_core.config.presets import Preset\n"
+        "PRESETS = (\n"
+        "    Preset({'learning_rate': 0.3, 'entropy_cost': 0.4, 'use_lstm': True}, env='Grid*'),\n"
+        "    Preset({'learning_rate': 0.1, 'entropy_cost': 0.2}),\n"
+        "    Preset({'entropy_cost': 0.5}, core='lstm'),\n"
+        ")\n",
     )
     plain = entry.parse_command_line(module, [])
     assert (plain.flags.learning_rate, plain.sources["learning_rate"]) == (0.1, "torchbeast_families: --agent impala")

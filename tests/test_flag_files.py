@@ -44,7 +44,7 @@ def test_a_flag_file_holds_flags_one_or_several_to_a_line_with_comments_and_quot
     ]
     flags = entry.parse_flags(GYM, [f"@{outer}", "--seed", "9"])
     assert (flags.agent, flags.seed, flags.xpid, flags.unroll_length, flags.batch_size) == ("ppo", 9, "my run", 7, 4)
-    assert flags.num_epochs == GYM_PRESETS.agent_defaults("ppo")["num_epochs"]  # the file's --agent brings its defaults
+    assert flags.num_epochs == GYM_PRESETS.PPO_TUNED["num_epochs"]  # the file's --agent brings its defaults
 
 
 def test_a_missing_or_looping_or_unquoted_flag_file_is_one_line(tmp_path, capsys):

@@ -9,6 +9,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from rl_core.runtime import entry
 from rl_core.runtime.progress import announce_sources
 from tests.proc_utils import REPO, run
@@ -78,6 +80,71 @@ def test_r2acs_atari_script_is_told_which_settings_came_from_the_package(tmp_pat
     assert not any("flag default" in line for line in lines)  # only values that are not their flags' defaults
 
 
+def dry_run_groups(page: str) -> dict[str, list[str]]:
+    """--dry_run's page as {source: its flag lines}."""
+    groups: dict[str, list[str]] = {}
+    current = ""
+    for line in page.splitlines()[2:]:
+        if line.startswith("  --"):
+            groups[current].append(line.split("  (")[0])
+        elif line.endswith(":"):
+            current = line[:-1]
+            groups[current] = []
+    return groups
+
+
+def test_the_dry_run_page_shows_only_what_the_run_reads_grouped_by_source(capsys):
+    """IMPALA on Atari: no other agent's flag, no RND flag, no core's, no PPO advantage; sentinels explained;
+    --dry_run=all shows every flag."""
+    with pytest.raises(SystemExit) as e:
+        entry.parse_flags(ATARI, ["--agent", "impala", "--seed", "4", "--dry_run"])
+    assert e.value.code == 0
+    page = capsys.readouterr().out
+    groups = dry_run_groups(page)
+    shown = {line.split("=")[0].strip()[2:] for lines in groups.values() for line in lines}
+    for unread in (
+        "ppo_clip",
+        "vmpo_eps_eta",
+        "awr_beta",
+        "replay_ratio",
+        "priority_exponent",
+        "int_coef",
+        "gae_lambda",
+        "advantage",
+        "value_clip",
+        "hidden_size",
+        "forget_bias",
+        "target_entropy",
+    ):
+        assert unread not in shown, unread
+    for read in ("learning_rate", "entropy_cost", "vtrace_lambda", "num_actors", "seed", "sticky_actions"):
+        assert read in shown, read
+    assert list(groups)[:2] == ["command line", "torchbeast_atari: --agent impala"]
+    assert "  --seed=4" in groups["command line"] and "  --batch_size=8" in groups["torchbeast_atari: --agent impala"]
+    assert "  --test_episodes=0  (0: the protocol's)" in page and "  --torch_threads=0  (0: " in page
+    with pytest.raises(SystemExit):
+        entry.parse_flags(ATARI, ["--agent", "impala", "--dry_run=all"])
+    every = capsys.readouterr().out
+    assert "--ppo_clip=" in every and "--replay_ratio=" in every and "every flag" in every
+
+
+def test_argv_is_parsed_once(monkeypatch):
+    """One parse of the command line, whatever the layers (flag files, presets, sizing, sources)."""
+    import argparse
+
+    calls = []
+    original = argparse.ArgumentParser.parse_known_args
+
+    def counted(self, args=None, namespace=None):
+        calls.append(args)
+        return original(self, args, namespace)
+
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_known_args", counted)
+    parsed = entry.parse_command_line(ATARI, ["--agent", "ppo", "--use_lstm", "--rnd", "--seed", "2"], auto_size=True)
+    assert parsed.flags.seed == 2 and parsed.flags.batch_mode == "shuffle"
+    assert len(calls) == 1, calls
+
+
 def test_dry_run_prints_the_sources_and_meta_json_keeps_them(tmp_path):
     result = subprocess.run(
         [
@@ -99,11 +166,9 @@ def test_dry_run_prints_the_sources_and_meta_json_keeps_them(tmp_path):
         env=dict(os.environ, PYTHONPATH=REPO),
     )
     assert result.returncode == 0, result.stderr
-    lines = [line for line in result.stdout.splitlines() if line.startswith("  --")]
-    assert "  --seed=3  # command line" in lines and "  --entropy_cost=0.0  # torchbeast_gym: --agent ppo" in lines, [
-        line for line in lines if "seed" in line or "entropy_cost" in line
-    ]
-    assert all("  # " in line for line in lines)
+    groups = dry_run_groups(result.stdout)
+    assert "  --seed=3" in groups["command line"] and "  --entropy_cost=0.0" in groups["torchbeast_gym: --agent ppo"]
+    assert list(groups)[0] == "command line" and list(groups)[-1] == "flag default"
 
     out = run(
         "torchbeast_gym.polybeast",

@@ -84,9 +84,9 @@ SHORT = ["--unroll_length=4", "--mlp_sizes=", "--forget_bias=1", "--learning_rat
 RUNS = {
     "feedforward": TBPTT,
     # the LSTM by TBPTT: test_package_defaults_with_an_lstm_solve_the_memory_task below
-    "elstm": ["--use_quasi_lstm", *TBPTT],
+    "elstm": ["--use_elstm", *TBPTT],
     "rtrl_elstm": ["--use_rtrl", *SHORT],
-    "elstm_unroll4": ["--use_quasi_lstm", *SHORT],  # control: the RTRL run's flags, trained by TBPTT
+    "elstm_unroll4": ["--use_elstm", *SHORT],  # control: the RTRL run's flags, trained by TBPTT
 }
 # The control's unrolls never hold both the cue and the query, so no gradient links
 # them.  Truncated gradients still shape the cell, though: raising the forget gates

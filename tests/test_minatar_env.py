@@ -14,7 +14,6 @@ from rl_core.errors import UserError
 from rl_core.runtime import entry
 from tests.proc_utils import run
 from torchbeast_minatar import env as minatar_env
-from torchbeast_minatar import presets
 
 MINATAR = "torchbeast_minatar.polybeast"
 # game -> channels of its grid, the size of its minimal action set (minatar's own)
@@ -94,7 +93,8 @@ def test_every_agent_gets_the_minatar_stem_and_five_million_steps():
         flags = entry.parse_flags(minatar_env, ["--agent", agent], prog=MINATAR)
         assert (flags.model, flags.total_steps, flags.env) == ("minatar", 5_000_000, "MinAtar/Breakout-v0")
     assert entry.parse_flags(minatar_env, ["--agent", "r2d2"], prog=MINATAR).use_lstm  # R2D2 is the paper's
-    assert presets.agent_defaults("vpg")["num_epochs"] == 1 and "deterministic" not in presets.agent_defaults("vpg")
+    vpg = entry.parse_flags(minatar_env, ["--agent", "vpg"], prog=MINATAR)
+    assert vpg.num_epochs == 1 and not vpg.deterministic  # one pass, on the asynchronous runtime
 
 
 def test_minatar_stem_is_the_papers_network():

@@ -189,19 +189,20 @@ def test_check_flags_canonicalises_the_task_and_refuses_bad_ones(capsys):
         assert needle in capsys.readouterr().err
 
 
-def test_agent_defaults_name_the_runtimes_flags():
-    ppo = mujoco_presets.agent_defaults("ppo")
-    assert ppo["agent"] == "ppo" and ppo["optimizer"] == "adam" and ppo["learning_rate"] == 3e-4
+def test_presets_name_the_runtimes_flags():
+    from rl_core.config.resolve import package_defaults
+
+    ppo = package_defaults(mujoco_env, ["--agent", "ppo"])
+    assert ppo["optimizer"] == "adam" and ppo["learning_rate"] == 3e-4
     assert ppo["batch_size"] * ppo["unroll_length"] == 2048  # SEED's transitions per learner step
     assert ppo["batch_size"] * ppo["unroll_length"] // ppo["num_minibatches"] == 64  # ... in minibatches of 64
     assert ppo["num_epochs"] == 10 and ppo["gae_lambda"] == 0.95 and ppo["ppo_clip"] == 0.2
     assert ppo["obs_normalization"] is True and ppo["obs_clip"] == 10.0
-    assert mujoco_presets.agent_defaults("impala")["agent"] == "impala"
     parser = entry.make_parser(mujoco_env)
     dests = {action.dest for action in parser._actions}
-    for agent in ("ppo", "vpg", "impala"):
-        unknown = set(mujoco_presets.agent_defaults(agent)) - dests
-        assert not unknown, f"agent_defaults({agent!r}) names flags the parser lacks: {sorted(unknown)}"
+    for row in mujoco_presets.PRESETS:
+        unknown = set(row.values) - dests
+        assert not unknown, f"a row for {row.agents} names flags the parser lacks: {sorted(unknown)}"
     # The runtime sets the defaults of the agent that --agent names; flags given explicitly win.
     flags = entry.parse_flags(mujoco_env, [])
     assert flags.agent == "ppo" and flags.num_epochs == 10 and flags.optimizer == "adam"

@@ -11,7 +11,12 @@ import os
 import pytest
 
 from rl_core.agents import AGENTS
+from rl_core.config.resolve import Machine, package_defaults
 from rl_core.runtime import entry
+from torchbeast_atari import presets as atari_presets
+
+# A machine of 16 GiB: the presets' one machine-sized value (Atari R2D2's replay) is read from it, not from this host.
+MACHINE = Machine(cores=2, memory_bytes=16 << 30)
 
 RECORD = os.path.join(os.path.dirname(__file__), "data", "merged_defaults.json")
 with open(RECORD) as _f:
@@ -28,25 +33,17 @@ def test_every_packages_merged_defaults_are_as_recorded(package):
     for agent in AGENTS:
         for variant, extra in VARIANTS.items():
             key = f"{package} {agent} {variant}".strip()
-            parser = entry.make_parser(pkg)
-            entry.apply_agent_defaults(pkg, parser, ["--agent", agent, *extra])
-            merged = {k: parser.get_default(k) for k in base}
-            expected = dict(base, **record["merged"][key])
-            if expected.get("replay_buffer_size") == "machine":  # sized from this machine's memory
-                expected["replay_buffer_size"] = pkg.replay_sequences()
+            values = package_defaults(pkg, ["--agent", agent, *extra], MACHINE)
+            merged = {k: values[k] for k in base if k != "agent"}  # the command line's, not a preset's
+            expected = {k: v for k, v in dict(base, **record["merged"][key]).items() if k != "agent"}
+            if expected.get("replay_buffer_size") == "machine":  # sized from the machine's memory
+                expected["replay_buffer_size"] = atari_presets.R2D2_REPLAY.size(MACHINE.memory_bytes)
             assert merged == expected, key
 
 
 def _atari_r2d2(*argv):
-    from rl_core.config import flags as flags_lib
-
     pkg = importlib.import_module("torchbeast_atari.env")
-    argv = ["--agent", "r2d2", *argv]
-    parser = entry.make_parser(pkg)
-    entry.apply_agent_defaults(pkg, parser, argv)
-    flags = parser.parse_args(argv)
-    flags_lib.check(parser, flags)
-    return flags
+    return entry.parse_flags(pkg, ["--agent", "r2d2", *argv])
 
 
 def test_atari_r2d2_is_recurrent_unless_the_command_line_names_another_core_or_none(capsys):
@@ -69,13 +66,14 @@ def test_atari_r2d2_is_recurrent_unless_the_command_line_names_another_core_or_n
 
 
 def test_atari_r2d2_replay_fills_a_quarter_of_the_machines_memory():
-    pkg = importlib.import_module("torchbeast_atari.env")
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     per_sequence = (20 + 40 + 1 + 3) * 84 * 84  # burn-in + T + 1 steps, and the first stack's 3 older frames
     flags = _atari_r2d2()
     assert (flags.burn_in, flags.unroll_length) == (20, 40)
-    assert flags.replay_buffer_size == pkg.replay_sequences() == max(1000, memory // 4 // per_sequence)
+    assert flags.replay_buffer_size == max(1000, memory // 4 // per_sequence)
     assert flags.replay_buffer_size * per_sequence <= memory / 4
+    small = package_defaults(importlib.import_module("torchbeast_atari.env"), ["--agent", "r2d2"], MACHINE)
+    assert small["replay_buffer_size"] == (16 << 30) // 4 // per_sequence  # the machine it is given, not this one
 
 
 def test_an_agent_without_cores_is_announced_feedforward_and_refuses_a_core(capsys):

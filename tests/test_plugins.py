@@ -113,8 +113,9 @@ def make_env(flags, seed):
 '''
 
 TOY_PRESETS = """
-def agent_defaults(agent):
-    return {"toy_value_cost": 0.25} if agent == "toy" else {}
+from rl_core.config.presets import Preset
+
+PRESETS = (Preset({"toy_value_cost": 0.25}, agents="toy"),)
 """
 
 ENTRY = """
@@ -169,10 +170,15 @@ def test_the_toy_agent_and_package_are_registered_with_their_flags_sources_and_c
     assert listed.stdout.split() == ["toy", "torchbeast_toy"], listed.stderr
     dry = _run(toy_tree, "-m", "torchbeast_toy.polybeast", "--agent", "toy", "--dry_run")
     assert dry.returncode == 0, dry.stderr
-    lines = [line.strip() for line in dry.stdout.splitlines()]
-    assert "--toy_value_cost=0.25  # torchbeast_toy: --agent toy" in lines  # the package's preset
-    assert "--optimizer=adam  # paper: --agent toy" in lines  # the agent's own default
-    assert "--toy_episode_steps=10  # torchbeast_toy" in lines  # the package's own flag
+    page = dry.stdout.split("\n")
+
+    def group(source):  # the flag lines under the page's heading ``source:``
+        lines = page[page.index(f"{source}:") + 1 :]
+        return [line.strip() for line in lines[: next(i for i, x in enumerate(lines + [""]) if not x.startswith("  "))]]
+
+    assert "--toy_value_cost=0.25" in group("torchbeast_toy: --agent toy")  # the package's preset
+    assert "--optimizer=adam" in group("paper: --agent toy")  # the agent's own default
+    assert "--toy_episode_steps=10" in group("torchbeast_toy")  # the package's own flag
     refused = _run(toy_tree, "-m", "torchbeast_toy.polybeast", "--agent", "toy", "--toy_value_cost", "-1", "--dry_run")
     assert refused.returncode == 2 and "--toy_value_cost must be in [0, inf), got -1.0" in refused.stderr
     checked = _run(

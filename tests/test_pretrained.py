@@ -14,7 +14,7 @@ from rl_core.errors import UserError
 from rl_core.config.flags import make_parser
 
 SPEC = EnvSpec(Observation((4, 84, 84), "|u1"), DiscreteActions(6))
-CORES = {"none": {}, "lstm": {"use_lstm": True}, "elstm": {"use_quasi_lstm": True}, "rtrl": {"use_rtrl": True}}
+CORES = {"none": {}, "lstm": {"use_lstm": True}, "elstm": {"use_elstm": True}, "rtrl": {"use_rtrl": True}}
 
 
 def flags(**kw):
@@ -22,7 +22,7 @@ def flags(**kw):
     base = dict(
         model="atari",
         use_lstm=False,
-        use_quasi_lstm=False,
+        use_elstm=False,
         use_rtrl=False,
         hidden_size=32,
         mlp_sizes="64,64",

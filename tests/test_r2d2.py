@@ -236,7 +236,7 @@ def test_r2d2_loss_and_priorities_against_a_slow_reference(core, burn_in, n):
     if core == "lstm":
         args.append("--use_lstm")
     elif core == "elstm":
-        args.append("--use_quasi_lstm")
+        args.append("--use_elstm")
     f = flags(*args)
     agent = make_agent(f, SPEC)
     torch.manual_seed(1)

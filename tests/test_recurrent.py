@@ -109,7 +109,7 @@ def test_build_model_passes_forget_bias_flag():
     from rl_core.config.flags import make_parser
 
     spec = EnvSpec(Observation((3,), "<f4"), DiscreteActions(2))
-    for core_flag in ("--use_lstm", "--use_quasi_lstm", "--use_rtrl"):
+    for core_flag in ("--use_lstm", "--use_elstm", "--use_rtrl"):
         torch.manual_seed(0)
         plain = build_model(make_parser().parse_args([core_flag]), spec)
         torch.manual_seed(0)

@@ -80,7 +80,7 @@ def test_ppo_with_rnd_reaches_the_end_of_the_corridor(tmp_path):
 def test_ppo_without_rnd_never_finds_the_reward(tmp_path):
     from torchbeast_gym import presets as gym_presets
 
-    same_ppo = [f"--{k}={v}" for k, v in gym_presets.cleanrl_ppo_over_tuned().items() if k != "total_steps"]
+    same_ppo = [f"--{k}={v}" for k, v in gym_presets.CLEANRL_OVER_TUNED.items() if k != "total_steps"]
     result, wall = run_to_the_end(tmp_path, "ppo", *COMMON, "--discounting=0.999", *same_ppo)
     assert result.returncode == 0, result.stdout[-3000:]
     rows, returns, test = _returns(tmp_path, "ppo")

@@ -12,6 +12,7 @@ import pytest
 from rl_core.config import sizing
 from rl_core.agents import AGENTS
 from rl_core.config.env_package import installed_env_packages
+from rl_core.config.resolve import package_defaults, resolve
 from rl_core.runtime import entry
 
 PACKAGES = list(installed_env_packages())  # every registered package (pyproject.toml)
@@ -29,21 +30,15 @@ def envs_per_server(name):
 
 def defaults_of(name, argv):
     """The package's defaults for the command line ``argv`` (its agent, core, --rnd)."""
-    pkg = package(name)
-    parser = entry.make_parser(pkg)
-    entry.apply_agent_defaults(pkg, parser, argv)
-    return {k: parser.get_default(k) for k in KEYS}
+    values = package_defaults(package(name), argv)
+    return {k: values[k] for k in KEYS}
 
 
 def launcher_values(name, argv):
     """What the launcher's parse gives the sized flags (the package's checks left out: DMLab's needs the
     library), on the cores $POLYBEAST_CORES says."""
-    pkg = package(name)
-    parser = entry.make_parser(pkg)
-    entry.apply_agent_defaults(pkg, parser, argv)
-    chosen = entry.apply_sizing(pkg, parser, argv)
-    flags, _ = parser.parse_known_args(argv)
-    return {k: getattr(flags, k) for k in KEYS}, chosen
+    parsed = resolve(package(name), argv, entry.this_machine(), auto_size=True, checks=False)
+    return {k: getattr(parsed.flags, k) for k in KEYS}, parsed.sizing
 
 
 def command_lines():

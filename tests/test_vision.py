@@ -94,9 +94,7 @@ def test_the_atari_impala_default_init_lets_the_stem_see_pong():
     spec = EnvSpec(Observation((4, 84, 84), "|u1"), DiscreteActions(6))
 
     def spread(argv):
-        parser = entry.make_parser(atari)
-        entry.apply_agent_defaults(atari, parser, argv)
-        flags = parser.parse_args(argv)
+        flags = entry.parse_flags(atari, argv)
         torch.manual_seed(0)
         with torch.no_grad():
             return build_model(flags, spec).stem(frames).std(0).mean().item(), flags.init

@@ -53,7 +53,6 @@ from gymnasium import spaces
 from gymnasium.utils import seeding
 
 from rl_core.errors import UserError
-from torchbeast_atari.presets import replay_sequences  # noqa: F401 - tests/test_package_defaults.py reads it here
 
 __all__ = [
     "AtariEnv",

@@ -1,13 +1,11 @@
-"""torchbeast_atari's flag defaults per agent, with a recurrent core and with --rnd (rl_core/config/env_package.py reads
-``agent_defaults``, ``core_defaults`` and ``rnd_defaults`` here).  Data only: no torch, no ALE, so that importing it
-is cheap; the measurements behind each value are in docs/experiments/."""
+"""torchbeast_atari's presets: flag values per agent, with a recurrent core and with --rnd, as a table
+(``PRESETS``, rl_core/config/presets.py).  Data only: no torch, no ALE; the measurements behind each value are in
+docs/experiments/."""
 
 from __future__ import annotations
 
-import os
-
-from rl_core.agents.policy_gradient import on_policy_defaults
 from rl_core.agents.sac import SAC_DISCRETE_IMAGE_DEFAULTS
+from rl_core.config.presets import RECURRENT, MemoryShare, Preset, on_policy_rows
 
 FRAME_BYTES = 84 * 84  # one preprocessed frame, uint8 (env.py: FRAME_SIZE)
 FRAME_STACK = 4  # frames an observation stacks (env.py: FRAME_STACK)
@@ -41,16 +39,12 @@ PPO_DEFAULTS = dict(
 PPO_ONLY = ("batch_mode", "value_clip", "deterministic")  # the one-pass variants keep the asynchronous runtime
 
 
-def core_defaults(agent: str, core: str | None) -> dict:
-    """With a recurrent core, PPO's minibatches keep unrolls whole (a core cannot learn from split transitions);
-    IMPALA's stem gets a value head of its own (--stem_value): read only through the core, the stem's features grew
-    until the core's gates saturated and Pong stayed at -20.3 to 2.4M; with it the RTRL eLSTM learned Pong from
-    scratch (docs/experiments/recurrent.md, "A value head on the stem")."""
-    if core is None:
-        return {}
-    if agent == "ppo":
-        return {"batch_mode": "shuffle"}
-    return {"stem_value": True} if agent == "impala" else {}
+# With a recurrent core, PPO's minibatches keep unrolls whole (a core cannot learn from split transitions); IMPALA's
+# stem gets a value head of its own (--stem_value): read only through the core, the stem's features grew until the
+# core's gates saturated and Pong stayed at -20.3 to 2.4M; with it the RTRL eLSTM learned Pong from scratch
+# (docs/experiments/recurrent.md, "A value head on the stem").
+RECURRENT_PPO = dict(batch_mode="shuffle")
+RECURRENT_IMPALA = dict(stem_value=True)
 
 
 # R2D2: the paper's recurrent agent (rl_core.agents.r2d2.R2D2_DEFAULTS) scaled to thousands of updates on 2 cores:
@@ -58,28 +52,22 @@ def core_defaults(agent: str, core: str | None) -> dict:
 R2D2_SEQUENCE = dict(batch_size=8, unroll_length=40, burn_in=20)
 
 
-def replay_sequences(share: float = 0.25, burn_in: int = 20, unroll_length: int = 40) -> int:
-    """The R2D2 sequences (each frame of 84x84 kept once) that fit in ``share`` of the machine's memory."""
-    frames = burn_in + unroll_length + 1 + FRAME_STACK - 1
-    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    return max(1000, int(share * memory) // (frames * FRAME_BYTES))
-
-
-def r2d2_defaults() -> dict:
-    """--agent r2d2's Atari defaults (above)."""
-    return dict(
-        R2D2_SEQUENCE,
-        use_lstm=True,
-        replay_ratio=1.0,
-        learning_rate=2e-4,
-        target_update_period=100,
-        replay_buffer_size=replay_sequences(**{k: R2D2_SEQUENCE[k] for k in ("burn_in", "unroll_length")}),
-        replay_buffer_min_size=500,
-        replay_frame_stack=True,
-        validate_step_every=250_000,
-        valid_num_episodes=8,
-        total_steps=50_000_000,
-    )
+# Its replay fills a quarter of the machine's memory, each sequence's frames kept once: burn-in, T, the bootstrap
+# step and the first stack's three older frames.
+R2D2_REPLAY = MemoryShare(0.25, item_bytes=(20 + 40 + 1 + FRAME_STACK - 1) * FRAME_BYTES, minimum=1000)
+R2D2 = dict(
+    R2D2_SEQUENCE,
+    use_lstm=True,
+    replay_ratio=1.0,
+    learning_rate=2e-4,
+    target_update_period=100,
+    replay_buffer_size=R2D2_REPLAY,
+    replay_buffer_min_size=500,
+    replay_frame_stack=True,
+    validate_step_every=250_000,
+    valid_num_episodes=8,
+    total_steps=50_000_000,
+)
 
 
 # IMPALA: torchbeast's settings with six changes, each kept after runs to 5M agent steps on 2 cores:
@@ -93,20 +81,6 @@ IMPALA_ATARI = dict(
     entropy_cost=0.01,
     entropy_decay="linear",
 )
-
-
-def agent_defaults(agent: str) -> dict:
-    """Defaults for ``--agent``: IMPALA keeps torchbeast's (above) with orthogonal init, B=8, 56 envs, ReDo, a
-    constant learning rate and an entropy cost of 0.01 decaying to 0; PPO the published Atari ones, fed as cleanrl's;
-    R2D2 the paper's recurrent agent at this scale.  VPG, AWR, V-MPO and V-trace take PPO's data path and optimizer
-    with one pass per batch, on the asynchronous runtime."""
-    if agent == "impala":
-        return dict(IMPALA_ATARI)
-    if agent == "r2d2":
-        return r2d2_defaults()
-    if agent == "sac":
-        return dict(SAC_DISCRETE_IMAGE_DEFAULTS, replay_frame_stack=True)
-    return on_policy_defaults(agent, PPO_DEFAULTS, ppo_only=PPO_ONLY)
 
 
 # RND as Burda et al. 2018 (Table 5, Appendix A; OpenAI's run_atari.py) play and train it, on 8 envs with the
@@ -142,6 +116,17 @@ RND_PPO = dict(
 )
 
 
-def rnd_defaults(agent: str) -> dict:
-    """With --rnd: the paper's Atari environment for every agent, and its PPO settings for ppo."""
-    return dict(RND_ENV, **(RND_PPO if agent == "ppo" else {}))
+# IMPALA keeps torchbeast's settings with the changes above, PPO the published Atari ones fed as cleanrl's, R2D2 the
+# paper's recurrent agent at this scale; VPG, AWR, V-MPO and V-trace take PPO's data path and optimizer with one pass
+# per batch, on the asynchronous runtime.  With --rnd: the paper's Atari environment for every agent, and its PPO
+# settings for PPO.
+PRESETS = (
+    Preset(IMPALA_ATARI, agents="impala"),
+    Preset(R2D2, agents="r2d2"),
+    Preset(dict(SAC_DISCRETE_IMAGE_DEFAULTS, replay_frame_stack=True), agents="sac"),
+    *on_policy_rows(PPO_DEFAULTS, PPO_ONLY),
+    Preset(RECURRENT_PPO, agents="ppo", core=RECURRENT),
+    Preset(RECURRENT_IMPALA, agents="impala", core=RECURRENT),
+    Preset(RND_ENV, rnd=True),
+    Preset(RND_PPO, agents="ppo", rnd=True),
+)

@@ -1,10 +1,9 @@
-"""torchbeast_football's flag defaults: SEED RL's Football V-trace settings (the package's, IMPALA's) and PPO's
-(rl_core/config/env_package.py reads ``agent_defaults`` here).  Data only: no torch, no envpool; each value names its
-source."""
+"""torchbeast_football's presets: SEED RL's Football V-trace settings (the package's, IMPALA's) and PPO's, as a table
+(``PRESETS``, rl_core/config/presets.py).  Data only: no torch, no envpool; each value names its source."""
 
 from __future__ import annotations
 
-from rl_core.agents.policy_gradient import ON_POLICY, on_policy_defaults
+from rl_core.config.presets import Preset, on_policy_rows
 
 # Where the defaults come from (google-research/seed_rl):
 #   [sh]  gcp/train_football_scoring.sh: 11_vs_11_hard_stochastic, reward_experiment scoring, batch_size 32,
@@ -55,7 +54,6 @@ PPO_DEFAULTS = {
 }
 
 
-def agent_defaults(agent: str) -> dict:
-    """Defaults for ``--agent``: IMPALA takes SEED RL's Football V-trace settings (above); PPO
-    the gfootball repository's; VPG, AWR, V-MPO and V-trace PPO's with one pass per batch."""
-    return on_policy_defaults(agent, PPO_DEFAULTS) if agent in ON_POLICY else dict(IMPALA_DEFAULTS)
+# Every agent takes SEED RL's Football V-trace settings (above); PPO the gfootball repository's; VPG, AWR, V-MPO and
+# V-trace PPO's with one pass per batch.
+PRESETS = (Preset(IMPALA_DEFAULTS), *on_policy_rows(PPO_DEFAULTS))

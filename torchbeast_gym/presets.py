@@ -1,8 +1,10 @@
-"""torchbeast_gym's flag defaults: the package's (IMPALA's), and per agent, with a recurrent core and with --rnd
-(rl_core/config/env_package.py reads ``agent_defaults``, ``core_defaults`` and ``rnd_defaults`` here).  Data only: no torch,
-no gymnasium; the measurements behind each value are in docs/experiments/."""
+"""torchbeast_gym's presets: flag values per agent, with a recurrent core and with --rnd, as a table (``PRESETS``,
+rl_core/config/presets.py).  Data only: no torch, no gymnasium; the measurements behind each value are in
+docs/experiments/."""
 
 from __future__ import annotations
+
+from rl_core.config.presets import RECURRENT, Preset
 
 # IMPALA for classic control (RMSprop eps 0.01, a value MLP of its own), by a sweep on CartPole-v1:
 # docs/experiments/impala.md (CartPole); one env server: docs/experiments/throughput.md (Every agent, one table).
@@ -17,17 +19,6 @@ IMPALA_DEFAULTS = dict(
 )
 # With a recurrent core, by sweeps on the memory task and CartPole-v1: docs/experiments/recurrent.md.
 IMPALA_RECURRENT_DEFAULTS = dict(batch_size=16, learning_rate=0.002, epsilon=1e-4, forget_bias=1.0, mlp_sizes="256")
-
-
-def core_defaults(agent: str, core: str | None) -> dict:
-    """Defaults for an agent with a recurrent core (``core``: models.core_kind; None: feedforward).
-    The on-policy agents' minibatches then keep unrolls whole (``split`` modes need transitions)."""
-    if core is None or agent == "r2d2":
-        return {}
-    if agent == "impala":
-        return dict(IMPALA_RECURRENT_DEFAULTS)
-    defaults = agent_defaults(agent)
-    return {"batch_mode": "shuffle"} if defaults.get("batch_mode", "").startswith("split") else {}
 
 
 # The on-policy agents: cleanrl's ppo.py CartPole settings (Huang et al. 2022, "The 37 Implementation Details of
@@ -65,15 +56,6 @@ PPO_TUNED = dict(
 # cleanrl's PPO minibatches, which AWR takes, and --agent ppo --rnd keeps (the corridor: docs/experiments/rnd.md).
 CLEANRL_PPO = dict(num_epochs=4, num_minibatches=4, batch_mode="split")
 # V-MPO takes PPO's tuned settings: docs/experiments/ppo.md (V-MPO's flake and its new defaults).
-AGENT_DEFAULTS = {
-    "ppo": dict(CLEANRL_PPO, **PPO_TUNED),
-    "vpg": dict(num_epochs=1, num_minibatches=1, learning_rate=1e-3),
-    "awr": dict(CLEANRL_PPO),
-    "vmpo": dict(CLEANRL_PPO, **PPO_TUNED),
-    "vtrace": dict(num_epochs=1, num_minibatches=1, advantage="vtrace", learning_rate=1e-3),
-}
-
-
 # R2D2 for classic control and small memory tasks, by a sweep on CartPole-v1 with an LSTM: docs/experiments/r2d2.md.
 R2D2 = dict(
     optimizer="adam",
@@ -114,33 +96,39 @@ SAC = dict(
 )
 
 
-def agent_defaults(agent: str) -> dict:
-    """Flag defaults for ``--agent``; IMPALA keeps the common (torchbeast) ones."""
-    if agent == "r2d2":
-        return dict(R2D2)
-    if agent == "sac":
-        return dict(SAC)
-    if agent not in AGENT_DEFAULTS:
-        return {}
-    return dict(ON_POLICY, **AGENT_DEFAULTS[agent])
-
-
 # RND on small tasks: the paper's settings (rl_core.agents.RND_DEFAULTS) over the agent's, one batch of random steps
 # first; IMPALA takes the paper's entropy cost, PPO and V-MPO cleanrl's PPO: docs/experiments/rnd.md.
 RND = dict(rnd_init_steps=1024)
 
 
-def cleanrl_ppo_over_tuned() -> dict:
-    """cleanrl's values of the flags PPO's tuned defaults change (``discounting`` aside: RND's 0.999
-    sets it): what ``--agent ppo --rnd`` runs with, and what the corridor's control without RND is given."""
-    cleanrl = dict(ON_POLICY, **CLEANRL_PPO, total_steps=IMPALA_DEFAULTS["total_steps"])
-    return {k: cleanrl[k] for k in PPO_TUNED if k != "discounting"}
+# cleanrl's values of the flags PPO's tuned settings change (``discounting`` aside: RND's 0.999 sets it): what
+# ``--agent ppo --rnd`` runs with, and what the corridor's control without RND is given.
+CLEANRL_OVER_TUNED = dict(
+    unroll_length=128,
+    batch_size=4,
+    num_epochs=4,
+    num_minibatches=4,
+    gae_lambda=0.95,
+    entropy_cost=0.01,
+    learning_rate=2.5e-4,
+    total_steps=IMPALA_DEFAULTS["total_steps"],
+    ppo_clip_decay="none",
+)
 
-
-def rnd_defaults(agent: str) -> dict:
-    """Defaults of ``--rnd`` runs (over those of ``agent_defaults`` and RND's published ones)."""
-    if agent == "impala":
-        return dict(RND, entropy_cost=0.001)
-    if agent in ("ppo", "vmpo"):
-        return dict(RND, **cleanrl_ppo_over_tuned())
-    return dict(RND)
+# With a recurrent core, IMPALA takes its recurrent settings and the on-policy agents' minibatches keep unrolls whole
+# (``split`` modes need transitions).  RND: IMPALA takes the paper's entropy cost, PPO and V-MPO cleanrl's PPO.
+PRESETS = (
+    Preset(ON_POLICY, agents=("vpg", "ppo", "awr", "vmpo", "vtrace")),
+    Preset(dict(CLEANRL_PPO, **PPO_TUNED), agents="ppo"),
+    Preset(dict(num_epochs=1, num_minibatches=1, learning_rate=1e-3), agents="vpg"),
+    Preset(CLEANRL_PPO, agents="awr"),
+    Preset(dict(CLEANRL_PPO, **PPO_TUNED), agents="vmpo", why="docs/experiments/ppo.md (V-MPO's flake)"),
+    Preset(dict(num_epochs=1, num_minibatches=1, advantage="vtrace", learning_rate=1e-3), agents="vtrace"),
+    Preset(R2D2, agents="r2d2"),
+    Preset(SAC, agents="sac"),
+    Preset(IMPALA_RECURRENT_DEFAULTS, agents="impala", core=RECURRENT),
+    Preset(dict(batch_mode="shuffle"), agents=("ppo", "awr", "vmpo"), core=RECURRENT),
+    Preset(RND, rnd=True),
+    Preset(dict(entropy_cost=0.001), agents="impala", rnd=True),
+    Preset(CLEANRL_OVER_TUNED, agents=("ppo", "vmpo"), rnd=True),
+)

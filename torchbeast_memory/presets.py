@@ -1,7 +1,10 @@
-"""torchbeast_memory's flag defaults (rl_core/config/env_package.py reads ``agent_defaults`` and ``core_defaults``
-here).  Data only: no torch, no popgym; the measurements behind each value are in docs/experiments/memory.md."""
+"""torchbeast_memory's presets: flag values per agent and env family, as a table (``PRESETS``,
+rl_core/config/presets.py).  Data only: no torch, no popgym; the measurements behind each value are in
+docs/experiments/memory.md."""
 
 from __future__ import annotations
+
+from rl_core.config.presets import Preset
 
 from rl_core.agents.r2d2 import R2D2_SMALL_TASK_DEFAULTS
 
@@ -33,7 +36,6 @@ MINIGRID_IMPALA_DEFAULTS = dict(learning_rate=0.0005, entropy_cost=0.01)
 # answer) to the unroll's end.  Measured (docs/experiments/memory.md, "Discount 0"): RepeatPreviousEasy's LSTM
 # first reached 0.5 within 110k-210k steps on seeds 1-4 (in lockstep) where at 0.99 it took 390k to past 1M;
 # CountRecallEasy's reached 0.86 at 15M with no other flag where at 0.99 it stayed at -0.78.
-CARD_TASKS = ("popgym-RepeatPrevious", "popgym-RepeatFirst", "popgym-CountRecall")
 CARD_TASK_IMPALA_DEFAULTS = dict(discounting=0.0)
 
 
@@ -42,21 +44,14 @@ CARD_TASK_IMPALA_DEFAULTS = dict(discounting=0.0)
 R2D2_DEFAULTS = dict(R2D2_SMALL_TASK_DEFAULTS, mlp_sizes="256", valid_num_episodes=32, total_steps=5_000_000)
 
 
-def agent_defaults(agent: str) -> dict:
-    """IMPALA's and R2D2's defaults for memory tasks; the other agents get only the shared ones (their papers' where
-    rl_core/agents gives them; PPO's live in the packages, and this one has none yet)."""
-    return dict({"impala": IMPALA_DEFAULTS, "r2d2": R2D2_DEFAULTS}.get(agent, {}))
-
-
-def env_defaults(agent: str, env: str) -> dict:
-    """IMPALA's on MiniGrid's envs (``MiniGrid-...``), where rewards come once an episode, and IMPALA's and R2D2's on
-    POPGym's card tasks (``CARD_TASKS``), whose deal does not depend on the answers."""
-    if agent == "r2d2":  # the cards' deal ignores the answers: a Q-value is the answer's own reward
-        return dict(CARD_TASK_IMPALA_DEFAULTS) if env.startswith(CARD_TASKS) else {}
-    if agent != "impala":
-        return {}
-    if env.startswith("MiniGrid-"):
-        return dict(MINIGRID_IMPALA_DEFAULTS)
-    if env.startswith(CARD_TASKS):
-        return dict(CARD_TASK_IMPALA_DEFAULTS)
-    return {}
+# IMPALA's and R2D2's values for memory tasks; IMPALA's on MiniGrid's envs, where rewards come once an episode, and
+# IMPALA's and R2D2's on POPGym's card tasks, whose deal does not depend on the answers (a Q-value is the answer's
+# own reward).  The other agents get only the shared ones (their papers' where rl_core/agents gives them).
+PRESETS = (
+    Preset(IMPALA_DEFAULTS, agents="impala"),
+    Preset(R2D2_DEFAULTS, agents="r2d2"),
+    Preset(MINIGRID_IMPALA_DEFAULTS, agents="impala", env="MiniGrid-*"),
+    Preset(CARD_TASK_IMPALA_DEFAULTS, agents=("impala", "r2d2"), env="popgym-RepeatPrevious*"),
+    Preset(CARD_TASK_IMPALA_DEFAULTS, agents=("impala", "r2d2"), env="popgym-RepeatFirst*"),
+    Preset(CARD_TASK_IMPALA_DEFAULTS, agents=("impala", "r2d2"), env="popgym-CountRecall*"),
+)

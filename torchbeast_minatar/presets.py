@@ -1,10 +1,10 @@
-"""torchbeast_minatar's flag defaults: the package's (IMPALA's) and per agent (rl_core/config/env_package.py reads
-``agent_defaults`` and ``core_defaults`` here).  Data only: no torch, no minatar; the measurements behind each value
-are in docs/experiments/minatar.md."""
+"""torchbeast_minatar's presets: the package's flag values (every agent's) and per agent, as a table (``PRESETS``,
+rl_core/config/presets.py).  Data only: no torch, no minatar; the measurements behind each value are in
+docs/experiments/minatar.md."""
 
 from __future__ import annotations
 
-from rl_core.agents.policy_gradient import on_policy_defaults
+from rl_core.config.presets import RECURRENT, Preset, on_policy_rows
 from rl_core.agents.r2d2 import R2D2_SMALL_TASK_DEFAULTS
 from rl_core.agents.sac import SAC_DISCRETE_IMAGE_DEFAULTS
 
@@ -78,19 +78,12 @@ SAC = dict(
 ONE_PASS = dict(num_actors=16, num_servers=1, unroll_length=20, batch_size=8)
 
 
-def agent_defaults(agent: str) -> dict:
-    """Flag defaults for ``--agent`` on MinAtar; VPG, AWR, V-MPO and V-trace take PPO's optimizer with one pass per
-    batch of IMPALA's shape, on the asynchronous runtime."""
-    if agent == "impala":
-        return dict(IMPALA)
-    if agent == "r2d2":
-        return dict(R2D2)
-    if agent == "sac":
-        return dict(SAC)
-    defaults = on_policy_defaults(agent, PPO, ppo_only=PPO_ONLY)
-    return dict(defaults, **ONE_PASS) if defaults and agent != "ppo" else defaults
-
-
-def core_defaults(agent: str, core: str | None) -> dict:
-    """With a recurrent core, PPO's minibatches keep unrolls whole (a core cannot learn from split transitions)."""
-    return {"batch_mode": "shuffle"} if core is not None and agent == "ppo" else {}
+PRESETS = (
+    Preset(IMPALA, agents="impala"),
+    Preset(R2D2, agents="r2d2"),
+    Preset(SAC, agents="sac"),
+    *on_policy_rows(PPO, PPO_ONLY),
+    Preset(ONE_PASS, agents=("vpg", "awr", "vmpo", "vtrace")),
+    # with a recurrent core, PPO's minibatches keep unrolls whole (a core cannot learn from split transitions)
+    Preset(dict(batch_mode="shuffle"), agents="ppo", core=RECURRENT),
+)

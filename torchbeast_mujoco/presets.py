@@ -1,9 +1,9 @@
-"""torchbeast_mujoco's flag defaults: every agent's on MuJoCo, and per agent (rl_core/config/env_package.py reads
-``agent_defaults`` here).  Data only: no torch, no envpool; each value names its source."""
+"""torchbeast_mujoco's presets: every agent's flag values on MuJoCo, and per agent, as a table (``PRESETS``,
+rl_core/config/presets.py).  Data only: no torch, no envpool; each value names its source."""
 
 from __future__ import annotations
 
-from rl_core.agents.policy_gradient import ON_POLICY, on_policy_defaults
+from rl_core.config.presets import Preset, on_policy_rows
 
 # Where the defaults come from (google-research/seed_rl):
 #   [sh]  mujoco/local_baseline_HalfCheetah-v2.sh: run_local.sh mujoco ppo 8 32 --total_environment_frames=2000000
@@ -81,19 +81,11 @@ SAC_DEFAULTS = {
 }
 
 
-def agent_defaults(agent: str) -> dict:
-    """Flag defaults on MuJoCo for ``--agent agent`` (flag name -> value); the flags given explicitly win.
-
-    ``ppo``: SEED RL's MuJoCo PPO baseline (sources in the comments above);
-    ``vpg`` / ``awr`` / ``vmpo`` / ``vtrace``: the same network, optimizer and
-    normalizations, one pass per batch; ``sac``: the paper's (Haarnoja et al. 2018);
-    any other agent: the environment's
-    defaults only.
-    """
-    if agent in ON_POLICY:
-        defaults = on_policy_defaults(agent, PPO_DEFAULTS, PPO_ONLY, vtrace_advantages=False)
-    elif agent == "sac":
-        defaults = SAC_DEFAULTS
-    else:
-        defaults = ENV_DEFAULTS
-    return {"agent": agent, **defaults}
+# ``ppo``: SEED RL's MuJoCo PPO baseline (sources in the comments above); ``vpg`` / ``awr`` / ``vmpo`` / ``vtrace``: the
+# same network, optimizer and normalizations, one pass per batch, GAE advantages; ``sac``: the paper's (Haarnoja et
+# al. 2018); any other agent: the environment's values only.
+PRESETS = (
+    Preset(ENV_DEFAULTS),
+    *on_policy_rows(PPO_DEFAULTS, PPO_ONLY, vtrace_advantages=False),
+    Preset(SAC_DEFAULTS, agents="sac"),
+)

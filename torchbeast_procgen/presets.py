@@ -1,9 +1,9 @@
-"""torchbeast_procgen's flag defaults per agent (rl_core/config/env_package.py reads ``agent_defaults`` here; IMPALA keeps
-the R2AC settings that ``env.add_flags`` sets, with the schedules below).  Data only: no torch, no envpool."""
+"""torchbeast_procgen's presets: flag values per agent, as a table (``PRESETS``, rl_core/config/presets.py; IMPALA
+keeps the R2AC settings that ``env.add_flags`` sets, with the schedules below).  Data only: no torch, no envpool."""
 
 from __future__ import annotations
 
-from rl_core.agents.policy_gradient import on_policy_defaults
+from rl_core.config.presets import Preset, on_policy_rows
 from rl_core.agents.sac import SAC_DISCRETE_IMAGE_DEFAULTS
 
 # PPO as Cobbe et al. 2020 ("Leveraging Procedural Generation", Table 1) train it, scaled from 64 envs to this
@@ -36,11 +36,9 @@ PPO_DEFAULTS = dict(
 IMPALA_SCHEDULES = dict(lr_decay="none", entropy_decay="linear")
 
 
-def agent_defaults(agent: str) -> dict:
-    """Defaults for ``--agent``: IMPALA keeps the R2AC settings (env.py's) with the schedules above, PPO Cobbe et
-    al.'s; the other on-policy agents take PPO's with one pass per batch."""
-    if agent == "impala":
-        return dict(IMPALA_SCHEDULES)
-    if agent == "sac":
-        return dict(SAC_DISCRETE_IMAGE_DEFAULTS)
-    return on_policy_defaults(agent, PPO_DEFAULTS)
+# PPO Cobbe et al.'s; the other on-policy agents PPO's with one pass per batch; SAC discrete SAC's image settings.
+PRESETS = (
+    Preset(IMPALA_SCHEDULES, agents="impala"),
+    Preset(SAC_DISCRETE_IMAGE_DEFAULTS, agents="sac"),
+    *on_policy_rows(PPO_DEFAULTS),
+)

@@ -168,6 +168,6 @@ def check_flags(parser: argparse.ArgumentParser, flags) -> None:
     rnd_config.check_flags(parser, flags, rnd_wraps())
     spec = agent_spec(flags)
     if not spec.traits.recurrent and core_kind(flags) is not None:
-        parser.error(f"--agent {spec.name}'s networks are feedforward: drop --use_lstm / --use_quasi_lstm / --use_rtrl")
+        parser.error(f"--agent {spec.name}'s networks are feedforward: drop --use_lstm / --use_elstm / --use_rtrl")
     if spec.check is not None:
         spec.check(parser, flags)

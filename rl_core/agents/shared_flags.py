@@ -126,7 +126,7 @@ def actor_critic(p: argparse.ArgumentParser) -> None:
 
 def check_actor_critic(parser: argparse.ArgumentParser, flags: argparse.Namespace) -> None:
     """The actor-critic flags that contradict each other, whatever the agent."""
-    if flags.stem_value and not (flags.use_lstm or flags.use_quasi_lstm or flags.use_rtrl):
+    if flags.stem_value and not (flags.use_lstm or flags.use_elstm or flags.use_rtrl):
         parser.error(
             "--stem_value adds a value head on the stem's features beside a recurrent core's; without one the "
             "model's heads read the stem already: add --use_lstm / --use_elstm / --use_rtrl, or drop --stem_value"

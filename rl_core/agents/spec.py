@@ -31,6 +31,8 @@ class AgentSpec:
     (groups shared with other agents are added once; every registered agent's flags are in every parser, so
     that a package's presets may set any of them).  ``check``: its flags' consistency, refused with
     ``parser.error`` in one line; ``flag_ranges``: its own numeric flags' ranges (``rl_core/config/flag_ranges.py``).  ``rnd``: whether ``--rnd`` may wrap it.
+    ``unread``: flags of its groups and of the runtime's loss group that it never reads (``--dry_run`` leaves
+    them out).
     """
 
     name: str
@@ -43,6 +45,7 @@ class AgentSpec:
     check: FlagCheck | None = None
     flag_ranges: dict[str, str] = field(default_factory=dict)
     rnd: bool = False
+    unread: tuple[str, ...] = ()
 
     def agent_class(self) -> type:
         """The agent's class (imports its module, and torch)."""

@@ -2,8 +2,8 @@
 
 A package (``torchbeast_gym``, ``torchbeast_atari``, ...) hands its ``env.py`` module to the entry
 points (``rl_core/runtime/entry.py``), which wrap it in an :class:`EnvPackage`; the runtime then calls
-the package through that object only, its optional parts answered with the runtime's defaults.  Its flag
-defaults per agent (``PRESET_FUNCTIONS``) may live in a torch-free ``presets.py`` beside ``env.py``.
+the package through that object only, its optional parts answered with the runtime's defaults.  Its presets
+(``PRESETS``, a table of ``rl_core.config.presets.Preset`` rows) live in a torch-free ``presets.py`` beside ``env.py``.
 """
 
 from __future__ import annotations
@@ -13,7 +13,12 @@ import importlib.util
 from types import ModuleType
 from typing import Any, Protocol
 
+from rl_core.config.presets import check_table
 from rl_core.errors import UserError
+
+
+def package_of(module: ModuleType) -> str:
+    return getattr(module, "__package__", None) or getattr(module, "__name__", "the package")
 
 
 class EnvPackageModule(Protocol):
@@ -35,18 +40,13 @@ REQUIRED = ("add_flags", "make_env")
 # "discrete" or "box", its envs' actions where known before an env is made, so that an agent that does not take
 # them is refused at parse time; without it the learner refuses the agent once the servers describe their envs).
 OPTIONAL_FUNCTIONS = (
-    "agent_defaults",
-    "env_defaults",
-    "core_defaults",
-    "rnd_defaults",
     "num_actors_multiple",
     "check_flags",
     "test_protocol",
     "validation_protocol",
     "make_test_env",
 )
-# The optional functions read from the package's presets module (<package>/presets.py) where it has one, else
-# from env.py: its flag defaults per agent, on one of its envs, with a recurrent core and with --rnd, kept apart as data.
+# What older packages defined as functions, now rows of PRESETS (rl_core/config/presets.py).
 PRESET_FUNCTIONS = ("agent_defaults", "env_defaults", "core_defaults", "rnd_defaults")
 
 
@@ -92,24 +92,29 @@ class EnvPackage:
                 f"add_flags(parser) and make_env(flags, seed) (rl_core/config/env_package.py)"
             )
         self.presets = presets = presets_module(module)
-        self.presets_name = presets.__name__ if presets else name  # where its defaults per agent are read
+        self.presets_name = presets.__name__ if presets else name  # where its presets are read
         found = {f: getattr(module, f) for f in OPTIONAL_FUNCTIONS if getattr(module, f, None) is not None}
-        preset = {f: getattr(presets, f) for f in PRESET_FUNCTIONS if getattr(presets, f, None) is not None}
-        wrong = [f for f, fn in found.items() if not callable(fn)] + [
-            f"presets.{f}" for f, fn in preset.items() if not callable(fn)
-        ]
+        wrong = [f for f, fn in found.items() if not callable(fn)]
         if wrong:
             raise UserError(
                 f"env package {name}: {' and '.join(wrong)} must be "
                 f"{'a function' if len(wrong) == 1 else 'functions'} (rl_core/config/env_package.py)"
             )
-        twice = [f for f in preset if f in found and found[f] is not preset[f]]
-        if twice:
+        old = [f for f in PRESET_FUNCTIONS for m in (module, presets) if m is not None and hasattr(m, f)]
+        if old:
             raise UserError(
-                f"env package {name}: {' and '.join(twice)} defined in both env.py and presets.py: "
-                f"keep {'it' if len(twice) == 1 else 'them'} in presets.py (rl_core/config/env_package.py)"
+                f"env package {name}: {' and '.join(dict.fromkeys(old))} is now a table: define PRESETS, rows of "
+                f"rl_core.config.presets.Preset, in {package_of(module)}/presets.py (rl_core/config/presets.py)"
             )
-        self._optional = {**found, **preset}
+        tables = [m for m in (module, presets) if m is not None and hasattr(m, "PRESETS")]
+        if len(tables) == 2 and tables[0].PRESETS is not tables[1].PRESETS:
+            raise UserError(
+                f"env package {name}: PRESETS defined in both env.py and presets.py: keep it in presets.py "
+                f"(rl_core/config/env_package.py)"
+            )
+        self.PRESETS: tuple = tuple(tables[-1].PRESETS) if tables else ()
+        check_table(self.PRESETS, self.presets_name)
+        self._optional = found
         self.module = module
         # the package whose polybeast_env module runs a server
         self.package = getattr(module, "__package__", None) or name
@@ -130,27 +135,6 @@ class EnvPackage:
         return self.module.make_env(flags, seed)
 
     # ------------------------------------------------------------ optional
-    def agent_defaults(self, agent: str) -> dict:
-        """The package's flag defaults for ``--agent``; none without ``agent_defaults``."""
-        fn = self._optional.get("agent_defaults")
-        return dict(fn(agent)) if fn else {}
-
-    def env_defaults(self, agent: str, env: str) -> dict:
-        """Its defaults for the agent on ``--env env`` where its envs differ (a family of them), over
-        ``agent_defaults``; none without ``env_defaults``."""
-        fn = self._optional.get("env_defaults")
-        return dict(fn(agent, env)) if fn else {}
-
-    def core_defaults(self, agent: str, core: str | None) -> dict:
-        """Its defaults for the agent with a recurrent core (``models.core_kind``; None: feedforward)."""
-        fn = self._optional.get("core_defaults")
-        return dict(fn(agent, core)) if fn else {}
-
-    def rnd_defaults(self, agent: str) -> dict:
-        """Its defaults of ``--rnd`` runs, over the agent's and RND's published ones."""
-        fn = self._optional.get("rnd_defaults")
-        return dict(fn(agent)) if fn else {}
-
     def num_actors_multiple(self, flags) -> int:
         """--num_actors must be a multiple of this (1 unless the package says otherwise)."""
         fn = self._optional.get("num_actors_multiple")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import sys
 
 
 class DefaultsHelpFormatter(argparse.HelpFormatter):
@@ -55,6 +56,22 @@ def expand_flag_files(argv: list[str], _seen: tuple[str, ...] = ()) -> list[str]
     return out
 
 
+# Flags that changed name: a checkpoint's saved flags under the old name are read under the new one.
+RENAMED = {"use_quasi_lstm": "use_elstm"}
+
+
+class Renamed(argparse.Action):
+    """An old flag name, still accepted: it sets the new flag (``dest``) and says so in one line on stderr."""
+
+    def __init__(self, option_strings, dest, new: str, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=argparse.SUPPRESS, **kwargs)
+        self.new = new
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(f"{parser.prog}: note: {option_string} is now called {self.new}", file=sys.stderr)
+        setattr(namespace, self.dest, True)
+
+
 class FlagParser(argparse.ArgumentParser):
     """argparse whose refusals are one line naming the cause and pointing to --help, not the usage dump."""
 
@@ -94,7 +111,15 @@ def make_parser(prog: str | None = None) -> argparse.ArgumentParser:
         help="train, or test: run the final-test protocol on --checkpoint.",
     )
     a("--checkpoint", default=None, metavar="PATH", help="With --mode test: the model.tar to evaluate.")
-    a("--dry_run", action="store_true", help="Parse and check the flags, print the configuration, exit.")
+    a(
+        "--dry_run",
+        nargs="?",
+        const="read",
+        default=False,
+        choices=("read", "all"),
+        help="Parse and check the flags, print the configuration grouped by each value's source, exit: the flags "
+        "this run reads (--dry_run=all: every flag).",
+    )
     a("--xpid", default=None, help="Experiment id (default: env-date-time).")
     a("--savedir", default="~/logs/torchbeast", help="Root dir where experiment data will be saved.")
     a("--seed", type=int, default=1, help="Seeds torch, numpy and every environment.")
@@ -296,12 +321,11 @@ def make_parser(prog: str | None = None) -> argparse.ArgumentParser:
         "torchbeast's and IMPALA's three stages by default, SEED RL's Football network has four.",
     )
     g.add_argument("--use_lstm", action="store_true", help="LSTM core.")
+    g.add_argument("--use_quasi_lstm", action=Renamed, new="--use_elstm", dest="use_elstm")
     g.add_argument(
-        "--use_quasi_lstm",
         "--use_elstm",
-        dest="use_quasi_lstm",
         action="store_true",
-        help="eLSTM (QuasiLSTM) core trained by truncated BPTT.",
+        help="eLSTM (R2AC's published code calls it QuasiLSTM) core trained by truncated BPTT.",
     )
     g.add_argument("--use_rtrl", action="store_true", help="eLSTM core trained by exact RTRL.")
     g.add_argument(
@@ -417,10 +441,10 @@ def check(parser: argparse.ArgumentParser, flags: argparse.Namespace) -> None:
         resnet_channels(flags)
     except UserError as e:
         parser.error(str(e))
-    if flags.use_lstm and (flags.use_quasi_lstm or flags.use_rtrl):
-        parser.error("--use_lstm cannot be combined with --use_quasi_lstm/--use_rtrl: choose one core")
-    if flags.feedforward and (flags.use_lstm or flags.use_quasi_lstm or flags.use_rtrl):
-        parser.error("--feedforward cannot be combined with --use_lstm/--use_quasi_lstm/--use_rtrl: choose one")
+    if flags.use_lstm and (flags.use_elstm or flags.use_rtrl):
+        parser.error("--use_lstm cannot be combined with --use_elstm/--use_rtrl: choose one core")
+    if flags.feedforward and (flags.use_lstm or flags.use_elstm or flags.use_rtrl):
+        parser.error("--feedforward cannot be combined with --use_lstm/--use_elstm/--use_rtrl: choose one")
     if (
         flags.deterministic
         and (flags.validate_every > 0 or flags.validate_step_every > 0)

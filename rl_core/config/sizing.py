@@ -2,9 +2,8 @@
 
 ``size_run`` is a pure function of the machine (usable cores, a GPU learner or not), the agent (its traits,
 ``rl_core.agents.agent_traits``), the envs per server the package asks for, the package's defaults for that
-agent and the flags given on the command line; the launcher
-(``rl_core.runtime.entry.launcher_main``) calls it with this machine's figures and sets what it
-chose as parser defaults, so that explicit flags always win.  The rule:
+agent and the flags given on the command line; the resolver (``rl_core/config/resolve.py: size``) calls it for
+the launcher and lays what it chose under the flags given, so that explicit flags always win.  The rule:
 
 * Up to ``BASE_CORES`` (2) usable cores, the machine every package's defaults were sized and
   measured on, nothing changes: each flag not given takes the package's default for the agent.
@@ -12,16 +11,12 @@ chose as parser defaults, so that explicit flags always win.  The rule:
   a GPU learner (learner, inference and actor threads), half the cores without one (the learner and
   central inference then compute on them).  Each server steps the package's ``ENVS_PER_SERVER``
   envs with a GPU learner, half as many without: enough per round trip for central inference to run
-  large batches while the servers step.  Atari's 32 is the anchor, IMPALA on Pong on 16 cores with an
-  H100: 14 servers x 32 envs = 448 reached 57k frames/s, found by hand (R2D2 takes it; IMPALA's envs are
-  bounded by its batch, below).  Never fewer servers or envs than the package's defaults.
+  large batches while the servers step (Atari's 32: docs/scaling.md).  Never fewer servers or envs than the
+  package's defaults.
 * Per agent (its traits' ``sizing``): ``impala`` and ``r2d2`` take that layout, "scaled".  IMPALA's envs
   (``lag_bounds_envs``) stay at most ``MAX_LAG`` batches, ``MAX_LAG x batch_size``, so that an unroll waits
   at most about that many learner steps (V-trace corrects the lag), and its batch stays the package's: the
-  batch is a learning hyperparameter, not a speed knob.  On the H200 machine (16 cores) IMPALA Pong with the
-  envs grown to 448 and the batch to 56 ran at 48k frames/s and was at -17.4 after 4.2M steps (6 minutes);
-  with 56 envs and the package's B=8 at 20k frames/s, it reached a last-100 return of 18 at 2.45M steps,
-  8.3 minutes (docs/experiments/impala.md).  R2D2 learns from its replay at --replay_ratio; its batch is the
+  batch is a learning hyperparameter, not a speed knob (docs/experiments/impala.md).  R2D2 learns from its replay at --replay_ratio; its batch is the
   paper's.  The on-policy agents' batch (envs x unroll steps per
   update) is their published hyperparameter and an env beyond it only waits with an unroll of a stale
   policy, so their envs ("on_policy") stay at most ``max(defaults, batch_size)`` (a --batch_size given
@@ -31,13 +26,9 @@ chose as parser defaults, so that explicit flags always win.  The rule:
   of microseconds gains nothing from more servers, only round trips.
 * On more than 2 cores, the "scaled" agents' server processes step their envs as the package's
   ``SERVER_SPLITS`` servers in turn (``--server_splits``; sample-factory's double-buffered sampling): one
-  steps while the other's actions make the round trip through central inference, which left each Atari
-  server idle a quarter of the time on the H100 machine.  ``--num_servers`` counts the servers (the
-  learner's connections), so 14 processes x 2 servers of 16 envs = 448 there.  Two processes per core do
-  not do the same: the scheduler runs them side by side, not in turn (``benchmarks/server_overlap.py``).
-  No package sets ``SERVER_SPLITS`` above 1 today: end to end on the H200 machine the split ran at
-  0.86-0.91 of the unsplit layout's steps/s (docs/scaling.md).  Given --num_servers or --server_splits,
-  the sizing splits nothing.
+  steps while the other's actions make the round trip through central inference.  ``--num_servers`` counts
+  the servers (the learner's connections).  No package sets ``SERVER_SPLITS`` above 1: end to end it did not
+  pay (docs/scaling.md).  Given --num_servers or --server_splits, the sizing splits nothing.
 * Constraints: ``num_actors`` a multiple of ``num_servers`` and of ``games`` (Procgen's --multi_env).
 
 ``usable_cores()`` is ``len(os.sched_getaffinity(0))``, or ``$POLYBEAST_CORES`` where set: for tests,

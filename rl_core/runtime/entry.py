@@ -14,18 +14,14 @@ import os
 # an OMP_WAIT_POLICY of the user's wins.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-import argparse
-import dataclasses
-import json
-import math
 import logging
 import secrets
 import signal
 import sys
 import threading
 
-from rl_core.config import flags as flags_lib
 from rl_core.config.env_package import EnvPackage, env_package
+from rl_core.config.resolve import Machine, Parsed, make_parser, memory_bytes, resolve
 from rl_core.errors import UserError
 from rl_core.records.run_log import setup_logging
 from rl_core.runtime.allocator import keep_freed_memory
@@ -35,280 +31,28 @@ from rl_core.runtime.supervisor import FAILURE_FILE_ENV
 log = logging.getLogger("entry")
 
 
-def make_parser(env_pkg, prog=None):
-    parser = flags_lib.make_parser(prog)
-    env_package(env_pkg).add_flags(parser)
-    return parser
-
-
-CORE_FLAGS = ("use_lstm", "use_quasi_lstm", "use_rtrl")  # models.core_kind's flags: one core at most
-
-
-def apply_agent_defaults(env_pkg, parser, argv) -> list[tuple[str, dict]]:
-    """The agent's published defaults (``rl_core.agents.published_defaults``), the package's for the
-    chosen --agent (``env_pkg.agent_defaults(name)``), on the chosen --env (``env_pkg.env_defaults(name, env)``), with a
-    recurrent core, for that (``env_pkg.core_defaults(name, core)``), and with --rnd RND's
-    (``rl_core.agents.rnd.RND_DEFAULTS``, then ``env_pkg.rnd_defaults(name)``), under the flags given on the
-    command line: the agent and core are read first, then their defaults are set.  A core named on the command
-    line (or ``--feedforward``) replaces the one a package's defaults give.  Returns the layers, each
-    ``(source, values)``, in the order they were laid (a later one wins)."""
-    from models import core_kind
-    from rl_core.agents import published_defaults
-
-    env_pkg = env_package(env_pkg)
-    # --help is left out here, so that the help printed by the full parse shows these defaults
-    known, _ = parser.parse_known_args([a for a in argv if a not in ("-h", "--help")])
-    agent, pkg = known.agent, env_pkg.package
-    layers = [
-        (f"paper: --agent {agent}", published_defaults(agent)),  # the agent's paper, under the package's own
-        (f"{pkg}: --agent {agent}", env_pkg.agent_defaults(agent)),
-        (f"{pkg}: --agent {agent} on --env {known.env}", env_pkg.env_defaults(agent, known.env)),
-    ]
-    if known.feedforward or any(getattr(known, k) for k in CORE_FLAGS):  # a core named on the command line
-        layers = [
-            (source, {k: v for k, v in values.items() if k not in CORE_FLAGS})  # replaces the package's
-            for source, values in layers
-        ]
-    laid = {k: v for _, values in layers for k, v in values.items()}
-    core = core_kind(argparse.Namespace(**{k: laid.get(k, getattr(known, k)) for k in CORE_FLAGS}))
-    layers.append((f"{pkg}: --agent {agent} with a {core} core", env_pkg.core_defaults(agent, core)))
-    if known.rnd:  # then RND's: the paper's, and the package's for RND runs
-        from rl_core.agents import describe_agent
-        from rl_core.agents.rnd import RND_DEFAULTS
-
-        run = describe_agent(vars(known))  # --agent NAME --rnd
-        layers += [(f"paper: {run}", dict(RND_DEFAULTS)), (f"{pkg}: {run}", env_pkg.rnd_defaults(agent))]
-    defaults = {k: v for _, values in layers for k, v in values.items()}
-    unknown = [k for k in defaults if not hasattr(known, k)]
-    if unknown:
-        raise ValueError(f"{env_pkg.presets_name}: the defaults of --agent {agent} name unknown flags {unknown}")
-    parser.set_defaults(**defaults)
-    return [(source, values) for source, values in layers if values]
-
-
-def given_flags(parser, argv) -> dict:
-    """The flags written on the command line (abbreviated ones too), with their values as parsed."""
-    unset = object()
-    namespace = argparse.Namespace(**{a.dest: unset for a in parser._actions if a.dest != argparse.SUPPRESS})
-    parser.parse_known_args([a for a in argv if a not in ("-h", "--help")], namespace=namespace)
-    return {k: v for k, v in vars(namespace).items() if v is not unset}
-
-
-def apply_sizing(env_pkg, parser, argv):
-    """The launcher's sizing (``rl_core.config.sizing``): --num_servers, --num_actors and --batch_size for this
-    machine, the agent and the package, set as defaults under the flags given (which always win).
-    A resumed run (--xpid of a run directory with a model.tar) keeps what its meta.json says was sized
-    when it started.  Returns the ``Sizing``, or None for --mode test (the checkpoint's flags)."""
-    from rl_core.config import sizing as sizing_lib
-
-    env_pkg = env_package(env_pkg)
-    known, _ = parser.parse_known_args([a for a in argv if a not in ("-h", "--help")])
-    if known.mode != "train":
-        return None
-    keys = (*sizing_lib.SIZED_FLAGS, "server_splits", "unroll_length", "total_steps")
-    given = {k: v for k, v in given_flags(parser, argv).items() if k in keys}
-    defaults = {k: parser.get_default(k) for k in keys}
-    sizing = _resumed_sizing(known, given, defaults)
-    if sizing is None:
-        from rl_core.runtime.distributed import world_from_environ
-        from rl_core.runtime.device import select_device
-
-        games = env_pkg.num_actors_multiple(known)
-        gpu = select_device(known).type == "cuda"
-        world = world_from_environ()
-        envs_per_server = env_pkg.ENVS_PER_SERVER
-        if world is None:
-            sizing = sizing_lib.size_run(
-                sizing_lib.usable_cores(),
-                gpu,
-                known.agent,
-                envs_per_server,
-                defaults,
-                given,
-                games,
-                env_pkg.SERVER_SPLITS,
-            )
-        else:
-            sizing = _sized_per_rank(
-                sizing_lib, world, gpu, known.agent, envs_per_server, defaults, given, games, env_pkg.SERVER_SPLITS
-            )
-    parser.set_defaults(**{k: v for k, v in sizing.values().items() if k in sizing.auto})
-    return sizing
-
-
-def _sized_per_rank(sizing_lib, world, gpu, agent, envs_per_server, defaults, given, games, server_splits=1):
-    """Sizing under torchrun: one rank's share of the machine (its cores / LOCAL_WORLD_SIZE) sized from the
-    package's values divided among the ranks (rounded up), times the world size: the run's totals, each a
-    multiple of the world size (on 2 cores a rank, the package's defaults, rounded up to such a multiple)."""
-    import dataclasses
-
-    W = world.world_size
-    share = {k: (-(-v // W) if k in sizing_lib.SIZED_FLAGS else v) for k, v in defaults.items()}
-    given_share = {k: (-(-v // W) if k in sizing_lib.SIZED_FLAGS else v) for k, v in given.items()}
-    cores = max(1, sizing_lib.usable_cores() // max(1, world.local_world_size))
-    per_rank = sizing_lib.size_run(cores, gpu, agent, envs_per_server, share, given_share, games, server_splits)
-    totals = {
-        k: (v * W if k in per_rank.auto and k in sizing_lib.SIZED_FLAGS else given.get(k, v))
-        for k, v in per_rank.values().items()
-    }
-    reason = (f"{per_rank.reason}; " if per_rank.reason else "") + (
-        f"per rank of the {W} of this torchrun job (each takes 1/{W} of the run's totals)"
-    )
-    return dataclasses.replace(per_rank, **totals, reason=reason)
-
-
-def _resumed_sizing(known, given: dict, defaults: dict):
-    """The sizing a resumed run started with (its meta.json's ``sizing``), for the flags it sized itself
-    and this command line does not give; None for a new run or one that recorded none."""
-    from rl_core.config import sizing as sizing_lib
-
-    if not known.xpid:
-        return None
-    rundir = os.path.join(os.path.expanduser(known.savedir), known.xpid)
-    if not os.path.exists(os.path.join(rundir, "model.tar")):
-        return None
-    try:
-        with open(os.path.join(rundir, "meta.json")) as f:
-            record = json.load(f).get("sizing")
-        taken = {k: int(record[k]) for k in record.get("auto", ()) if k in sizing_lib.SIZED_FLAGS and k not in given}
-    except (OSError, ValueError, TypeError, KeyError, AttributeError):
-        return None
-    if not taken:
-        return None
-    values = {k: given.get(k, taken.get(k, defaults[k])) for k in sizing_lib.SIZED_FLAGS}
-    auto = tuple(k for k in sizing_lib.SIZED_FLAGS if k not in given)
-    if "server_splits" in record.get("auto", ()) and "server_splits" not in given and "num_servers" in auto:
-        values["server_splits"] = int(record.get("server_splits", 1))  # the processes' split it started with
-        auto += ("server_splits",)
-    device = "cuda" if record.get("gpu") else "cpu"
-    reason = (
-        f"resuming run {known.xpid}: {', '.join(f'--{k} {v}' for k, v in taken.items())} as it was sized when "
-        f"it started ({record.get('cores')} usable cores, learner on {device})"
-    )
-    rounded = _divisible_by_ranks(values, auto)
-    if rounded:
-        reason += f", then {', '.join(f'--{k} {values[k]}' for k in rounded)} to divide among the ranks"
-    reason += f"; {sizing_lib.OVERRIDE}"
-    return sizing_lib.Sizing(
-        **values, reason=reason, auto=auto, cores=record.get("cores") or 0, gpu=bool(record.get("gpu"))
-    )
-
-
-def _divisible_by_ranks(values: dict, auto: tuple) -> list[str]:
-    """Under torchrun, the sized values a checkpoint kept (``auto``, not given) rounded up, in place, so that
-    they divide among the ranks (a one-process run's 1 server becomes 2 on 2 ranks) and the envs among the
-    servers; returns the flags changed.  Outside torchrun, or with the flags given, nothing changes."""
+def this_machine(cuda: bool = False) -> Machine:
+    """The machine the resolver reads: usable cores, memory, the torchrun world; ``cuda``: whether a GPU learner is
+    possible (asked only by the launcher, whose sizing depends on it: it imports torch)."""
+    from rl_core.config.sizing import usable_cores
     from rl_core.runtime.distributed import world_from_environ
 
-    world = world_from_environ()
-    if world is None:
-        return []
-    W, changed = world.world_size, []
+    if cuda:
+        import torch
 
-    def round_up(key: str, multiple: int) -> None:
-        if key in auto and values[key] % multiple:
-            values[key] = -(-values[key] // multiple) * multiple
-            changed.append(key)
-
-    round_up("num_servers", W)
-    round_up("num_actors", math.lcm(W, values["num_servers"]))
-    round_up("batch_size", W)
-    return changed
+        cuda = torch.cuda.is_available()
+    return Machine(usable_cores(), memory_bytes(), cuda, world_from_environ())
 
 
 def parse_flags(env_pkg, argv=None, prog=None, parser=None):
-    """Parse and check; ``--dry_run`` prints the configuration, each value with its source, and exits 0."""
+    """Parse and check; ``--dry_run`` prints the configuration page and exits 0."""
     return parse_command_line(env_pkg, argv, prog, parser).flags
 
 
-@dataclasses.dataclass
-class Parsed:
-    """A parsed command line: the flags, the launcher's sizing (or None), the command line with its ``@FILE`` flag
-    files expanded, and each flag's source (``flag_sources``)."""
-
-    flags: argparse.Namespace
-    sizing: object
-    argv: list[str]
-    sources: dict[str, str]
-
-
 def parse_command_line(env_pkg, argv=None, prog=None, parser=None, auto_size=False) -> Parsed:
-    """``parse_flags``; with ``auto_size`` (the launcher) the flags not given are sized to the machine first."""
-    env_pkg = env_package(env_pkg)
-    parser = parser or make_parser(env_pkg, prog)
-    raw = sys.argv[1:] if argv is None else list(argv)
-    try:
-        argv = flags_lib.expand_flag_files(raw)
-    except UserError as e:
-        parser.error(str(e))
-    layers = apply_agent_defaults(env_pkg, parser, argv)
-    sizing = apply_sizing(env_pkg, parser, argv) if auto_size else None
-    flags = parser.parse_args(argv)
-    from rl_core import agents
-    from rl_core.config.flag_ranges import check_ranges
-
-    check_ranges(parser, flags, dict(agents.flag_ranges(), **(env_pkg.FLAG_RANGES or {})))
-    flags_lib.check(parser, flags)
-    env_pkg.check_flags(parser, flags)
-    check_action_kind(env_pkg, parser, flags)
-    sources = flag_sources(env_pkg, parser, raw, layers, sizing)
-    if flags.dry_run:
-        print(f"{parser.prog}: configuration (each value's source after #)")
-        for key, value in sorted(vars(flags).items()):
-            if key != "server_secret":
-                print(f"  --{key}={value}  # {sources.get(key, FLAG_DEFAULT)}")
-        if sizing is not None and sizing.reason:
-            print(f"sizing: {sizing.reason}")
-        sys.exit(0)
-    return Parsed(flags, sizing, argv, sources)
-
-
-FLAG_DEFAULT, COMMAND_LINE, SIZING = "flag default", "command line", "sizing: this machine"
-
-
-def flag_sources(env_pkg, parser, raw_argv: list[str], layers: list[tuple[str, dict]], sizing) -> dict[str, str]:
-    """Where each flag's value came from, the first that gives it of: the command line or a flag file (the last
-    one that names it), the launcher's sizing (where it changed the value), the layers of agent and package defaults
-    (``apply_agent_defaults``, the last first), the package's own defaults of the shared flags, the flag's own
-    default."""
-    base = {a.dest: a.default for a in flags_lib.make_parser()._actions}
-    package = {a.dest: a.default for a in make_parser(env_pkg)._actions}
-    sources = {k: env_pkg.package if package.get(k, base.get(k)) != base.get(k) else FLAG_DEFAULT for k in package}
-    laid = dict(package)
-    for source, values in layers:
-        sources.update(dict.fromkeys(values, source))
-        laid.update(values)
-    sized = sizing.values() if sizing is not None else {}
-    sources.update(
-        {k: SIZING for k in (sizing.auto if sizing is not None else ()) if sized.get(k, laid.get(k)) != laid.get(k)}
-    )  # what the sizing kept stays its layer's
-    for source, args in _argv_segments(raw_argv):
-        sources.update(dict.fromkeys(given_flags(parser, args), source))
-    return sources
-
-
-def _argv_segments(raw_argv: list[str]) -> list[tuple[str, list[str]]]:
-    """The command line cut where a ``@FILE`` stands: ``(source, flags)`` in order, a file's flags expanded."""
-    segments: list[tuple[str, list[str]]] = []
-    for arg in raw_argv:
-        if arg.startswith("@") and len(arg) > 1:
-            segments.append((f"flag file {arg[1:]}", flags_lib.expand_flag_files([arg])))
-        elif segments and segments[-1][0] == COMMAND_LINE:
-            segments[-1][1].append(arg)
-        else:
-            segments.append((COMMAND_LINE, [arg]))
-    return segments
-
-
-def check_action_kind(env_pkg, parser, flags) -> None:
-    """What --dry_run accepts, a run accepts: an agent that the package's envs' actions refuse is refused here, in
-    the line the learner would end with (``rl_core.agents.check_action_space``)."""
-    from rl_core.agents import action_space_refusal
-
-    kind = env_pkg.ACTION_KIND
-    refusal = action_space_refusal(flags.agent, kind, bool(flags.rnd)) if kind else None
-    if refusal:
-        parser.error(refusal)
+    """``rl_core.config.resolve.resolve`` on this machine; with ``auto_size`` (the launcher) the flags not given are
+    sized to it first."""
+    return resolve(env_pkg, argv, this_machine(cuda=auto_size), prog, parser, auto_size)
 
 
 def _maybe_test_mode(env_pkg, flags, parser, argv) -> None:

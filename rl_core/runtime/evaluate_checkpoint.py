@@ -12,6 +12,7 @@ from rl_core.records import checkpoint_file
 from rl_core.evaluation import episodes
 from rl_core.data.env_spec import EnvSpec
 from rl_core.errors import UserError
+from rl_core.config.flags import RENAMED
 from rl_core.records.run_log import setup_logging
 
 log = logging.getLogger("test_mode")
@@ -39,6 +40,7 @@ def evaluate_checkpoint(flags, env_pkg, parser, argv: list[str]) -> int:
         saved = checkpoint_file.load(flags.checkpoint, fix="pass --checkpoint the model.tar of a run of this project")
         given = explicit_dests(parser, argv)
         for key, value in saved.get("flags", {}).items():
+            key = RENAMED.get(key, key)  # a checkpoint saved under a flag's old name
             if key not in given and hasattr(flags, key) and key not in ("mode", "checkpoint"):
                 setattr(flags, key, value)
         from rl_core.agents import make_agent

@@ -19,5 +19,20 @@ SPECS = (
         flag_groups=(shared_flags.learning, shared_flags.actor_critic),
         check=shared_flags.check_actor_critic,
         rnd=True,
+        # the on-policy agent's advantage and value-loss choices: V-trace (rl_core/losses/impala.py) takes none
+        unread=(
+            "advantage",
+            "gae_lambda",
+            "nstep",
+            "loss_reduction",
+            "value_loss",
+            "huber_delta",
+            "value_clip",
+            "advantage_normalization",
+            "target_entropy",
+            "kl_cost",
+            "target_kl",
+            "lagrange_init",
+        ),
     ),
 )

@@ -71,7 +71,7 @@ class SACAgent(Agent):
         from models.sac import build_sac_model
 
         if core_kind(self.flags) is not None:
-            raise UserError("--agent sac's networks are feedforward: drop --use_lstm / --use_quasi_lstm / --use_rtrl")
+            raise UserError("--agent sac's networks are feedforward: drop --use_lstm / --use_elstm / --use_rtrl")
         return build_sac_model(self.flags, self.spec)
 
     def make_optimizer(self, model):
