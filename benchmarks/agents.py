@@ -51,7 +51,7 @@ CONFIGS = {
     "ppo_rnd": ("torchbeast_gym", ["--agent", "ppo", "--rnd"]),
 }
 FRAMES_PER_STEP = {"torchbeast_atari": 4}
-# The table's columns, in order (benchmarks/gpu_suite.py reads the rows by them)
+# The table's columns, in order (benchmarks/gpu/stages.py reads the rows by them)
 COLUMNS = (
     "agent",
     "steps/s",

@@ -14,6 +14,8 @@ import time
 import pytest
 
 from benchmarks import gpu_suite
+from benchmarks.gpu import budget, children, stages, tables
+from rl_core.records.plot import read_columns
 from tests.proc_utils import REPO
 
 
@@ -25,7 +27,7 @@ def test_each_stage_gets_its_share_and_what_does_not_fit_is_skipped():
     a = args()
     # 16 cores, the default 25 minutes: the ceiling's 5 measurements of 5 + 4 s, IMPALA its 12 minutes at most,
     # the splits 2 x (75 + 20) s, the 6 agents 75 s each, the rest to PPO on Pong (halves would be too short)
-    assert gpu_suite.plan(1500, list(gpu_suite.STAGES), a, 16) == {
+    assert budget.plan(1500, list(budget.STAGES), a, 16) == {
         "ceiling": 45.0,
         "impala_pong": 720.0,
         "splits": 190.0,
@@ -35,7 +37,7 @@ def test_each_stage_gets_its_share_and_what_does_not_fit_is_skipped():
         "ppo_breakout": 0.0,
     }
     # 2 cores and 100 s: the ceiling (2 measurements) and IMPALA; the splits, the agents and PPO do not fit
-    assert gpu_suite.plan(100, list(gpu_suite.STAGES), a, 2) == {
+    assert budget.plan(100, list(budget.STAGES), a, 2) == {
         "ceiling": 18.0,
         "impala_pong": 67.0,
         "splits": 0.0,
@@ -45,43 +47,43 @@ def test_each_stage_gets_its_share_and_what_does_not_fit_is_skipped():
         "ppo_breakout": 0.0,
     }
     # IMPALA leaves the agents that fit beside its minimum minute: here 3 of them
-    shares = gpu_suite.plan(300, ["impala_pong", "agents"], a, 16)
+    shares = budget.plan(300, ["impala_pong", "agents"], a, 16)
     assert shares == {"impala_pong": 60.0, "agents": 225.0}
     # PPO alone: an equal part each, or all of it to the first when halves would be too short
-    assert gpu_suite.plan(215, ["ppo_pong", "ppo_breakout"], a, 16) == {"ppo_pong": 100.0, "ppo_breakout": 100.0}
-    assert gpu_suite.plan(115, ["ppo_pong", "ppo_breakout"], a, 16) == {"ppo_pong": 100.0, "ppo_breakout": 0.0}
-    assert set(gpu_suite.plan(5, list(gpu_suite.STAGES), a, 16).values()) == {0.0}
-    for budget in range(0, 3000, 7):
+    assert budget.plan(215, ["ppo_pong", "ppo_breakout"], a, 16) == {"ppo_pong": 100.0, "ppo_breakout": 100.0}
+    assert budget.plan(115, ["ppo_pong", "ppo_breakout"], a, 16) == {"ppo_pong": 100.0, "ppo_breakout": 0.0}
+    assert set(budget.plan(5, list(budget.STAGES), a, 16).values()) == {0.0}
+    for budget_s in range(0, 3000, 7):
         for cores in (2, 16):
-            shares = gpu_suite.plan(budget, list(gpu_suite.STAGES), a, cores)
-            assert sum(shares.values()) <= max(budget - gpu_suite.MARGIN_S, 0) + 1e-9
-            assert all(v == 0 or v >= gpu_suite.TRAIN_MIN_S for s, v in shares.items() if s in gpu_suite.TRAINING)
+            shares = budget.plan(budget_s, list(budget.STAGES), a, cores)
+            assert sum(shares.values()) <= max(budget_s - budget.MARGIN_S, 0) + 1e-9
+            assert all(v == 0 or v >= budget.TRAIN_MIN_S for s, v in shares.items() if s in budget.TRAINING)
             assert shares["impala_pong"] <= a.impala_max_s
             assert shares["splits"] in (0.0, 190.0)
 
 
 def test_the_splits_stage_gets_its_two_runs_or_is_skipped():
     a = args("--splits_seconds", "40")
-    need = 2 * (40 + gpu_suite.STOP_GRACE_S)  # two runs, each with its clean stop's grace
-    assert gpu_suite.splits_need_s(a) == need == 120.0
-    assert gpu_suite.plan(200, ["splits"], a, 2) == {"splits": need}  # the CPU check's budget
-    assert gpu_suite.plan(gpu_suite.MARGIN_S + need - 1, ["splits"], a, 2) == {"splits": 0.0}
+    need = 2 * (40 + budget.STOP_GRACE_S)  # two runs, each with its clean stop's grace
+    assert budget.splits_need_s(a) == need == 120.0
+    assert budget.plan(200, ["splits"], a, 2) == {"splits": need}  # the CPU check's budget
+    assert budget.plan(budget.MARGIN_S + need - 1, ["splits"], a, 2) == {"splits": 0.0}
     # IMPALA gives way to the splits and then to the agents that fit beside its minute
     a = args()
-    assert gpu_suite.plan(570, ["ceiling", "impala_pong", "splits"], a, 16) == {
+    assert budget.plan(570, ["ceiling", "impala_pong", "splits"], a, 16) == {
         "ceiling": 45.0,
         "impala_pong": 320.0,
         "splits": 190.0,
     }
-    assert gpu_suite.plan(600, ["impala_pong", "splits", "agents"], a, 16) == {
+    assert budget.plan(600, ["impala_pong", "splits", "agents"], a, 16) == {
         "impala_pong": 95.0,
         "splits": 190.0,
         "agents": 300.0,
     }
     # ... but not when the splits do not fit beside its minute: IMPALA takes what is left
-    assert gpu_suite.plan(200, ["impala_pong", "splits"], a, 16) == {"impala_pong": 185.0, "splits": 0.0}
+    assert budget.plan(200, ["impala_pong", "splits"], a, 16) == {"impala_pong": 185.0, "splits": 0.0}
     # the stage-by-stage recipe's last call: the splits, then PPO halves
-    assert gpu_suite.plan(570, ["splits", "ppo_pong", "ppo_breakout"], a, 16) == {
+    assert budget.plan(570, ["splits", "ppo_pong", "ppo_breakout"], a, 16) == {
         "splits": 190.0,
         "ppo_pong": 182.5,
         "ppo_breakout": 182.5,
@@ -103,36 +105,36 @@ CHILD = textwrap.dedent("""
 
 
 def test_a_child_is_stopped_at_its_target_at_its_budget_or_killed(tmp_path):
-    stopper = gpu_suite.Stopper(install=False)
+    stopper = children.Stopper(install=False)
     rundir = str(tmp_path / "run")
 
     def reached():
-        rows = gpu_suite.read_columns(rundir, ("return_last_100",)) if os.path.exists(rundir + "/logs.csv") else []
+        rows = read_columns(rundir, ("return_last_100",)) if os.path.exists(rundir + "/logs.csv") else []
         return bool(rows) and rows[-1][0] >= 18
 
     now = time.monotonic()
-    ended = gpu_suite.run_child(
+    ended = children.run_child(
         [sys.executable, "-c", CHILD, rundir, "stop"], str(tmp_path / "a.out"), now + 30, now + 40, stopper, reached
     )
     assert (ended.status, ended.why) == (0, "target") and ended.target_s < 10
-    last = gpu_suite.read_columns(rundir, ("return_last_100",))[-1][0]
+    last = read_columns(rundir, ("return_last_100",))[-1][0]
     assert 18 <= last < 18 + 3 * 200  # stopped within seconds of the row that reached 18, long before its end
 
     now = time.monotonic()
-    ended = gpu_suite.run_child(
+    ended = children.run_child(
         [sys.executable, "-c", CHILD, rundir, "stop"], str(tmp_path / "b.out"), now + 1, now + 20, stopper
     )
     assert (ended.status, ended.why) == (0, "budget") and ended.seconds < 5
     # a child that ignores SIGINT is killed at its share's end
     now = time.monotonic()
-    ended = gpu_suite.run_child(
+    ended = children.run_child(
         [sys.executable, "-c", CHILD, rundir, "ignore"], str(tmp_path / "c.out"), now + 1, now + 2, stopper
     )
     assert (ended.status, ended.why) == (-signal.SIGKILL, "budget") and ended.seconds < 5
     # the suite's own Ctrl-C reaches the child: "signal"
     stopper._handle(signal.SIGINT, None)
     now = time.monotonic()
-    ended = gpu_suite.run_child(
+    ended = children.run_child(
         [sys.executable, "-c", CHILD, rundir, "stop"], str(tmp_path / "d.out"), now + 30, now + 40, stopper
     )
     assert ended.why == "signal" and ended.seconds < 5
@@ -165,7 +167,7 @@ def synthetic_run(rundir, returns, dt=30.0, steps_per_row=200_000):
 def test_tables_from_a_synthetic_run_directory(tmp_path):
     rundir = str(tmp_path / "impala_pong")
     synthetic_run(rundir, ["nan", -20.5, 5.0, 17.9, 18.2, 19.0, 19.5, 20.0])  # 18 first at row 5: 1M steps, 150 s
-    result = gpu_suite.training_result(rundir, 18.0)
+    result = stages.training_result(rundir, 18.0)
     assert result["reached_step"] == 1_000_000 and result["reached_train_s"] == 150.0
     assert result["steps"] == 1_600_000 and result["last100"] == 20.0
     assert result["frames_s"] == pytest.approx(1_600_000 / 240 * 4)
@@ -190,9 +192,7 @@ def test_tables_from_a_synthetic_run_directory(tmp_path):
         "date": "d",
         "machine": "m",
     }
-    text = gpu_suite.markdown(
-        {"ceiling": ceiling, "impala_pong": impala, "ppo_pong": {"status": "skipped: budget"}}, "m"
-    )
+    text = tables.markdown({"ceiling": ceiling, "impala_pong": impala, "ppo_pong": {"status": "skipped: budget"}}, "m")
     rows = [line for line in text.splitlines() if line.startswith("| ")]
     assert "| 16 | 7,000 | 28,000 |" in rows
     # steps, step at 18, training and wall minutes, last-100, mean and steady frames/s, their ratio (26,667 /
@@ -211,7 +211,7 @@ def test_tables_from_a_synthetic_run_directory(tmp_path):
     }
     rows = [
         line
-        for line in gpu_suite.markdown({"ppo_pong": {"status": "skipped: budget"}, "r2d2_pong": r2d2}, "m").splitlines()
+        for line in tables.markdown({"ppo_pong": {"status": "skipped: budget"}, "r2d2_pong": r2d2}, "m").splitlines()
         if line.startswith("| PongNoFrameskip-v4 | r2d2")
     ]
     assert rows == [
@@ -222,7 +222,7 @@ def test_tables_from_a_synthetic_run_directory(tmp_path):
     slow = str(tmp_path / "slow")  # never 18, and slower than 0.9 of the ceiling
     synthetic_run(slow, [-21, -20.0, 3.0], dt=100.0)
     result = {
-        **gpu_suite.training_result(slow, 18.0),
+        **stages.training_result(slow, 18.0),
         "status": "done",
         "stopped": "budget",
         "share_s": 300.0,
@@ -234,7 +234,7 @@ def test_tables_from_a_synthetic_run_directory(tmp_path):
     assert result["reached_step"] is None
     rows = [
         line
-        for line in gpu_suite.markdown({"ceiling": ceiling, "impala_pong": result}, "m").splitlines()
+        for line in tables.markdown({"ceiling": ceiling, "impala_pong": result}, "m").splitlines()
         if line.startswith("| 600,000")
     ]
     assert rows == [
@@ -280,15 +280,13 @@ FAKE_LAUNCHER = textwrap.dedent("""
 
 @pytest.mark.parametrize("cores", [16, 2])
 def test_the_splits_stage_compares_the_sized_layout_with_the_other(tmp_path, monkeypatch, cores):
-    monkeypatch.setattr(
-        gpu_suite, "polybeast_cmd", lambda argv: [sys.executable, "-c", FAKE_LAUNCHER, str(cores), *argv]
-    )
+    monkeypatch.setattr(stages, "polybeast_cmd", lambda argv: [sys.executable, "-c", FAKE_LAUNCHER, str(cores), *argv])
     savedir = str(tmp_path)
-    ctx = gpu_suite.Context(
-        args("--splits_seconds", "2"), savedir, time.monotonic() + 100, gpu_suite.Stopper(install=False)
+    ctx = stages.Context(
+        args("--splits_seconds", "2"), savedir, time.monotonic() + 100, children.Stopper(install=False)
     )
     start = time.monotonic()
-    result = gpu_suite.stage_splits(ctx, gpu_suite.splits_need_s(ctx.args))
+    result = stages.stage_splits(ctx, budget.splits_need_s(ctx.args))
     assert time.monotonic() - start < 30
     assert result["status"] == "done", result
     sized, other = result["runs"]
@@ -311,9 +309,7 @@ def test_the_splits_stage_compares_the_sized_layout_with_the_other(tmp_path, mon
 
     ceiling = {"status": "done", "frames_s": 80_000.0 * scale}
     rows = [
-        line
-        for line in gpu_suite.splits_table({**result, "date": "d", "machine": "m"}, ceiling)
-        if line.startswith("| ")
+        line for line in tables.splits_table({**result, "date": "d", "machine": "m"}, ceiling) if line.startswith("| ")
     ]
     if cores == 16:
         assert rows[1:] == [
@@ -341,16 +337,16 @@ def test_the_splits_table_without_a_ceiling_or_a_second_run():
     }
     failed = {"sized": False, "status": "failed (exit status 1): boom", "command": "c --server_splits 1"}
     r = {"status": failed["status"], "runs": [split, failed], "seconds": 75.0, "date": "d", "machine": "m"}
-    text = gpu_suite.markdown({"splits": r}, "m")
+    text = tables.markdown({"splits": r}, "m")
     assert "| 14 x 2 x 16 | 448, B=56 | the sizing's | 60,000 | - | - |" in text  # no unsplit run, no ceiling
     assert "| - | - | given | failed (exit status 1): boom | - | - |" in text
     assert "**Split env servers** (`--server_splits`, IMPALA Pong, 75 s a run) (d, m)" in text
     assert "; failed (exit status 1): boom" in text
     # the other layout: unsplit where the sizing split, split in 2 where it did not, neither where envs do not divide
     sized = {"num_servers": 28, "num_actors": 448, "batch_size": 56, "server_splits": 2}
-    assert gpu_suite.other_layout(sized)[0] == {**sized, "num_servers": 14, "server_splits": 1}
-    assert gpu_suite.other_layout({**sized, "num_servers": 14, "server_splits": 1})[0] == sized
-    assert gpu_suite.other_layout({**sized, "num_servers": 3, "num_actors": 9, "server_splits": 1})[0] is None
+    assert stages.other_layout(sized)[0] == {**sized, "num_servers": 14, "server_splits": 1}
+    assert stages.other_layout({**sized, "num_servers": 14, "server_splits": 1})[0] == sized
+    assert stages.other_layout({**sized, "num_servers": 3, "num_actors": 9, "server_splits": 1})[0] is None
 
 
 def test_the_measuring_scripts_output_is_read():
@@ -360,7 +356,7 @@ def test_the_measuring_scripts_output_is_read():
             1        819      3,277       819     1.00
             2      1,169      4,676       584     1.43
         """)
-    assert gpu_suite.parse_ceiling(ceiling) == [(1, 819.0, 3277.0), (2, 1169.0, 4676.0)]
+    assert stages.parse_ceiling(ceiling) == [(1, 819.0, 3277.0), (2, 1169.0, 4676.0)]
     from benchmarks.agents import COLUMNS
 
     agents = "\n".join(
@@ -373,13 +369,13 @@ def test_the_measuring_scripts_output_is_read():
             "steps/s, frames/s: a footnote",
         ]
     )
-    rows, header = gpu_suite.parse_agents(agents)
+    rows, header = stages.parse_agents(agents)
     assert header.startswith("# benchmarks/agents.py") and [row[0] for row in rows] == ["impala", "sac_discrete"]
-    table = gpu_suite.agents_table({"rows": rows, "header": header, "skipped": ["ppo"], "command": "c"})
+    table = tables.agents_table({"rows": rows, "header": header, "skipped": ["ppo"], "command": "c"})
     assert "| impala | 28000 | 112000 | 20 | 30.1 | 10.2 | 2.95 | 1.1 | 1099 | 1104 |" in table
     assert "| ppo | skipped: budget |" + " |" * (len(COLUMNS) - 2) in table
     # an agent asked for but not measured (agents.py failed on it) says why, not "budget"
-    failed = gpu_suite.agents_table(
+    failed = tables.agents_table(
         {
             "rows": rows,
             "header": header,
@@ -404,7 +400,7 @@ def test_a_budget_too_small_for_any_stage_skips_them_all(tmp_path, capsys):
     assert out.returncode == 0, out.stdout + out.stderr
     lines = out.stdout.splitlines()
     assert lines[0].startswith("gpu_suite: ") and "torch " in lines[0] and "usable cores" in lines[0]
-    for stage in gpu_suite.STAGES:
+    for stage in budget.STAGES:
         assert f"[{stage}] skipped: budget" in out.stdout
     md = (tmp_path / "s" / "gpu_suite.md").read_text()
     assert "**ceiling**: skipped: budget" in md and "| BreakoutNoFrameskip-v4 | ppo | skipped: budget |" in md

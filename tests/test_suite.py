@@ -216,33 +216,33 @@ def test_bad_directories_and_flags_are_one_line(tmp_path):
 def test_a_resumed_runs_rows_keep_its_last_history_and_sum_its_wall_time():
     """A resume restarts logs.csv's clock and repeats the steps past its checkpoint (here rows of a run stopped at
     step 300, resumed from its checkpoint at 200): the table's steps increase and its seconds add up the starts."""
-    from benchmarks import suite
+    from benchmarks.results import load
 
     times = [1.0, 2.0, 3.0, 0.5, 1.5]
-    assert suite.wall_seconds(times) == [1.0, 2.0, 3.0, 3.5, 4.5]
+    assert load.wall_seconds(times) == [1.0, 2.0, 3.0, 3.5, 4.5]
     rows = [(100, 1.0), (200, 2.0), (300, 3.0), (250, 3.5), (350, 4.5)]
-    assert suite.last_history(rows) == [(100, 1.0), (200, 2.0), (250, 3.5), (350, 4.5)]
+    assert load.last_history(rows) == [(100, 1.0), (200, 2.0), (250, 3.5), (350, 4.5)]
 
 
 def test_a_seed_run_twice_is_counted_as_runs_not_seeds():
     """The legend and the partial means say "runs of k seeds" where a seed was run more than once."""
-    from benchmarks import suite
+    from benchmarks.results import groups, load
 
     def runs(*seeds):
         empty = np.zeros(0)
-        return [suite.Run("d", "PongNoFrameskip-v4", "impala", s, empty, empty, empty, None, 4) for s in seeds]
+        return [load.Run("d", "PongNoFrameskip-v4", "impala", s, empty, empty, empty, None, 4) for s in seeds]
 
-    assert suite.count_label(runs(1, 2)) == "2 seeds"
-    assert suite.count_label(runs(3)) == "1 seed"
-    assert suite.count_label(runs(1, 1)) == "2 runs of 1 seed"
-    assert suite.count_label(runs(1, 1, 2)) == "3 runs of 2 seeds"
-    assert suite.mean_std([1.0, 3.0], runs(1, 2)) == "2.0 ± 1.0"
-    assert suite.mean_std([1.0, 3.0], runs(1, 2, 3)) == "2.0 ± 1.0 (2 of 3 seeds)"
-    assert suite.mean_std([1.0, 3.0], runs(1, 1, 2)) == "2.0 ± 1.0 (2 of 3 runs)"
-    assert suite.mean_std([], runs(1)) == "-"
+    assert groups.count_label(runs(1, 2)) == "2 seeds"
+    assert groups.count_label(runs(3)) == "1 seed"
+    assert groups.count_label(runs(1, 1)) == "2 runs of 1 seed"
+    assert groups.count_label(runs(1, 1, 2)) == "3 runs of 2 seeds"
+    assert groups.mean_std([1.0, 3.0], runs(1, 2)) == "2.0 ± 1.0"
+    assert groups.mean_std([1.0, 3.0], runs(1, 2, 3)) == "2.0 ± 1.0 (2 of 3 seeds)"
+    assert groups.mean_std([1.0, 3.0], runs(1, 1, 2)) == "2.0 ± 1.0 (2 of 3 runs)"
+    assert groups.mean_std([], runs(1)) == "-"
     # returns in [-1, 1] (POPGym's, MiniGrid's) keep two decimals
-    assert suite.mean_std([0.42, 1.0], runs(1, 2)) == "0.71 ± 0.29"
-    assert suite.mean_std([-0.51], runs(1)) == "-0.51"
+    assert groups.mean_std([0.42, 1.0], runs(1, 2)) == "0.71 ± 0.29"
+    assert groups.mean_std([-0.51], runs(1)) == "-0.51"
 
 
 def test_games_is_envs():
@@ -346,35 +346,35 @@ def test_collect_falls_back_to_logs_csv_validations_and_refuses_two_runs_on_one_
 
 
 def test_a_summary_keeps_at_most_curve_points_rows_and_each_scores_first_row():
-    from benchmarks import suite
+    from benchmarks.results import collect, load
 
     steps = np.arange(1, 1001) * 1000
     returns = np.concatenate([[np.nan] * 10, np.linspace(-21, 21, 990)])
-    run = suite.Run("d", "PongNoFrameskip-v4", "ppo", 1, steps, steps / 1000.0, returns, None, 4)
-    spread = suite.curve_rows(run, [])
-    assert len(spread) == suite.CURVE_POINTS and spread[0] == 0 and spread[-1] == 999
+    run = load.Run("d", "PongNoFrameskip-v4", "ppo", 1, steps, steps / 1000.0, returns, None, 4)
+    spread = collect.curve_rows(run, [])
+    assert len(spread) == collect.CURVE_POINTS and spread[0] == 0 and spread[-1] == 999
     first = next(i for i in range(500, 1000) if i not in spread)
     score = float(returns[first])  # first reached at a row the spread leaves out
-    rows = suite.curve_rows(run, [score, 30.0])  # 30: never reached
+    rows = collect.curve_rows(run, [score, 30.0])  # 30: never reached
     assert list(rows) == sorted([*spread, first])
-    kept = suite.Run("d", "PongNoFrameskip-v4", "ppo", 1, steps[rows], steps[rows] / 1000.0, returns[rows], None, 4)
-    assert kept.steps[suite.first_reached(kept, score)] == steps[first]
+    kept = load.Run("d", "PongNoFrameskip-v4", "ppo", 1, steps[rows], steps[rows] / 1000.0, returns[rows], None, 4)
+    assert kept.steps[load.first_reached(kept, score)] == steps[first]
 
 
 def test_a_return_just_below_a_score_is_not_rounded_onto_it():
-    from benchmarks import suite
+    from benchmarks.results import collect, load
 
     # a RepeatFirstMedium run's rows: 0.89952 rounds to 0.9 at three digits, and was once taken for the first 0.9
-    assert suite.rounded_return(0.8995175, [0.9]) == 0.899
-    assert suite.rounded_return(0.9063127, [0.9]) == 0.906
-    assert suite.rounded_return(0.8995175, []) == 0.9  # no score in the way: plain rounding
-    assert suite.rounded_return(float("nan"), [0.9]) is None
+    assert collect.rounded_return(0.8995175, [0.9]) == 0.899
+    assert collect.rounded_return(0.9063127, [0.9]) == 0.906
+    assert collect.rounded_return(0.8995175, []) == 0.9  # no score in the way: plain rounding
+    assert collect.rounded_return(float("nan"), [0.9]) is None
     steps = np.array([1, 2, 3]) * 1000
     returns = np.array([0.5, 0.8995175, 0.9063127])
-    run = suite.Run("d", "popgym-RepeatFirstMedium-v0", "impala", 1, steps, steps / 1000.0, returns, None, 1)
-    kept = np.array([suite.rounded_return(v, [0.9]) for v in returns])
-    again = suite.Run("d", run.env, "impala", 1, steps, steps / 1000.0, kept, None, 1)
-    assert again.steps[suite.first_reached(again, 0.9)] == run.steps[suite.first_reached(run, 0.9)] == 3000
+    run = load.Run("d", "popgym-RepeatFirstMedium-v0", "impala", 1, steps, steps / 1000.0, returns, None, 1)
+    kept = np.array([collect.rounded_return(v, [0.9]) for v in returns])
+    again = load.Run("d", run.env, "impala", 1, steps, steps / 1000.0, kept, None, 1)
+    assert again.steps[load.first_reached(again, 0.9)] == run.steps[load.first_reached(run, 0.9)] == 3000
 
 
 def pong_summary(agent: str, seed: int, returns: list[float], exact: list[float]) -> dict:
@@ -522,16 +522,16 @@ def test_render_writes_the_region_and_curves_from_summaries_alone(suite, tmp_pat
 
 
 def test_the_plot_draws_the_anchors_points_and_a_score_not_kept_exactly_is_an_upper_bound(tmp_path):
-    from benchmarks import suite
+    from benchmarks.results import groups, load, render_figure, render_rows
 
-    anchors = suite.load_anchors()
+    anchors = load.load_anchors()
     summaries = [
         (str(tmp_path / f"{agent}.json"), pong_summary(agent, 1, [-20.0, 5.0, 18.5], exact))
         for agent, exact in (("ppo", [18.0]), ("r2d2", []))
     ]
-    runs = [suite.run_of_summary(path, s) for path, s in summaries]
+    runs = [load.run_of_summary(path, s) for path, s in summaries]
     info = dict(summaries)
-    fig = suite.plot_env("PongNoFrameskip-v4", [[run] for run in runs], info, anchors)
+    fig = render_figure.plot_env("PongNoFrameskip-v4", [[run] for run in runs], info, anchors)
     ax = fig.axes[0]
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
     assert labels == [
@@ -548,11 +548,12 @@ def test_the_plot_draws_the_anchors_points_and_a_score_not_kept_exactly_is_an_up
     assert list(ppo.get_ydata()) == [-9, 13, 17]
     assert list(lines["CleanRL dqn_atari.py (r2d2)"].get_ydata()) == [-14, 0, 17.7]
     assert ax.get_xlim()[1] == pytest.approx(3e6 * 1.03)
-    suite.pyplot().close(fig)
-    assert suite.reached_cell([runs[0]], info, 18.0) == "18: 3,000,000"
-    assert suite.reached_cell([runs[1]], info, 18.0) == "18: ≤ 3,000,000"
-    assert suite.reached_cell([runs[1]], info, 19.0) == "19: not on the kept rows"
-    assert suite.reached_cell([runs[0]], info, 19.0) == "19: not on the kept rows"  # 19 was not kept exactly either
+    groups.pyplot().close(fig)
+    assert render_rows.reached_cell([runs[0]], info, 18.0) == "18: 3,000,000"
+    assert render_rows.reached_cell([runs[1]], info, 18.0) == "18: ≤ 3,000,000"
+    assert render_rows.reached_cell([runs[1]], info, 19.0) == "19: not on the kept rows"
+    # 19 was not kept exactly either
+    assert render_rows.reached_cell([runs[0]], info, 19.0) == "19: not on the kept rows"
 
 
 def transcribed_summary(seed: int, points: list[tuple[int, float]], wall_seconds, final) -> dict:
@@ -572,9 +573,9 @@ def transcribed_summary(seed: int, points: list[tuple[int, float]], wall_seconds
 
 
 def test_a_transcribed_summary_is_marked_and_drawn_from_its_recorded_points(tmp_path):
-    from benchmarks import suite
+    from benchmarks.results import groups, load, render, render_figure, render_rows
 
-    anchors = suite.load_anchors()
+    anchors = load.load_anchors()
     one = [(1_000_000, -19.96), (2_000_000, -14.64), (3_746_240, 18.0), (5_000_000, 20.15)]
     two = [(1_000_000, -19.87), (3_595_520, 18.0), (4_000_000, 18.93), (5_000_000, 19.57)]
     summaries = [
@@ -584,10 +585,10 @@ def test_a_transcribed_summary_is_marked_and_drawn_from_its_recorded_points(tmp_
             transcribed_summary(2, two, 4176.0, {"mean": 19.39, "std": 0.18, "runs": [19.39]}),
         ),
     ]
-    runs = [suite.run_of_summary(path, s) for path, s in summaries]
+    runs = [load.run_of_summary(path, s) for path, s in summaries]
     info = dict(summaries)
     assert [r.transcribed for r in runs] == [True, True] and math.isnan(runs[0].wall_seconds)
-    row = dict(zip(suite.RENDER_HEADER, suite.render_row(runs, info, anchors, "impala")))
+    row = dict(zip(render_rows.RENDER_HEADER, render_rows.render_row(runs, info, anchors, "impala")))
     assert row.pop("agent") == "impala"
     assert row == {
         "env": "PongNoFrameskip-v4",
@@ -600,34 +601,34 @@ def test_a_transcribed_summary_is_marked_and_drawn_from_its_recorded_points(tmp_
         "agent steps/s": "- / 1,197",
         "machine": "dev",
     }
-    fig = suite.plot_env("PongNoFrameskip-v4", [runs], info, anchors)
+    fig = render_figure.plot_env("PongNoFrameskip-v4", [runs], info, anchors)
     lines = {line.get_label(): line for line in fig.axes[0].get_lines()}
     for seed, points, marker, style, end in ((1, one, "o", "-", "20.1"), (2, two, "s", "--", "19.6")):
         line = lines[f"impala seed {seed}† (recorded points): last-100 {end}"]
         assert list(line.get_xdata()) == [s for s, _ in points] and list(line.get_ydata()) == [v for _, v in points]
         assert line.get_marker() == marker and line.get_linestyle() == style and line.get_drawstyle() == "default"
     assert len({lines[k].get_color() for k in lines if k.startswith("impala seed")}) == 1
-    suite.pyplot().close(fig)
+    groups.pyplot().close(fig)
     # the table says what the mark means, once, under the table
     refs = set()
-    page = suite.page_runs(summaries)
+    page = render.page_runs(summaries)
     docs = os.path.join(REPO, "docs")
-    section = suite.render_package(
-        "torchbeast_atari", page, info, anchors, docs, str(tmp_path), suite.EXPERIMENTS, refs
+    section = render.render_package(
+        "torchbeast_atari", page, info, anchors, docs, str(tmp_path), render_rows.EXPERIMENTS, refs
     )
     assert section.count("† Transcribed from the run's record in docs/experiments/") == 1
     assert "| [impala][impala.md] | 1† / 2† | 5M |" in section
-    assert suite.page_refs(refs, docs) == ["[impala.md]: experiments/impala.md"]
+    assert render_rows.page_refs(refs, docs) == ["[impala.md]: experiments/impala.md"]
     assert all(len(line.encode()) <= 200 for line in section.splitlines() if not line.startswith("!["))
 
 
 def test_the_committed_summaries_load_and_say_where_a_transcribed_one_comes_from():
-    from benchmarks import suite
+    from benchmarks.results import load
 
-    for path, summary in suite.load_summaries(os.path.join(REPO, "docs", "data")):
-        run = suite.run_of_summary(path, summary)
+    for path, summary in load.load_summaries(os.path.join(REPO, "docs", "data")):
+        run = load.run_of_summary(path, summary)
         assert np.all(np.diff(run.steps) > 0) and run.last_step == summary["agent_steps"], path
-        if suite.transcribed(summary):
+        if load.transcribed(summary):
             assert re.fullmatch(
                 r"transcribed from docs/experiments/\w+\.md \(.+\); run directory not kept", summary["source"]
             ), path
@@ -635,7 +636,8 @@ def test_the_committed_summaries_load_and_say_where_a_transcribed_one_comes_from
 
 
 def test_an_unfinished_run_says_how_far_it_got_and_a_missing_final_test_is_a_dash(tmp_path):
-    from benchmarks import suite
+    from benchmarks import summary_table
+    from benchmarks.results import load, render_rows
 
     stopped = pong_summary("r2d2", 1, [-21.0, -20.5], [18.0])
     stopped.update(total_steps=5_000_000, final_test=None, start="2026-11-29T04:01:27", end="2026-11-29T05:00:00")
@@ -643,21 +645,22 @@ def test_an_unfinished_run_says_how_far_it_got_and_a_missing_final_test_is_a_das
     running = dict(stopped, seed=2, end=None)
     finished = dict(pong_summary("r2d2", 3, [-21.0, -19.0], [18.0]), total_steps=2_000_000, final_test=None)
     summaries = [(str(tmp_path / f"r2d2_seed{s['seed']}.json"), s) for s in (stopped, running, finished)]
-    runs = [suite.run_of_summary(path, s) for path, s in summaries]
+    runs = [load.run_of_summary(path, s) for path, s in summaries]
     info = dict(summaries)
-    row = dict(zip(suite.RENDER_HEADER, suite.render_row(runs, info, suite.load_anchors(), "agent")))
+    row = dict(zip(render_rows.RENDER_HEADER, render_rows.render_row(runs, info, load.load_anchors(), "agent")))
     assert row["agent steps"] == "1.23M of 5M, stopped / 1.23M of 5M, running when collected / 2,000,000"
     assert row["final test"] == "-" and row["last-100 at the end"] == "-20.0 ± 0.7"
     assert row["steps to anchor score"] == "18: not reached / not reached / not reached"
-    row = dict(zip(suite.RENDER_HEADER, suite.render_row(runs[:1], info, suite.load_anchors(), "agent")))
+    row = dict(zip(render_rows.RENDER_HEADER, render_rows.render_row(runs[:1], info, load.load_anchors(), "agent")))
     assert row["agent steps"] == "1.23M of 5M, stopped" and row["final test"] == "-"
-    assert [suite.short_steps(n) for n in (5_000_000, 1_234_560, 844_800, 999)] == ["5M", "1.23M", "844.8k", "999"]
+    steps = (5_000_000, 1_234_560, 844_800, 999)
+    assert [summary_table.short_steps(n) for n in steps] == ["5M", "1.23M", "844.8k", "999"]
 
 
 def test_a_final_test_on_held_out_levels_also_gives_the_training_levels(tmp_path):
     """Procgen's final test plays the training levels (group "train") beside held-out ones (group "test"): the
     summary keeps both, the cell gives the held-out levels' figure first."""
-    from benchmarks import suite
+    from benchmarks.results import load, render_rows
 
     runs = [
         dict(name=name, group=group, episodes=2, mean_return=mean)
@@ -668,47 +671,49 @@ def test_a_final_test_on_held_out_levels_also_gives_the_training_levels(tmp_path
         (tmp_path / f"run{seed}").mkdir()
         if result:
             (tmp_path / f"run{seed}" / "final_test.json").write_text(json.dumps(result))
-    summary = suite.final_test_summary(str(tmp_path / "run1"))
+    summary = load.final_test_summary(str(tmp_path / "run1"))
     assert summary == dict(mean=9.5, std=0.5, runs=[9.0, 10.0], episodes=4, greedy=True, step=800, train=11.0)
     first = pong_summary("impala", 1, [5.0, 12.0], [])
     first["final_test"] = summary
     second = dict(pong_summary("impala", 2, [5.0, 14.0], []), final_test=dict(summary, mean=10.5, train=13.0))
     plain = pong_summary("impala", 3, [5.0, 14.0], [])
     summaries = [(str(tmp_path / f"impala_seed{s['seed']}.json"), s) for s in (first, second, plain)]
-    runs = [suite.run_of_summary(path, s) for path, s in summaries]
-    cell = dict(zip(suite.RENDER_HEADER, suite.render_row(runs[:2], dict(summaries), suite.load_anchors(), "agent")))[
-        "final test"
-    ]
+    runs = [load.run_of_summary(path, s) for path, s in summaries]
+    cell = dict(
+        zip(render_rows.RENDER_HEADER, render_rows.render_row(runs[:2], dict(summaries), load.load_anchors(), "agent"))
+    )["final test"]
     assert cell == "10.0 ± 0.5 (training levels 12.0 ± 1.0)"
-    cell = dict(zip(suite.RENDER_HEADER, suite.render_row(runs[2:], dict(summaries), suite.load_anchors(), "agent")))[
-        "final test"
-    ]
+    cell = dict(
+        zip(render_rows.RENDER_HEADER, render_rows.render_row(runs[2:], dict(summaries), load.load_anchors(), "agent"))
+    )["final test"]
     assert cell == "22.0"
 
 
 def test_an_agent_read_by_its_greedy_validations_gets_their_first_step_at_the_score(tmp_path):
     """R2D2's training returns include each env's exploration: where every seed has validations, the cell adds the
     step of the first validation at the score and the last validation's return."""
-    from benchmarks import suite
+    from benchmarks.results import load, render_rows
 
     one = pong_summary("r2d2", 1, [-20.0, -5.0], [18.0])
     one["validation"] = {"source": "out.log", "step": [250_000, 500_000, 750_000], "mean_return": [-21.0, 18.5, 20.0]}
     two = pong_summary("r2d2", 2, [-21.0, -19.0], [18.0])
     two["validation"] = {"source": "out.log", "step": [250_000, 500_000], "mean_return": [-21.0, -17.25]}
     summaries = [(str(tmp_path / f"r2d2_seed{s['seed']}.json"), s) for s in (one, two)]
-    runs = [suite.run_of_summary(path, s) for path, s in summaries]
-    row = dict(zip(suite.RENDER_HEADER, suite.render_row(runs, dict(summaries), suite.load_anchors(), "agent")))
+    runs = [load.run_of_summary(path, s) for path, s in summaries]
+    row = dict(
+        zip(render_rows.RENDER_HEADER, render_rows.render_row(runs, dict(summaries), load.load_anchors(), "agent"))
+    )
     assert row["steps to anchor score"] == (
         "18: not reached / not reached; greedy validation: 500,000 (last 20 at "
         "750k) / not reached (last -17.25 at 500k)"
     )
     row = dict(
         zip(
-            suite.RENDER_HEADER,
-            suite.render_row(
+            render_rows.RENDER_HEADER,
+            render_rows.render_row(
                 runs,
                 dict(summaries, **{summaries[1][0]: pong_summary("r2d2", 2, [-21.0, -19.0], [18.0])}),
-                suite.load_anchors(),
+                load.load_anchors(),
                 "r2d2",
             ),
         )
@@ -717,9 +722,9 @@ def test_an_agent_read_by_its_greedy_validations_gets_their_first_step_at_the_sc
 
 
 def test_anchors_name_their_sources_and_increase_in_steps():
-    from benchmarks import suite
+    from benchmarks.results import load
 
-    anchors = suite.load_anchors()
+    anchors = load.load_anchors()
     pairs = {(a["env"], agent): a for a in anchors["anchors"] for agent in a["agents"]}
     assert pairs[("BreakoutNoFrameskip-v4", "r2d2")]["points"][-1] == [10_000_000, 366.9]
     assert pairs[("BreakoutNoFrameskip-v4", "impala")]["score"] == 100
@@ -732,10 +737,10 @@ def test_anchors_name_their_sources_and_increase_in_steps():
 
 
 def test_a_row_links_its_packages_page_then_recurrent_md_for_a_core_then_its_agents():
-    from benchmarks import suite
+    from benchmarks.results import render_rows
 
     def page(package, agent, command):
-        return os.path.basename(suite.experiments_page(package, agent, {"command": command}))
+        return os.path.basename(render_rows.experiments_page(package, agent, {"command": command}))
 
     pong = "python -m torchbeast_atari.polybeast --env PongNoFrameskip-v4 --seed 1"
     assert page("torchbeast_atari", "impala", pong) == "impala.md"
@@ -830,7 +835,8 @@ def test_minatar_is_summarised_by_each_agents_iqm_with_a_stratified_bootstrap_in
     point at or below its agent steps; the IQM over games x seeds is rliable's, its interval reproducible."""
     from scipy import stats
 
-    from benchmarks import suite, summary_table
+    from benchmarks import summary_table
+    from benchmarks.results import collect, load, render
 
     scores = {  # (game, seed): (last-100, final test)
         ("Breakout", 1): (15.0, 16.0),
@@ -845,12 +851,12 @@ def test_minatar_is_summarised_by_each_agents_iqm_with_a_stratified_bootstrap_in
         summary = summary_of(
             "torchbeast_minatar", f"MinAtar/{game}-v0", "impala", seed, [1.0, 5.0, 9.0, 12.0, last], final
         )
-        path = suite.summary_path(str(data), summary)
+        path = collect.summary_path(str(data), summary)
         assert path == str(data / "torchbeast_minatar" / f"MinAtar-{game}-v0" / f"impala_seed{seed}.json")
-        suite.write_summary(path, summary)
-    summaries = suite.load_summaries(str(data))
+        collect.write_summary(path, summary)
+    summaries = load.load_summaries(str(data))
     (tmp_path / "img").mkdir()
-    region, _ = suite.render_markdown(summaries, MINATAR_ANCHORS, str(tmp_path), str(tmp_path / "img"), str(data))
+    region, _ = render.render_markdown(summaries, MINATAR_ANCHORS, str(tmp_path), str(tmp_path / "img"), str(data))
     # normalised by hand: Breakout between 0.5 and 17.5 (the 5M point; the 10M one lies beyond), Freeway 0 and 47.5
     expected = np.array(
         [[(16.0 - 0.5) / 17.0, 31.0 / 47.5], [(12.0 - 0.5) / 17.0, 1.0], [(8.5 - 0.5) / 17.0, 20.0 / 47.5]]
@@ -884,15 +890,15 @@ def test_minatar_is_summarised_by_each_agents_iqm_with_a_stratified_bootstrap_in
     # a seed on one game only stays out of the matrix (the seeds every game has); a run with no published point at
     # or below its agent steps is named
     groups = [
-        [suite.run_of_summary(p, s) for p, s in summaries if s["env"] == env]
+        [load.run_of_summary(p, s) for p, s in summaries if s["env"] == env]
         for env in ("MinAtar/Breakout-v0", "MinAtar/Freeway-v0")
     ]
     extra = summary_of("torchbeast_minatar", "MinAtar/Breakout-v0", "impala", 4, [1.0, 14.0], None)
-    groups[0].append(suite.run_of_summary("extra", extra))  # at 2M: normalised by the 1M point
+    groups[0].append(load.run_of_summary("extra", extra))  # at 2M: normalised by the 1M point
     rows, left_out = summary_table.iqm_rows(groups, MINATAR_ANCHORS)
     assert [row[2] for row in rows] == ["3 (1, 2, 3)"] and left_out == []
     early = summary_of("torchbeast_minatar", "MinAtar/Freeway-v0", "r2d2", 1, [3.0], None)
-    rows, left_out = summary_table.iqm_rows([[suite.run_of_summary("early", early)]], MINATAR_ANCHORS)
+    rows, left_out = summary_table.iqm_rows([[load.run_of_summary("early", early)]], MINATAR_ANCHORS)
     assert rows == [] and left_out == ["MinAtar/Freeway-v0 r2d2"]
 
 
@@ -900,7 +906,8 @@ def test_a_variant_is_marked_in_its_summary_and_a_rows_command_keeps_what_differ
     """A summary's ``variant`` (or a command needing a path of the machine) sends its row to docs/experiments/; a
     package-default row is named by the core its command parses to and shows only the flags that differ from the
     package's defaults of today, --env and --seed always; two default rows of one seed are refused."""
-    from benchmarks import page_rows, suite
+    from benchmarks import page_rows
+    from benchmarks.results import render, render_rows
     from rl_core.errors import UserError
 
     identity = "--xpid pong_s1 --savedir /work/runs/s1 --pipes_basename unix:/tmp/suite-1-0"
@@ -920,7 +927,7 @@ def test_a_variant_is_marked_in_its_summary_and_a_rows_command_keeps_what_differ
     marked = dict(today, seed=4, label="nostem", variant="no stem (--mlp_sizes=)")
     plain = summary_of("torchbeast_atari", "PongNoFrameskip-v4", "impala", 1, [-20.0, 18.0], None)
     summaries = [(str(tmp_path / f"{i}.json"), s) for i, s in enumerate((today, older, probe, marked, plain))]
-    page = suite.page_runs(summaries)
+    page = render.page_runs(summaries)
     assert {key: [r.seed for r in g] for key, g in page.defaults.items()} == {
         ("torchbeast_atari", "PongNoFrameskip-v4", "impala [feedforward]"): [1],
         ("torchbeast_atari", "PongNoFrameskip-v4", "impala [rtrl_elstm]"): [1, 2],
@@ -929,12 +936,12 @@ def test_a_variant_is_marked_in_its_summary_and_a_rows_command_keeps_what_differ
         "its command needs a file of the machine it ran on",
         "no stem (--mlp_sizes=)",
     ]
-    cell = suite.variant_pages(page.defaults[("torchbeast_atari", "PongNoFrameskip-v4", "impala [rtrl_elstm]")], page,
-                               dict(summaries), suite.EXPERIMENTS)  # fmt: skip
-    assert cell == {os.path.join(suite.EXPERIMENTS, "recurrent.md"): 2}
+    cell = render.variant_pages(page.defaults[("torchbeast_atari", "PongNoFrameskip-v4", "impala [rtrl_elstm]")], page,
+                               dict(summaries), render_rows.EXPERIMENTS)  # fmt: skip
+    assert cell == {os.path.join(render_rows.EXPERIMENTS, "recurrent.md"): 2}
     twice = dict(today, label="again")
     with pytest.raises(UserError, match="are both the package-default row impala \\[rtrl_elstm\\]"):
-        suite.page_runs(summaries + [(str(tmp_path / "again.json"), twice)])
+        render.page_runs(summaries + [(str(tmp_path / "again.json"), twice)])
 
 
 def test_collect_marks_a_variant_and_render_moves_it_into_the_experiments_page(suite, tmp_path):
