@@ -9,6 +9,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from rl_core.runtime import entry
 from rl_core.runtime.progress import announce_sources
 from tests.proc_utils import REPO, run
@@ -78,6 +80,7 @@ def test_r2acs_atari_script_is_told_which_settings_came_from_the_package(tmp_pat
     assert not any("flag default" in line for line in lines)  # only values that are not their flags' defaults
 
 
+@pytest.mark.multiprocess
 def test_dry_run_prints_the_sources_and_meta_json_keeps_them(tmp_path):
     result = subprocess.run(
         [
