@@ -1,5 +1,10 @@
 """Test tiers.  ``learning`` tests train through the runtime to a threshold (minutes each); the
-development tier is ``pytest -m "not learning"``.  Under pytest-xdist (``-n 2 --dist loadgroup``,
+development tier is ``pytest -m "not learning"``.  ``multiprocess`` tests start processes (the launcher
+and its env servers, torchrun, a script, a ``python -c`` child; every learning test too) or play real envs
+for tens of seconds in process (those few say so where they are marked); the fast tier,
+``pytest -m "not learning and not multiprocess"``, is the rest: a few minutes on 2 cores.
+
+Under pytest-xdist (``-n 2 --dist loadgroup``,
 the README's command) the learning tests form one group, run one after another on one worker from
 the start (they are the long pole), so that no two learning runs share the machine.  The other worker
 meanwhile takes the rest, trainings among them: test_distributed.py's 2-rank torchrun runs (two learners and

@@ -9,6 +9,7 @@ import sys
 import tempfile
 
 import numpy as np
+import pytest
 import torch
 import torch.multiprocessing as mp
 
@@ -77,6 +78,7 @@ def test_a_sequence_goes_through_a_slot_with_the_statistics_gathered_since_the_l
     assert slot_queue.deltas() == [[], 16, 0, 0, 0, 0]  # since the last message
 
 
+@pytest.mark.multiprocess
 def test_the_weights_lock_excludes_another_process_and_leaves_no_file():
     lock = FileLock()
     assert lock.path.startswith(f"/proc/{os.getpid()}/fd/") and os.readlink(lock.path).endswith("(deleted)")
@@ -102,6 +104,7 @@ def test_the_childs_errors_are_raised_as_their_own_classes():
     assert type(error) is RunFailure and "ZeroDivisionError: division by zero" in str(error)
 
 
+@pytest.mark.multiprocess
 def test_it_trains_and_a_killed_server_rejoins_while_the_learner_process_only_learns(tmp_path):
     out = str(tmp_path / "out")
     proc = start(GYM, *flags(tmp_path, total_steps=120_000), output=out)
@@ -130,6 +133,7 @@ def test_it_trains_and_a_killed_server_rejoins_while_the_learner_process_only_le
     assert "Traceback" not in text
 
 
+@pytest.mark.multiprocess
 def test_an_env_exception_in_the_child_ends_the_run_with_its_traceback(tmp_path):
     result = run(
         GYM,
@@ -143,6 +147,7 @@ def test_an_env_exception_in_the_child_ends_the_run_with_its_traceback(tmp_path)
     assert not sockets_left(tmp_path)
 
 
+@pytest.mark.multiprocess
 def test_sigint_checkpoints_and_a_killed_learner_leaves_no_acting_process(tmp_path):
     out = str(tmp_path / "out")
     proc = start(GYM, *flags(tmp_path, total_steps=10**9), output=out)

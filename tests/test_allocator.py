@@ -5,6 +5,8 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.multiprocess
+
 PROBE = """
 import resource, sys, threading
 import torch

@@ -472,6 +472,8 @@ def _truncation_frame(env):
             return info["frame_number"] if truncated else None
 
 
+# not a process: plays Breakout to a lost life under 6 flag sets (15-20 s on 2 loaded cores), kept out of the fast tier
+@pytest.mark.multiprocess
 @pytest.mark.parametrize("maker", ["make_env", "make_test_env"])
 def test_each_atari_flag_reaches_the_env_through_make_env(maker):
     """Each flag, changed alone from the defaults, changes what the env built from the flags does (and

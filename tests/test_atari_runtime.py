@@ -28,6 +28,7 @@ def atari_flags(tmp_path, xpid, **overrides):
     return [f"--{k}={v}" if v is not True else f"--{k}" for k, v in flags.items()]
 
 
+@pytest.mark.multiprocess
 def test_pong_on_two_servers_checkpoints_and_resumes(tmp_path):
     args = atari_flags(tmp_path, "pong", total_steps=3000, use_lstm=True, hidden_size=64)
     result = run(ATARI, *args, output=str(tmp_path / "out1"), timeout=180)
@@ -49,6 +50,7 @@ def test_pong_on_two_servers_checkpoints_and_resumes(tmp_path):
     assert torch.load(rundir / "model.tar", weights_only=True)["step"] >= 6000
 
 
+@pytest.mark.multiprocess
 @pytest.mark.parametrize("core", ["use_elstm", "use_rtrl"])
 def test_pretrained_frozen_stem_with_each_core(tmp_path, core):
     first = atari_flags(tmp_path, "source", total_steps=400)
@@ -76,6 +78,7 @@ def test_pretrained_frozen_stem_with_each_core(tmp_path, core):
     assert not torch.equal(trained["stem.fc.weight"], source["stem.fc.weight"])  # loaded, then trained
 
 
+@pytest.mark.multiprocess
 def test_num_actions_flag_must_match_the_game(tmp_path):
     result = run(ATARI, *atari_flags(tmp_path, "x", num_actions=4), output=str(tmp_path / "out"), timeout=60)
     assert result.returncode == 2
@@ -85,6 +88,7 @@ def test_num_actions_flag_must_match_the_game(tmp_path):
     assert "unknown Atari game 'NoSuchGame'" in result.stdout.strip().splitlines()[-1]
 
 
+@pytest.mark.multiprocess
 def test_montezuma_rooms_are_logged_like_the_return(tmp_path):
     args = atari_flags(
         tmp_path,
@@ -142,6 +146,7 @@ def test_server_logs_whole_games_while_lives_end_training_episodes(tmp_path):
     assert float(msg["episode_return"][0]) == rewards_since_game_start  # the whole game's return, not the last life's
 
 
+@pytest.mark.multiprocess
 def test_recycle_period_recycles_the_stems_dormant_filters_on_pong(tmp_path):
     """--recycle_period 5: every fifth learner batch the AtariNet stem's dormant units are recycled (ReDo,
     models/recycling.py), one log line each; logs.csv's recycled_units counts them."""
@@ -154,6 +159,7 @@ def test_recycle_period_recycles_the_stems_dormant_filters_on_pong(tmp_path):
     assert float(rows[-1]["recycled_units"]) > 0
 
 
+@pytest.mark.multiprocess
 def test_recycle_period_is_refused_in_one_line_for_a_stem_without_it(tmp_path):
     result = run(
         "torchbeast_gym.polybeast",

@@ -70,6 +70,7 @@ while True:
 """
 
 
+@pytest.mark.multiprocess
 def test_kill_9_while_writing_leaves_a_loadable_checkpoint_and_the_next_run_removes_the_partial_file(tmp_path):
     path, _, payload = previous(tmp_path)
     proc = subprocess.Popen([sys.executable, "-c", WRITER, path], cwd=REPO, stdout=subprocess.PIPE, text=True)

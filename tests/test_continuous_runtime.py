@@ -8,9 +8,12 @@ import glob
 import json
 import os
 
+import pytest
 import torch
 
 from tests.proc_utils import csv_rows, run
+
+pytestmark = pytest.mark.multiprocess
 
 
 def _flags(tmp_path, xpid, **kw):

@@ -45,6 +45,7 @@ def _train(tmp_path, xpid, *args):
     return [{k: v for k, v in row.items() if k not in TIMING} for row in rows]
 
 
+@pytest.mark.multiprocess
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("agent", sorted(RUNS))
 def test_two_runs_of_one_command_write_the_same_rows_whether_steps_travel_in_shared_memory_or_on_the_socket(
@@ -62,6 +63,7 @@ def test_two_runs_of_one_command_write_the_same_rows_whether_steps_travel_in_sha
     assert len(first) == len(second)
 
 
+@pytest.mark.multiprocess
 @pytest.mark.timeout(600)
 def test_another_seed_writes_other_rows(tmp_path):
     """The control: what makes the rows equal is the seed, not rows that do not depend on the run."""
@@ -71,6 +73,7 @@ def test_another_seed_writes_other_rows(tmp_path):
     assert [r["return_last_100"] for r in first] != [r["return_last_100"] for r in other]
 
 
+@pytest.mark.multiprocess
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("publish_interval", [1, 3])
 def test_the_policy_lag_is_what_the_lockstep_order_implies(tmp_path, publish_interval):
@@ -115,6 +118,7 @@ def test_validation_during_training_is_refused_in_one_line(capsys):
     assert "--deterministic runs no validation during training" in line
 
 
+@pytest.mark.multiprocess
 @pytest.mark.timeout(300)
 def test_a_server_that_dies_ends_the_run_in_one_line_naming_it(tmp_path):
     """The asynchronous runtime restarts a dead server and reconnects (tests/test_runtime.py); a lockstep run

@@ -232,6 +232,7 @@ def _collectives_worker(rank: int, port: int, results):
         distributed.stop(group)
 
 
+@pytest.mark.multiprocess
 def test_statistics_and_gradients_are_those_of_all_ranks_data():
     """RunningMeanStd and PopArt merge every rank's samples (as one process given all of them would); the
     gradient is the ranks' mean; advantages are normalized by the whole minibatch's statistics; any_rank and agree
@@ -296,6 +297,7 @@ AGENTS = {
 }
 
 
+@pytest.mark.multiprocess
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("agent", sorted(AGENTS))
 def test_two_ranks_train_one_run_and_one_rank_resumes_it(tmp_path, agent):
@@ -332,6 +334,7 @@ def test_two_ranks_train_one_run_and_one_rank_resumes_it(tmp_path, agent):
     assert int(csv_rows(str(tmp_path / "run" / "logs.csv"))[-1]["step"]) >= more
 
 
+@pytest.mark.multiprocess
 @pytest.mark.timeout(600)
 def test_a_one_process_checkpoint_resumes_on_two_ranks(tmp_path):
     args = ["--env=CartPole-v1", "--agent=impala", "--disable_final_test", "--xpid=run"]
@@ -354,6 +357,7 @@ def test_a_one_process_checkpoint_resumes_on_two_ranks(tmp_path):
     assert checkpoint_file.load(str(tmp_path / "run" / "model.tar"))["step"] >= 6000
 
 
+@pytest.mark.multiprocess
 @pytest.mark.timeout(600)
 def test_two_nodes_meet_through_a_c10d_rendezvous(tmp_path):
     """Two torchrun launches, --nnodes 2 --node_rank 0 and 1, joined at 127.0.0.1: one run, both exit 0.  On the
@@ -516,6 +520,7 @@ def _server_pids(tmp_path, ranks=(0, 1)) -> list[int]:
     ]
 
 
+@pytest.mark.multiprocess
 @pytest.mark.timeout(450)
 @pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])
 def test_a_signal_ends_every_rank_with_a_checkpoint_and_no_orphans(tmp_path, how):
@@ -570,6 +575,7 @@ def test_a_signal_ends_every_rank_with_a_checkpoint_and_no_orphans(tmp_path, how
     _wait_for(lambda: not any(alive(p) for p in [*ranks.values(), *servers]), 30, "processes were left running")
 
 
+@pytest.mark.multiprocess
 @pytest.mark.timeout(450)
 def test_a_rank_that_dies_ends_the_job_naming_it_and_the_checkpoint_stays_loadable(tmp_path):
     """SIGKILL to rank 1: torchrun reports its -9 as the root cause, stops rank 0 (SIGTERM), which fails (exit 1)
@@ -602,6 +608,7 @@ def test_a_rank_that_dies_ends_the_job_naming_it_and_the_checkpoint_stays_loadab
     _wait_for(lambda: not any(alive(p) for p in [*ranks.values(), *servers]), 30, "processes were left running")
 
 
+@pytest.mark.multiprocess
 @pytest.mark.timeout(450)
 def test_a_rank_that_hangs_does_not_keep_the_others_past_torchruns_grace(tmp_path):
     """SIGSTOP to rank 1 (hung: its sockets stay open, so rank 0's next collective waits for it), then SIGTERM to
@@ -642,6 +649,7 @@ def test_a_rank_that_hangs_does_not_keep_the_others_past_torchruns_grace(tmp_pat
     _wait_for(lambda: not any(alive(p) for p in [*ranks.values(), *servers]), 30, "processes were left running")
 
 
+@pytest.mark.multiprocess
 @pytest.mark.timeout(300)
 def test_a_total_that_does_not_divide_among_the_ranks_is_refused_in_one_line(tmp_path):
     result = run(
@@ -671,6 +679,7 @@ def test_a_total_that_does_not_divide_among_the_ranks_is_refused_in_one_line(tmp
     assert not (tmp_path / "runs").exists()  # refused before anything was written
 
 
+@pytest.mark.multiprocess
 @pytest.mark.timeout(300)
 def test_two_ranks_on_a_host_with_one_gpu_are_refused_in_one_line(tmp_path):
     """Without --disable_cuda, 2 ranks on a host that shows 1 GPU (faked here: tests/one_gpu_host.py) would both
@@ -735,6 +744,7 @@ def _deterministic_rows(tmp_path, xpid: str) -> list[dict]:
     return [{k: v for k, v in row.items() if k not in TIMING} for row in csv_rows(str(tmp_path / xpid / "logs.csv"))]
 
 
+@pytest.mark.multiprocess
 @pytest.mark.timeout(600)
 def test_two_deterministic_runs_on_two_ranks_write_the_same_rows(tmp_path):
     """--deterministic under torchrun (rl_core/runtime/lockstep.py): each rank acts and learns in turn and the
@@ -751,6 +761,7 @@ def test_two_deterministic_runs_on_two_ranks_write_the_same_rows(tmp_path):
     assert len(first) == len(second)
 
 
+@pytest.mark.multiprocess
 @pytest.mark.timeout(450)
 def test_a_server_that_dies_under_deterministic_ends_every_rank(tmp_path):
     """A lockstep rank cannot take a restarted server's fresh envs (tests/test_deterministic.py): SIGKILL to rank

@@ -7,7 +7,7 @@ import pytest
 from tests.proc_utils import csv_rows, run
 from tests.test_learning import PYTEST_TIMEOUT_S, RUN_DEADLINE_S
 
-pytestmark = pytest.mark.learning
+pytestmark = [pytest.mark.learning, pytest.mark.multiprocess]
 
 # Both runs in lockstep (--deterministic, rl_core/runtime/lockstep.py), so that the step at which a run crosses a line
 # does not move with the threads' timing (the asynchronous runtime's moved one command's 2-rank crossing from 68k to

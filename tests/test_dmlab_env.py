@@ -241,6 +241,7 @@ def test_final_test_protocol_data(lab):
 # -- through the runtime, and without DeepMind Lab ---------------------------------------
 
 
+@pytest.mark.multiprocess
 def test_training_through_the_runtime_with_the_stand_in(tmp_path, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", FAKE_DIR + os.pathsep + os.environ.get("PYTHONPATH", ""))
     log = tmp_path / "lab_resets.log"
@@ -280,6 +281,7 @@ def test_training_through_the_runtime_with_the_stand_in(tmp_path, monkeypatch):
     assert list((tmp_path / "cache").rglob("*.pk3"))
 
 
+@pytest.mark.multiprocess
 @pytest.mark.parametrize("module", ["polybeast", "polybeast_env", "polybeast_learner"])
 def test_without_deepmind_lab_one_line_says_how_to_get_it(tmp_path, monkeypatch, module):
     monkeypatch.delenv("PYTHONPATH", raising=False)

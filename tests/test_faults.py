@@ -18,6 +18,8 @@ import torch
 
 from tests.proc_utils import alive, children, last_line, read, run, snapshot, sockets_left, start, wait_for
 
+pytestmark = pytest.mark.multiprocess
+
 GYM = "torchbeast_gym.polybeast"
 
 

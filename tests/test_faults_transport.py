@@ -47,6 +47,7 @@ def saved_run(tmp_path, xpid="run") -> dict:
 # ------------------------------------------------------------ TCP authentication
 
 
+@pytest.mark.multiprocess
 def test_a_wrong_secret_is_authentication_failed_on_both_sides_and_the_server_log_is_rate_limited(
     tmp_path, monkeypatch
 ):
@@ -116,6 +117,7 @@ def test_a_wrong_secret_is_authentication_failed_on_both_sides_and_the_server_lo
 # ------------------------------------------------------------ no plotting in env servers
 
 
+@pytest.mark.multiprocess
 def test_a_procgen_env_server_imports_no_plotting_module(tmp_path, monkeypatch):
     """matplotlib (envpool's Jumanji renderers import pyplot; its font cache is built on a fresh machine) and
     the repo's plot and video modules stay out of an env server: with PYTHONPROFILEIMPORTTIME (python -X
@@ -182,6 +184,7 @@ def seconds_to_exit_after_sigint(proc) -> float:
     return time.monotonic() - sent
 
 
+@pytest.mark.multiprocess
 def test_ctrl_c_while_procgen_servers_start_exits_at_once_leaving_nothing(tmp_path):
     """SIGINT while the env servers are still starting: the launcher ends them and exits with 130 (stopped before
     training: nothing saved, not a success); the earlier run's files are untouched.  "At once": no server got
@@ -229,6 +232,7 @@ def thread_cpu_seconds(pid: int, name: str) -> float:
     return total
 
 
+@pytest.mark.multiprocess
 def test_ctrl_c_during_the_first_procgen_update_joins_every_thread_within_5_s(tmp_path):
     """SIGINT while the learner is inside an update that takes seconds on the CPU (--disable_cuda: the ResNet on a
     batch of 4 x 200 Procgen frames: seconds of the learner thread; a GPU could finish it before the
@@ -270,6 +274,7 @@ def test_ctrl_c_during_the_first_procgen_update_joins_every_thread_within_5_s(tm
 # ------------------------------------------------------------ agents and action spaces
 
 
+@pytest.mark.multiprocess
 def test_an_agent_that_does_not_take_box_actions_names_every_agent_that_does(tmp_path):
     before = saved_run(tmp_path)
     result = run(
@@ -301,6 +306,7 @@ def test_an_agent_that_does_not_take_box_actions_names_every_agent_that_does(tmp
 # ------------------------------------------------------------ SAC's replay in transitions
 
 
+@pytest.mark.multiprocess
 def test_sac_reports_its_replay_in_transitions(tmp_path):
     """--replay_buffer_min_size counts transitions for SAC: so do the log line that starts learning, the
     saved replay's line and logs.csv's replay_size."""

@@ -64,6 +64,7 @@ def test_a_missing_or_looping_or_unquoted_flag_file_is_one_line(tmp_path, capsys
     assert len(err) == 1 and "error: flag file nowhere.flags: No such file or directory" in err[0], err
 
 
+@pytest.mark.multiprocess
 def test_the_launcher_expands_a_flag_file_before_it_parses(tmp_path):
     flags = tmp_path / "exp.flags"
     flags.write_text("--env CartPole-v1\n--agent r2d2 --use_lstm\n--replay_ratio 3\n")

@@ -145,6 +145,7 @@ def test_argv_is_parsed_once(monkeypatch):
     assert len(calls) == 1, calls
 
 
+@pytest.mark.multiprocess
 def test_dry_run_prints_the_sources_and_meta_json_keeps_them(tmp_path):
     result = subprocess.run(
         [

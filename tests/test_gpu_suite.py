@@ -104,6 +104,7 @@ CHILD = textwrap.dedent("""
 """)
 
 
+@pytest.mark.multiprocess
 def test_a_child_is_stopped_at_its_target_at_its_budget_or_killed(tmp_path):
     stopper = children.Stopper(install=False)
     rundir = str(tmp_path / "run")
@@ -278,6 +279,7 @@ FAKE_LAUNCHER = textwrap.dedent("""
 """)
 
 
+@pytest.mark.multiprocess
 @pytest.mark.parametrize("cores", [16, 2])
 def test_the_splits_stage_compares_the_sized_layout_with_the_other(tmp_path, monkeypatch, cores):
     monkeypatch.setattr(stages, "polybeast_cmd", lambda argv: [sys.executable, "-c", FAKE_LAUNCHER, str(cores), *argv])
@@ -387,6 +389,7 @@ def test_the_measuring_scripts_output_is_read():
     assert "| r2d2 | failed (exit status 1): RunFailure: x |" + " |" * (len(COLUMNS) - 2) in failed
 
 
+@pytest.mark.multiprocess
 def test_a_budget_too_small_for_any_stage_skips_them_all(tmp_path, capsys):
     env = dict(os.environ, PYTHONPATH=REPO)
     out = subprocess.run(

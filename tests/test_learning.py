@@ -7,7 +7,7 @@ import pytest
 
 from tests.proc_utils import csv_rows, run
 
-pytestmark = pytest.mark.learning
+pytestmark = [pytest.mark.learning, pytest.mark.multiprocess]
 
 # Each learning run has its own deadline, well inside the test's pytest timeout, so that a slow or
 # stuck run fails with where it got to (steps, speed, return) rather than pytest's bare stack dump.

@@ -96,6 +96,7 @@ def decode_video(path):
     return len(frames), (frames[0].shape[1], frames[0].shape[0])
 
 
+@pytest.mark.multiprocess
 def test_wandb_offline_tensorboard_final_test_and_video(tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
@@ -156,6 +157,7 @@ def test_validation_crossing_semantics():
     assert not crossed(0, 10**9, 0)  # 0 means off
 
 
+@pytest.mark.multiprocess
 def test_validation_best_and_extra_checkpoints(tmp_path):
     args = gym_flags(
         tmp_path,
@@ -192,6 +194,7 @@ def test_validation_best_and_extra_checkpoints(tmp_path):
 EXPECTED_RUNS = {"gym": 1, "atari": 2, "procgen": 3, "dmlab": 2}
 
 
+@pytest.mark.multiprocess
 @pytest.mark.parametrize("package", ["gym", "atari", "procgen", "dmlab"])
 def test_eval_only_mode_on_a_saved_checkpoint(tmp_path, package, monkeypatch):
     small = [
@@ -257,6 +260,7 @@ def test_eval_only_mode_on_a_saved_checkpoint(tmp_path, package, monkeypatch):
     assert "episodes, return min" in result.stdout and "episode 1: return" not in result.stdout
 
 
+@pytest.mark.multiprocess
 def test_eval_only_errors_are_one_line(tmp_path):
     result = run(GYM, "--mode=test", output=str(tmp_path / "out1"), timeout=60)
     assert result.returncode == 2 and "--mode test needs --checkpoint PATH" in result.stdout.strip().splitlines()[-1]
@@ -264,6 +268,7 @@ def test_eval_only_errors_are_one_line(tmp_path):
     assert result.returncode == 2 and "does not exist" in result.stdout.strip().splitlines()[-1]
 
 
+@pytest.mark.multiprocess
 def test_plot_draws_two_runs_even_in_progress(tmp_path):
     for xpid in ["a", "b"]:
         args = gym_flags(tmp_path, xpid=xpid, total_steps=8_000, disable_final_test=True)
@@ -333,6 +338,7 @@ def controller_checkpoint(path, sign=1.0):
     return model.state_dict()
 
 
+@pytest.mark.multiprocess
 def test_eval_only_and_the_final_test_play_the_checkpoints_weights(tmp_path):
     rundir = tmp_path / "runs" / "run"
     weights = controller_checkpoint(rundir / "model.tar")

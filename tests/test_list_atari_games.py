@@ -1,11 +1,15 @@
 from pathlib import Path
 
+import pytest
+
 from tests.proc_utils import load_script
 from torchbeast_atari import env as atari_env
 
 REPO = Path(__file__).resolve().parents[1]
 
 
+# not a process: loads every ROM ale-py ships (about 35 s on 2 loaded cores), kept out of the fast tier
+@pytest.mark.multiprocess
 def test_committed_list_matches_the_installed_ale():
     script = load_script("list_atari_games")
     games = script.list_games()

@@ -297,6 +297,7 @@ def memory_flags(tmp_path, xpid, **overrides):
     return [f"--{k}={v}" if v is not True else f"--{k}" for k, v in flags.items()]
 
 
+@pytest.mark.multiprocess
 @pytest.mark.parametrize(
     "env_id, flags, obs_shape, stem_weight",
     [

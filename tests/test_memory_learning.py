@@ -10,7 +10,7 @@ import pytest
 from tests.proc_utils import csv_rows
 from tests.test_learning import PYTEST_TIMEOUT_S, run_to_the_end
 
-pytestmark = pytest.mark.learning
+pytestmark = [pytest.mark.learning, pytest.mark.multiprocess]
 
 # In lockstep (--deterministic), so that the curve is the seed's and not the threads' (asynchronous, two runs of
 # seed 1 at discount 0.99 were at 0.45 and 0.59 near 454k steps; CI's, under load, at 0.47 at 800k).  The LSTM

@@ -15,7 +15,7 @@ import pytest
 from tests.proc_utils import csv_rows
 from tests.test_learning import PYTEST_TIMEOUT_S, run_to_the_end
 
-pytestmark = pytest.mark.learning
+pytestmark = [pytest.mark.learning, pytest.mark.multiprocess]
 
 ENV = "tests.memory_env:Memory-v0"
 EPISODE_LENGTH = 12  # cue, 10 blank steps, query

@@ -130,6 +130,7 @@ def short_run_flags(tmp_path, xpid, **overrides):
     return [f"--{k}={v}" if v is not True else f"--{k}" for k, v in flags.items()]
 
 
+@pytest.mark.multiprocess
 @pytest.mark.parametrize(
     "agent, flags",
     [

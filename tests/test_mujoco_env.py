@@ -219,6 +219,7 @@ def test_test_protocol_is_ten_episodes():
 # ----------------------------------------------------------------- video
 
 
+@pytest.mark.multiprocess
 def test_a_recorded_test_env_renders_rgb_frames():
     from rl_core.evaluation.episodes import frame_of
 
@@ -241,6 +242,7 @@ def test_a_recorded_test_env_renders_rgb_frames():
 # ----------------------------------------------------------------- env server
 
 
+@pytest.mark.multiprocess
 def test_a_real_env_server_speaks_box_actions(tmp_path):
     basename = f"unix:{tmp_path}/mj"
     proc = start(

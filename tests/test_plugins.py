@@ -18,6 +18,8 @@ import pytest
 
 from tests.proc_utils import REPO
 
+pytestmark = pytest.mark.multiprocess
+
 TOY_AGENT = '''
 """REINFORCE with a learned baseline on each step's own reward (Williams 1992, Eq. 11), for one-step tasks:
 its configuration, torch-free (the agent: agent.py)."""

@@ -312,6 +312,7 @@ def procgen_flags(tmp_path, xpid, **overrides):
     return [f"--{k}={v}" if v is not True else f"--{k}" for k, v in flags.items() if v is not False]
 
 
+@pytest.mark.multiprocess
 @pytest.mark.parametrize("name,steps", [("procgen:procgen-chaser-v0", 2000), ("chaser", 1200)])
 def test_training_through_the_runtime(tmp_path, name, steps):
     args = procgen_flags(tmp_path, "pg", env=name, total_steps=steps, num_levels=200)
@@ -400,7 +401,8 @@ def _model_for(flags):
     return agent, agent.build_model().eval()
 
 
-@pytest.mark.parametrize("n,num_episodes,each", [(4, 10, 3), (2, 4, 2)])
+# (2, 4, 2) plays whole Procgen episodes with a model, about a minute on 2 loaded cores: kept out of the fast tier
+@pytest.mark.parametrize("n,num_episodes,each", [(4, 10, 3), pytest.param(2, 4, 2, marks=pytest.mark.multiprocess)])
 def test_multi_task_validation_plays_every_game_on_the_valid_levels(n, num_episodes, each):
     import types
 
@@ -468,6 +470,7 @@ def test_multi_task_validation_plays_every_game_on_the_valid_levels(n, num_episo
     assert single == [{"name": "valid", "episodes": 5, "overrides": {"start_level": 9}}]
 
 
+@pytest.mark.multiprocess
 def test_multi_task_run_final_test_reports_every_game(tmp_path):
     args = procgen_flags(
         tmp_path,

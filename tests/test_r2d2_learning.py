@@ -13,6 +13,8 @@ import pytest
 from tests.proc_utils import csv_rows
 from tests.test_learning import PYTEST_TIMEOUT_S, run_to_the_end
 
+pytestmark = pytest.mark.multiprocess
+
 MEMORY = "tests.memory_env:Memory-v0"
 
 

@@ -1,5 +1,6 @@
 """scripts/recycling_probe.py: a checkpoint's policy, recycled as a run's learner recycles, and how far it moved."""
 
+import pytest
 import torch
 
 from rl_core.records import checkpoint_file
@@ -8,6 +9,10 @@ from rl_core.data.env_spec import EnvSpec
 from rl_core.runtime.entry import parse_flags
 from tests.proc_utils import load_script
 from torchbeast_atari import env as atari
+
+# Not processes: each test plays Breakout with a Breakout checkpoint's model (whole games in the first), 10-40 s
+# on 2 loaded cores: kept out of the fast tier with the process tests.
+pytestmark = pytest.mark.multiprocess
 
 
 def _saved_run(tmp_path) -> str:

@@ -19,6 +19,8 @@ import pytest
 from tests.proc_utils import csv_rows
 from tests.test_learning import PYTEST_TIMEOUT_S, run_to_the_end
 
+pytestmark = pytest.mark.multiprocess
+
 ENV = "tests.corridor_env:Corridor-v0"
 # Measured (docs/experiments/rnd.md): PPO + RND first reached a last-100 mean of 0.9 at 34k-56k
 # steps (seeds 1-3, and this test four times); 150k steps leave 2.7 times the slowest.

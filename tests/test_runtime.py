@@ -48,6 +48,7 @@ def common(tmp_path, xpid="run", **overrides):
     return [f"--{k}={v}" for k, v in flags.items()]
 
 
+@pytest.mark.multiprocess
 def test_num_actors_must_be_a_multiple_of_num_servers(tmp_path):
     result = run(GYM, *common(tmp_path, num_actors=5, num_servers=2), output=str(tmp_path / "out"), timeout=60)
     assert result.returncode == 2
@@ -56,6 +57,7 @@ def test_num_actors_must_be_a_multiple_of_num_servers(tmp_path):
     assert not sockets_left(tmp_path)
 
 
+@pytest.mark.multiprocess
 def test_unknown_flag_and_unknown_env_are_one_clear_line(tmp_path):
     result = run(GYM, *common(tmp_path), "--no_such_flag=1", output=str(tmp_path / "out1"), timeout=60)
     assert result.returncode == 2
@@ -90,6 +92,7 @@ def test_unknown_flag_and_unknown_env_are_one_clear_line(tmp_path):
     assert not sockets_left(tmp_path)
 
 
+@pytest.mark.multiprocess
 def test_help_shows_every_flags_default_for_the_chosen_agent():
     """--help keeps the flag groups and shows each flag's default: the package's, for the --agent given."""
     import subprocess
@@ -113,6 +116,7 @@ def test_help_shows_every_flags_default_for_the_chosen_agent():
     assert "--use_lstm LSTM core. (default: off)" in impala
 
 
+@pytest.mark.multiprocess
 def test_train_writes_logs_and_checkpoint_then_resumes(tmp_path):
     result = run(GYM, *common(tmp_path, total_steps=20_000), output=str(tmp_path / "out1"), timeout=120)
     assert result.returncode == 0, result.stdout[-3000:]
@@ -224,6 +228,7 @@ def _bad_checkpoint(kind: str, path) -> str:
     return "it is a PyTorch file but not one of this project's checkpoints (no model_state_dict)"
 
 
+@pytest.mark.multiprocess
 @pytest.mark.parametrize("kind", ["garbage", "truncated", "unsafe", "foreign"])
 def test_a_bad_checkpoint_is_one_line_before_any_server_and_kept(tmp_path, kind):
     rundir = tmp_path / "runs" / "run"
@@ -249,6 +254,7 @@ def test_a_bad_checkpoint_is_one_line_before_any_server_and_kept(tmp_path, kind)
     assert "--xpid" not in last and "weights_only" not in result.stdout
 
 
+@pytest.mark.multiprocess
 def test_killed_server_is_restarted_and_training_finishes(tmp_path):
     out = str(tmp_path / "out")
     # long enough that the restarted server rejoins before the end, even beside another test on 2 cores
@@ -277,6 +283,7 @@ def test_killed_server_is_restarted_and_training_finishes(tmp_path):
     assert not sockets_left(tmp_path)
 
 
+@pytest.mark.multiprocess
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_signal_checkpoints_and_leaves_no_child_or_socket(tmp_path, sig):
     out = str(tmp_path / "out")
@@ -310,6 +317,7 @@ def test_signal_checkpoints_and_leaves_no_child_or_socket(tmp_path, sig):
     assert meta["reason"] == "interrupted" and meta["success"] is False
 
 
+@pytest.mark.multiprocess
 def test_env_exception_stops_the_run_with_its_traceback(tmp_path):
     result = run(
         GYM,
@@ -326,6 +334,7 @@ def test_env_exception_stops_the_run_with_its_traceback(tmp_path):
     assert not sockets_left(tmp_path)
 
 
+@pytest.mark.multiprocess
 def test_split_servers_share_a_process_step_in_turn_and_train(tmp_path):
     """--server_splits 2: 4 servers in 2 processes (2 each, sharing a step lock), the learner connected to all 4."""
     result = run(
@@ -346,6 +355,7 @@ def test_split_servers_share_a_process_step_in_turn_and_train(tmp_path):
     assert not sockets_left(tmp_path)
 
 
+@pytest.mark.multiprocess
 def test_an_env_exception_in_a_split_server_stops_the_run_with_its_traceback(tmp_path):
     result = run(
         GYM,
@@ -358,12 +368,14 @@ def test_an_env_exception_in_a_split_server_stops_the_run_with_its_traceback(tmp
     assert not sockets_left(tmp_path)
 
 
+@pytest.mark.multiprocess
 def test_servers_that_do_not_divide_into_splits_are_one_line(tmp_path):
     result = run(GYM, *common(tmp_path, num_servers=2, server_splits=4), output=str(tmp_path / "out"), timeout=60)
     assert result.returncode == 2
     assert "--num_servers (2) must be a multiple of --server_splits (4)" in result.stdout.strip().splitlines()[-1]
 
 
+@pytest.mark.multiprocess
 def test_env_exception_in_reset_stops_the_run_with_its_traceback(tmp_path):
     result = run(
         GYM,
@@ -379,6 +391,7 @@ def test_env_exception_in_reset_stops_the_run_with_its_traceback(tmp_path):
     assert not sockets_left(tmp_path)
 
 
+@pytest.mark.multiprocess
 def test_a_server_that_keeps_dying_ends_the_run_with_one_line(tmp_path):
     """Restarts are allowed 5 times a minute per server; the 6th death ends the run, saved and
     reported, instead of restarting forever."""
@@ -402,6 +415,7 @@ def test_a_server_that_keeps_dying_ends_the_run_with_one_line(tmp_path):
     assert not sockets_left(tmp_path)
 
 
+@pytest.mark.multiprocess
 def test_env_servers_and_learner_run_separately(tmp_path):
     env_out = str(tmp_path / "env_out")
     flags = common(tmp_path, total_steps=10_000)
@@ -423,6 +437,7 @@ def test_env_servers_and_learner_run_separately(tmp_path):
     assert not sockets_left(tmp_path)
 
 
+@pytest.mark.multiprocess
 def test_tcp_servers_with_generated_secret(tmp_path):
     port = free_port()
     result = run(
@@ -439,6 +454,7 @@ def test_tcp_servers_with_generated_secret(tmp_path):
     assert "server_secret" not in meta["flags"]
 
 
+@pytest.mark.multiprocess
 def test_learner_without_servers_times_out_naming_the_address(tmp_path):
     result = run(
         "torchbeast_gym.polybeast_learner",
@@ -450,6 +466,7 @@ def test_learner_without_servers_times_out_naming_the_address(tmp_path):
     assert f"could not connect to env server at unix:{tmp_path}/pipe.0 within 1 s" in result.stdout
 
 
+@pytest.mark.multiprocess
 def test_doubled_sigint_is_one_request(tmp_path):
     """SIGINT delivered twice at once (terminal process group + `timeout`) still shuts down in order."""
     gap, status = 0.0, 0
@@ -474,6 +491,7 @@ def test_doubled_sigint_is_one_request(tmp_path):
     assert not sockets_left(tmp_path)
 
 
+@pytest.mark.multiprocess
 def test_an_env_server_given_sigint_and_sigterm_at_once_exits_cleanly_without_a_traceback():
     """Both signals pending before Python runs the first handler: the second finds a handler that does nothing
     (SIG_IGN there would make Python raise "Signal 15 ignored due to race condition" into the cleanup)."""
@@ -550,6 +568,7 @@ def test_every_numeric_flag_has_a_range_checked_when_parsed(package, capsys):
             assert f"--{dest} must be" in last and bad in last, last
 
 
+@pytest.mark.multiprocess
 def test_a_negative_learning_rate_is_refused_at_once(tmp_path):
     """At once: the flags' check is all that ran (its one line, and nothing before it: no sizing, no server)."""
     start_time = time.monotonic()
@@ -563,6 +582,7 @@ def test_a_negative_learning_rate_is_refused_at_once(tmp_path):
     assert not (tmp_path / "runs").exists() and not sockets_left(tmp_path)
 
 
+@pytest.mark.multiprocess
 def test_a_secret_on_the_command_line_reaches_no_file_log_dashboard_or_child(tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
@@ -603,6 +623,7 @@ def test_a_secret_on_the_command_line_reaches_no_file_log_dashboard_or_child(tmp
     assert list((tmp_path / "runs" / "run" / "wandb").rglob("*.wandb"))  # the dashboard was written
 
 
+@pytest.mark.multiprocess
 def test_a_refused_run_leaves_the_other_runs_socket_alone(tmp_path):
     """A second launcher on a basename whose server 0 another run serves is refused with one line,
     and removes no socket file it did not create: the first run's server still answers."""
@@ -639,6 +660,7 @@ def test_a_refused_run_leaves_the_other_runs_socket_alone(tmp_path):
     assert not os.path.exists(tmp_path / "x.0")  # its own server removed its own file
 
 
+@pytest.mark.multiprocess
 def test_two_runs_with_the_default_basename_do_not_meet(tmp_path):
     """Without --pipes_basename each launcher's servers listen at unix:/tmp/polybeast-<its pid>.i."""
     args = [
@@ -670,6 +692,7 @@ def _ends_at_once_with(result, started, text):
     return last
 
 
+@pytest.mark.multiprocess
 def test_a_basename_in_a_missing_directory_is_one_line_before_any_server(tmp_path):
     started = time.monotonic()
     result = run(
@@ -693,6 +716,7 @@ def test_a_basename_in_a_missing_directory_is_one_line_before_any_server(tmp_pat
     )
 
 
+@pytest.mark.multiprocess
 def test_an_env_that_cannot_be_created_ends_the_launcher_with_the_servers_reason(tmp_path):
     started = time.monotonic()
     result = run(
@@ -707,6 +731,7 @@ def test_an_env_that_cannot_be_created_ends_the_launcher_with_the_servers_reason
     assert not sockets_left(tmp_path)
 
 
+@pytest.mark.multiprocess
 def test_procgen_without_qt_is_one_line_naming_the_package(tmp_path, monkeypatch):
     """A Qt 5 GUI library that cannot be loaded (here an empty file ahead on the library path)."""
     fake = tmp_path / "qt"
@@ -728,6 +753,7 @@ def test_procgen_without_qt_is_one_line_naming_the_package(tmp_path, monkeypatch
     )
 
 
+@pytest.mark.multiprocess
 @pytest.mark.parametrize("env,field", [("NaNObs-v0", "obs"), ("NaNReward-v0", "reward")])
 def test_a_nan_from_an_env_is_one_line_naming_server_slot_and_field(tmp_path, env, field):
     result = run(
@@ -747,6 +773,7 @@ def test_a_nan_from_an_env_is_one_line_naming_server_slot_and_field(tmp_path, en
     assert not sockets_left(tmp_path)
 
 
+@pytest.mark.multiprocess
 def test_a_hung_env_is_named_and_ends_the_run(tmp_path):
     """An env whose step() never returns: a warning at half --env_timeout, the server's log names the
     slot, and at --env_timeout the run ends with one line naming the server (not `0 SPS` forever)."""

@@ -9,6 +9,8 @@ import pytest
 from tests.proc_utils import csv_rows
 from tests.test_learning import PYTEST_TIMEOUT_S, RUN_DEADLINE_S, run_to_the_end
 
+pytestmark = pytest.mark.multiprocess
+
 
 def train(tmp_path, xpid, *args, deadline_s: int = RUN_DEADLINE_S):
     result, wall = run_to_the_end(

@@ -53,6 +53,7 @@ def test_there_is_a_script_per_experiment():
     }
 
 
+@pytest.mark.multiprocess
 @pytest.mark.parametrize("script", SCRIPTS, ids=os.path.basename)
 def test_script_parses_and_its_flags_parse(script, tmp_path):
     assert subprocess.run(["bash", "-n", script], capture_output=True).returncode == 0

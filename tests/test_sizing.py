@@ -304,6 +304,7 @@ def test_a_resumed_run_keeps_what_it_was_sized_with(tmp_path, monkeypatch):
     assert (values["num_servers"], values["num_actors"], values["batch_size"]) == (2, 56, 8)
 
 
+@pytest.mark.multiprocess
 def test_the_launcher_logs_its_sizing_records_it_and_its_servers_follow(tmp_path, monkeypatch):
     """6 usable cores (said by $POLYBEAST_CORES), a CPU learner: Atari gets 3 servers x 19 envs, which the
     servers host (the learner refuses servers of another size), the sizing line says why and meta.json
@@ -340,6 +341,7 @@ def test_the_launcher_logs_its_sizing_records_it_and_its_servers_follow(tmp_path
     assert not sockets_left(tmp_path)
 
 
+@pytest.mark.multiprocess
 def test_env_ceiling_prints_steps_and_frames_per_process_count():
     """benchmarks/env_ceiling.py: one row per process count, steps/s and frames/s (CartPole: 1 frame a step)."""
     import subprocess
@@ -373,6 +375,7 @@ def test_env_ceiling_prints_steps_and_frames_per_process_count():
         assert int(row[1].replace(",", "")) > 0 and row[1] == row[2]  # frames = steps
 
 
+@pytest.mark.multiprocess
 def test_server_overlap_prints_a_row_per_layout_of_processes_and_splits():
     """benchmarks/server_overlap.py: real Pong servers, one process and one of two splits, answered after 1 ms."""
     import subprocess

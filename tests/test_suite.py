@@ -57,6 +57,7 @@ def rundir(savedir, seed):
     return savedir / f"CartPole-v1_impala_seed{seed}"
 
 
+@pytest.mark.multiprocess
 def test_run_passes_only_the_runs_identity_and_skips_finished_runs(suite, tmp_path):
     savedir, out = suite
     pipes = []
@@ -153,6 +154,7 @@ def markdown_rows(text: str) -> list[dict]:
     return [dict(zip(cells[0], row)) for row in cells[2:]]
 
 
+@pytest.mark.multiprocess
 def test_table_rows_match_the_run_directories(suite, tmp_path):
     savedir, _ = suite
     tops = [
@@ -186,6 +188,7 @@ def test_table_rows_match_the_run_directories(suite, tmp_path):
     assert matplotlib.image.imread(str(png)).shape[2] in (3, 4)
 
 
+@pytest.mark.multiprocess
 def test_bad_directories_and_flags_are_one_line(tmp_path):
     (tmp_path / "empty").mkdir()
     for path, cause in [(tmp_path / "empty", "has no logs.csv"), (tmp_path / "nowhere", "is not a directory")]:
@@ -265,6 +268,7 @@ def collect(runs, out, *more: str):
     return status, text.getvalue()
 
 
+@pytest.mark.multiprocess
 def test_collect_writes_what_the_run_directory_records(suite, tmp_path):
     savedir, _ = suite
     rows = csv_rows(str(rundir(savedir, 1) / "logs.csv"))
@@ -318,6 +322,7 @@ def test_collect_writes_what_the_run_directory_records(suite, tmp_path):
     assert curve["return_last_100"] == [round(float(r["return_last_100"]), 3) for r in rows]
 
 
+@pytest.mark.multiprocess
 def test_collect_falls_back_to_logs_csv_validations_and_refuses_two_runs_on_one_path(suite, tmp_path):
     savedir, _ = suite
     copy = tmp_path / "copy"
@@ -403,6 +408,7 @@ def region_rows(page: str, first: str = "| env | agent |") -> list[dict]:
     return [row for block in region.split("\n\n") if block.startswith(first) for row in markdown_rows(block)]
 
 
+@pytest.mark.multiprocess
 def test_render_writes_the_region_and_curves_from_summaries_alone(suite, tmp_path):
     savedir, _ = suite
     data = tmp_path / "docs" / "data"
@@ -760,6 +766,7 @@ def copy_of_docs(tmp_path):
     return docs
 
 
+@pytest.mark.multiprocess
 def test_the_committed_summaries_render_a_page_a_researcher_reads_in_minutes(tmp_path):
     """docs/data rendered into a copy of the page: under 400 lines, none over 200 characters, the summary first, and
     no command carries the machine it ran on (a path of it, its run directory's --savedir or its sockets)."""
@@ -944,6 +951,7 @@ def test_a_variant_is_marked_in_its_summary_and_a_rows_command_keeps_what_differ
         render.page_runs(summaries + [(str(tmp_path / "again.json"), twice)])
 
 
+@pytest.mark.multiprocess
 def test_collect_marks_a_variant_and_render_moves_it_into_the_experiments_page(suite, tmp_path):
     savedir, _ = suite
     data = tmp_path / "docs" / "data"

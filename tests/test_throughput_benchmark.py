@@ -20,6 +20,7 @@ def test_one_layout_has_nothing_to_pair(servers):
     assert layout_summary({(56, 2): [800.0]}, servers) == []
 
 
+@pytest.mark.multiprocess
 def test_the_data_path_benchmark_measures_old_and_the_acting_process_in_one_run(capsys):
     """benchmarks/data_path.py end to end on the null env, one short run per path: each path's row, and the
     acting process's core-us apart from the learner process's."""
