@@ -77,6 +77,9 @@ def test_a_packages_presets_module_answers_its_table_and_env_py_without_one(tmp_
         UserError, match=r"^env package torchbeast_old.env: agent_defaults is now a table: define PRESETS"
     ):
         EnvPackage(old)
+    ranges = _package_on_disk(tmp_path, "torchbeast_ranges", "FLAG_RANGES = {'seed': '[0, inf)'}\n")
+    with pytest.raises(UserError, match=r"FLAG_RANGES is now declared with each flag: .*type=ranged\(int"):
+        EnvPackage(ranges)
     wrong = _package_on_disk(tmp_path, "torchbeast_wrong", "", "PRESETS = ({'seed': 1},)\n")
     with pytest.raises(UserError, match=r"PRESETS\[0\] is dict, not a rl_core.config.presets.Preset"):
         EnvPackage(wrong)
@@ -113,7 +116,7 @@ def test_optional_parts_take_the_runtimes_defaults():
     flags = types.SimpleNamespace(valid_num_episodes=7)
     assert pkg.PRESETS == ()
     assert pkg.num_actors_multiple(flags) == 1 and pkg.check_flags(None, flags) is None
-    assert pkg.FLAG_RANGES is None and pkg.ENVS_PER_SERVER is None
+    assert pkg.ENVS_PER_SERVER is None
     assert pkg.test_protocol(flags) == [{"name": "test", "episodes": 100, "group": "test", "overrides": {}}]
     assert pkg.validation_protocol(flags) == [{"name": "valid", "episodes": 7, "overrides": {}}]
     assert pkg.make_test_env(flags, 3, record=True) == "env" and made == [3]

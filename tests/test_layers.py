@@ -27,7 +27,7 @@ LAYERS = (
     ("rl_core.numerics",),  # distributions, normalizers, the optimizer, collectives
     ("rl_core.data",),  # the env spec, batches of unrolls, the replay
     ("rl_core.records", "rl_core.envs"),  # checkpoint files, the run directory and logs; what env packages share
-    ("rl_core.errors",),
+    ("rl_core.errors", "rl_core.flag_types"),
 )
 # Below the runtime: none of these may import rl_core.runtime
 LOWER = ("rl_core.agents", "rl_core.losses", "models", "rl_core.numerics.normalization", "rl_core.data.replay")

@@ -27,10 +27,13 @@ its configuration, torch-free (the agent: agent.py)."""
 from rl_core.agents import shared_flags
 from rl_core.agents.spec import AgentSpec
 from rl_core.agents.traits import AgentTraits
+from rl_core.flag_types import ranged
 
 
 def add_flags(p):
-    p.add_argument_group("toy").add_argument("--toy_value_cost", type=float, default=0.5, help="Baseline loss weight.")
+    p.add_argument_group("toy").add_argument(
+        "--toy_value_cost", type=ranged(float, "[0, inf)"), default=0.5, help="Baseline loss weight."
+    )
 
 
 def check_flags(parser, flags):
@@ -41,8 +44,7 @@ def check_flags(parser, flags):
 SPECS = (AgentSpec(name="toy", summary="REINFORCE on each step's reward", make="toy_agent.agent:ToyAgent",
                    traits=AgentTraits(replays=False, sizing="on_policy", recurrent=False),
                    defaults=dict(optimizer="adam", learning_rate=3e-3, epsilon=1e-8, lr_decay="none"),
-                   flag_groups=(shared_flags.learning, add_flags), check=check_flags,
-                   flag_ranges={"toy_value_cost": "[0, inf)"}),)
+                   flag_groups=(shared_flags.learning, add_flags), check=check_flags),)
 '''
 
 TOY_AGENT_CLASS = """
@@ -78,8 +80,9 @@ TOY_ENV = '''
 import gymnasium as gym
 import numpy as np
 
+from rl_core.flag_types import ranged
+
 ACTION_KIND = "discrete"
-FLAG_RANGES = {"toy_episode_steps": "[1, inf)"}
 
 
 class Signs(gym.Env):
@@ -105,7 +108,7 @@ class Signs(gym.Env):
 
 
 def add_flags(parser):
-    parser.add_argument("--toy_episode_steps", type=int, default=10, help="Steps an episode.")
+    parser.add_argument("--toy_episode_steps", type=ranged(int, "[1, inf)"), default=10, help="Steps an episode.")
     parser.set_defaults(env="Signs", num_actors=8, num_servers=1, batch_size=4, unroll_length=10,
                         total_steps=30_000)
 

@@ -540,12 +540,11 @@ def test_every_numeric_flag_has_a_range_checked_when_parsed(package, capsys):
     the parse with one line naming the flag and the range, before anything starts."""
     import importlib
 
-    from rl_core import agents
-    from rl_core.config.flag_ranges import COMMON_RANGES, numeric_dests
+    from rl_core.config.flag_ranges import flag_ranges, numeric_dests
     from rl_core.runtime.entry import make_parser, parse_flags
 
     pkg = importlib.import_module(f"{package}.env")
-    ranges = dict(COMMON_RANGES, **agents.flag_ranges(), **getattr(pkg, "FLAG_RANGES", {}))
+    ranges = flag_ranges(make_parser(pkg))  # each declared with its flag: type=ranged(kind, interval)
     dests = numeric_dests(make_parser(pkg))
     assert set(dests) <= set(ranges), f"numeric flags without a range: {sorted(set(dests) - set(ranges))}"
     bad_values = {

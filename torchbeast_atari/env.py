@@ -53,6 +53,7 @@ from gymnasium import spaces
 from gymnasium.utils import seeding
 
 from rl_core.errors import UserError
+from rl_core.flag_types import ranged
 
 __all__ = [
     "AtariEnv",
@@ -580,11 +581,6 @@ ENVS_PER_SERVER = 32
 SERVER_SPLITS = 1
 
 
-FLAG_RANGES = {
-    "max_episode_frames": "[1, inf)",
-    "noop_max": "[0, inf)",
-    "sticky_actions": "[0, 1]",
-}  # checked at parse time (rl_core/config/flag_ranges.py)
 ACTION_KIND = "discrete"  # its envs' actions, known before one is made (rl_core/config/env_package.py)
 
 
@@ -597,14 +593,18 @@ def add_flags(parser) -> None:
     )
     g.add_argument(
         "--sticky_actions",
-        type=float,
+        type=ranged(float, "[0, 1]"),
         default=0.0,
         metavar="P",
         help="Probability of repeating the previous action (RND runs use 0.25).",
     )
     g.add_argument("--full_action_space", action="store_true", help="All 18 actions instead of the minimal set.")
-    g.add_argument("--max_episode_frames", type=int, default=108_000, help="Emulator frames per game at most.")
-    g.add_argument("--noop_max", type=int, default=30, help="Up to this many no-ops at the start of a game.")
+    g.add_argument(
+        "--max_episode_frames", type=ranged(int, "[1, inf)"), default=108_000, help="Emulator frames per game at most."
+    )
+    g.add_argument(
+        "--noop_max", type=ranged(int, "[0, inf)"), default=30, help="Up to this many no-ops at the start of a game."
+    )
     g.add_argument(
         "--video_view",
         default="screen",

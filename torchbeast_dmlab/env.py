@@ -47,6 +47,7 @@ import numpy as np
 from gymnasium import spaces
 
 from rl_core.errors import UserError
+from rl_core.flag_types import ranged
 
 __all__ = [
     "ACTION_NAMES",
@@ -433,7 +434,6 @@ def final_test_seeds(flags, run_index: int) -> list[int]:
 ENVS_PER_SERVER = 1
 
 
-FLAG_RANGES = {"num_action_repeats": "[1, inf)"}  # checked at parse time (rl_core/config/flag_ranges.py)
 ACTION_KIND = "discrete"  # its envs' actions, known before one is made (rl_core/config/env_package.py)
 
 
@@ -446,7 +446,9 @@ def add_flags(parser) -> None:
         choices=sorted(ACTION_SETS),
         help="impala: the 9 actions of IMPALA and the R2AC code; extended: 15 actions.",
     )
-    g.add_argument("--num_action_repeats", type=int, default=4, metavar="N", help="Frames per agent step.")
+    g.add_argument(
+        "--num_action_repeats", type=ranged(int, "[1, inf)"), default=4, metavar="N", help="Frames per agent step."
+    )
     g.add_argument(
         "--dmlab_frame_pool",
         default="max",

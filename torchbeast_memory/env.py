@@ -25,14 +25,11 @@ from gymnasium import spaces
 
 from rl_core.envs.rendering import render_off_screen
 from rl_core.errors import UserError
+from rl_core.flag_types import ranged
 
 DEFAULT_ENV = "popgym-RepeatPreviousEasy-v0"
 # id prefix -> the library that registers those ids when imported
 FAMILIES = {"popgym-": "popgym", "MiniGrid-": "minigrid"}
-FLAG_RANGES = {
-    "view_size": "[0, inf)",
-    "num_levels": "[0, inf)",
-}  # checked at parse time (rl_core/config/flag_ranges.py)
 ACTION_KIND = "discrete"  # POPGym's memory tasks and MiniGrid act in Discrete spaces
 # MiniGrid id prefix -> its minimal action set's size: MiniGrid's first actions (left, right, forward) are the ones
 # that act there (in the Memory rooms pickup is toggle and toggle, drop and done change nothing)
@@ -47,7 +44,7 @@ def add_flags(parser) -> None:
     )
     g.add_argument(
         "--view_size",
-        type=int,
+        type=ranged(int, "[0, inf)"),
         default=0,
         metavar="V",
         help="MiniGrid: the side of the agent's view, odd and at least 3 (0: the env's own, 7).",
@@ -59,7 +56,7 @@ def add_flags(parser) -> None:
     )
     g.add_argument(
         "--num_levels",
-        type=int,
+        type=ranged(int, "[0, inf)"),
         default=0,
         metavar="N",
         help="MiniGrid: train on N fixed layouts, each episode's drawn from seeds 0..N-1 (recurrent-ppo-truncated-bptt "

@@ -22,12 +22,12 @@ from gymnasium import spaces
 
 from rl_core.envs.rendering import render_off_screen
 from rl_core.errors import UserError
+from rl_core.flag_types import ranged
 
 GAMES = ("Asterix", "Breakout", "Freeway", "Seaquest", "SpaceInvaders")
 DEFAULT_ENV = "MinAtar/Breakout-v0"
 ID = re.compile(r"MinAtar/(?P<game>\w+)-v(?P<version>[01])")
 ACTION_KIND = "discrete"  # every MinAtar game acts in Discrete(6), or its minimal set
-FLAG_RANGES = {"sticky_actions": "[0, 1]", "max_episode_steps": "[1, inf)"}  # rl_core/config/flag_ranges.py
 
 
 def add_flags(parser) -> None:
@@ -41,14 +41,14 @@ def add_flags(parser) -> None:
     )
     g.add_argument(
         "--sticky_actions",
-        type=float,
+        type=ranged(float, "[0, 1]"),
         default=0.1,
         metavar="P",
         help="Probability of repeating the previous action (MinAtar's default, 0.1).",
     )
     g.add_argument(
         "--max_episode_steps",
-        type=int,
+        type=ranged(int, "[1, inf)"),
         default=10_000,
         metavar="N",
         help="An episode is truncated after N steps (MinAtar sets no limit; a greedy policy may play for ever).",

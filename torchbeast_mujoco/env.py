@@ -55,6 +55,7 @@ from gymnasium import spaces
 from rl_core.envs.envpool_env import SingleEnvpoolEnv
 from rl_core.errors import UserError
 from torchbeast_mujoco.presets import ENV_DEFAULTS
+from rl_core.flag_types import ranged
 
 log = logging.getLogger("torchbeast_mujoco")
 
@@ -329,7 +330,6 @@ def create_env(
 ENVS_PER_SERVER = 32
 
 
-FLAG_RANGES = {"render_size": "[1, inf)"}  # checked at parse time (rl_core/config/flag_ranges.py)
 ACTION_KIND = "box"  # its envs' actions, known before one is made (rl_core/config/env_package.py)
 
 
@@ -342,7 +342,7 @@ def add_flags(parser) -> None:
     )
     g.add_argument(
         "--render_size",
-        type=int,
+        type=ranged(int, "[1, inf)"),
         default=DEFAULT_RENDER_SIZE,
         metavar="PIXELS",
         help="Width and height of video frames (--record_video).",

@@ -44,6 +44,7 @@ from gymnasium import spaces
 
 from rl_core.envs.envpool_env import SingleEnvpoolEnv
 from rl_core.errors import UserError
+from rl_core.flag_types import ranged
 
 __all__ = [
     "DISTRIBUTION_MODES",
@@ -411,13 +412,6 @@ ENVS_PER_SERVER = 32
 SERVER_CORES = 0.05
 
 
-FLAG_RANGES = {
-    "multi_env": "[1, inf)",
-    "num_levels": "[0, inf)",
-    "start_level": "[0, inf)",
-    "valid_num_levels": "[0, inf)",
-    "valid_start_level": "[0, inf)",
-}  # checked at parse time (rl_core/config/flag_ranges.py)
 ACTION_KIND = "discrete"  # its envs' actions, known before one is made (rl_core/config/env_package.py)
 
 
@@ -428,12 +422,12 @@ def add_flags(parser) -> None:
     )
     g.add_argument(
         "--num_levels",
-        type=int,
+        type=ranged(int, "[0, inf)"),
         default=0,
         metavar="N",
         help="Levels to train on (0: unlimited, as procgen; the R2AC runs use 500).",
     )
-    g.add_argument("--start_level", type=int, default=0, metavar="N", help="First training level.")
+    g.add_argument("--start_level", type=ranged(int, "[0, inf)"), default=0, metavar="N", help="First training level.")
     g.add_argument(
         "--distribution_mode",
         default="hard",
@@ -442,7 +436,7 @@ def add_flags(parser) -> None:
     )
     g.add_argument(
         "--multi_env",
-        type=int,
+        type=ranged(int, "[1, inf)"),
         default=1,
         metavar="N",
         help="Train on the first N games of the R2AC order (bigfish, fruitbot, maze, leaper, plunder, "
@@ -455,8 +449,18 @@ def add_flags(parser) -> None:
         choices=DISTRIBUTION_MODES,
         help="Validation envs' distribution mode (default: the training one).",
     )
-    g.add_argument("--valid_num_levels", type=int, default=None, help="Validation levels (default: the training ones).")
-    g.add_argument("--valid_start_level", type=int, default=None, help="First validation level (default: training's).")
+    g.add_argument(
+        "--valid_num_levels",
+        type=ranged(int, "[0, inf)"),
+        default=None,
+        help="Validation levels (default: the training ones).",
+    )
+    g.add_argument(
+        "--valid_start_level",
+        type=ranged(int, "[0, inf)"),
+        default=None,
+        help="First validation level (default: training's).",
+    )
     parser.set_defaults(
         model="resnet",
         num_actors=48,

@@ -123,13 +123,6 @@ def check_action_space(flags, spec: EnvSpec) -> None:
         raise UserError(refusal)
 
 
-def flag_ranges() -> dict[str, str]:
-    """The ranges of every agent's numeric flags, the shared groups' and RND's (``rl_core/config/flag_ranges.py``)."""
-    from rl_core.agents.shared_flags import RANGES
-
-    return dict(RANGES, **{k: v for spec in SPECS.values() for k, v in spec.flag_ranges.items()}, **rnd_config.RANGES)
-
-
 def published_defaults(name: str) -> dict:
     """Flag defaults an agent brings from its paper, whatever the environment package."""
     return dict(SPECS[name].defaults)

@@ -3,28 +3,7 @@
 from __future__ import annotations
 
 import argparse
-
-# The ranges of the shared groups' numeric flags (rl_core/config/flag_ranges.py).
-RANGES = {
-    "policy_init_scale": "[0, inf)",
-    "num_epochs": "[1, inf)",
-    "num_minibatches": "[1, inf)",
-    "gae_lambda": "[0, 1]",
-    "nstep": "[0, inf)",
-    "huber_delta": "(0, inf)",
-    "value_clip": "[0, inf)",
-    "kl_cost": "[0, inf)",
-    "target_kl": "(0, inf)",
-    "target_entropy": "finite",
-    "lagrange_init": "(0, inf)",
-    "popart_beta": "[0, 1)",
-    "obs_clip": "(0, inf)",
-    "initial_std": "(0, inf)",
-    "min_std": "(0, inf)",
-    "replay_buffer_size": "[1, inf)",
-    "replay_buffer_min_size": "[1, inf)",
-    "replay_ratio": "(0, inf)",
-}
+from rl_core.flag_types import ranged
 
 
 def learning(p: argparse.ArgumentParser) -> None:
@@ -38,7 +17,12 @@ def learning(p: argparse.ArgumentParser) -> None:
     )
     a("--lr_decay", default="linear", choices=["linear", "none"], help="Learning rate: linear decay to 0, or constant.")
     a("--init", default="default", choices=["default", "orthogonal"], help="Weight initialisation.")
-    a("--policy_init_scale", type=float, default=0.01, help="--init orthogonal: gain of the last policy layer.")
+    a(
+        "--policy_init_scale",
+        type=ranged(float, "[0, inf)"),
+        default=0.01,
+        help="--init orthogonal: gain of the last policy layer.",
+    )
 
 
 def actor_critic(p: argparse.ArgumentParser) -> None:
@@ -54,11 +38,11 @@ def actor_critic(p: argparse.ArgumentParser) -> None:
     )
     a(
         "--num_epochs",
-        type=int,
+        type=ranged(int, "[1, inf)"),
         default=1,
         help="Passes over each learner batch (impala too: each pass one optimizer step, V-trace correcting the lag).",
     )
-    a("--num_minibatches", type=int, default=1, help="Minibatches (optimizer steps) per pass.")
+    a("--num_minibatches", type=ranged(int, "[1, inf)"), default=1, help="Minibatches (optimizer steps) per pass.")
     a(
         "--stem_value",
         action=argparse.BooleanOptionalAction,
@@ -76,8 +60,13 @@ def actor_critic(p: argparse.ArgumentParser) -> None:
         "advantages recomputed every pass.",
     )
     a("--advantage", default="gae", choices=["gae", "vtrace", "nstep"], help="Advantage estimator.")
-    a("--gae_lambda", type=float, default=0.95, help="GAE lambda.")
-    a("--nstep", type=int, default=0, help="--advantage nstep: steps before bootstrapping (0: to the unroll's end).")
+    a("--gae_lambda", type=ranged(float, "[0, 1]"), default=0.95, help="GAE lambda.")
+    a(
+        "--nstep",
+        type=ranged(int, "[0, inf)"),
+        default=0,
+        help="--advantage nstep: steps before bootstrapping (0: to the unroll's end).",
+    )
     a(
         "--loss_reduction",
         default="mean",
@@ -85,8 +74,8 @@ def actor_critic(p: argparse.ArgumentParser) -> None:
         help="Per-step loss terms are averaged (SEED, PPO) or summed (torchbeast's IMPALA).",
     )
     a("--value_loss", default="mse", choices=["mse", "huber"], help="Value loss.")
-    a("--huber_delta", type=float, default=1.0, help="Huber loss delta.")
-    a("--value_clip", type=float, default=0.0, help="PPO-style value clipping epsilon (0: off).")
+    a("--huber_delta", type=ranged(float, "(0, inf)"), default=1.0, help="Huber loss delta.")
+    a("--value_clip", type=ranged(float, "[0, inf)"), default=0.0, help="PPO-style value clipping epsilon (0: off).")
     a(
         "--advantage_normalization",
         action=argparse.BooleanOptionalAction,
@@ -101,7 +90,7 @@ def actor_critic(p: argparse.ArgumentParser) -> None:
     )
     a(
         "--popart_beta",
-        type=float,
+        type=ranged(float, "[0, 1)"),
         default=0.0,
         help="Step size of the value normalizer's moving averages, updated once per learner batch (0: the "
         "average over every target so far, as SEED RL's AverageMeanStd).",
@@ -112,16 +101,26 @@ def actor_critic(p: argparse.ArgumentParser) -> None:
         default=False,
         help="Normalize observations by running mean/std (kept in the checkpoint).",
     )
-    a("--obs_clip", type=float, default=10.0, help="Normalized observations are clipped to +-this.")
+    a("--obs_clip", type=ranged(float, "(0, inf)"), default=10.0, help="Normalized observations are clipped to +-this.")
     a(
         "--target_entropy",
-        type=float,
+        type=ranged(float, "finite"),
         default=None,
         help="Entropy floor with a Lagrange multiplier (default: the fixed --entropy_cost).",
     )
-    a("--kl_cost", type=float, default=0.0, help="Fixed cost of KL(behaviour || policy).")
-    a("--target_kl", type=float, default=None, help="KL(behaviour || policy) bound with a Lagrange multiplier.")
-    a("--lagrange_init", type=float, default=1.0, help="Initial value of the entropy / KL Lagrange multipliers.")
+    a("--kl_cost", type=ranged(float, "[0, inf)"), default=0.0, help="Fixed cost of KL(behaviour || policy).")
+    a(
+        "--target_kl",
+        type=ranged(float, "(0, inf)"),
+        default=None,
+        help="KL(behaviour || policy) bound with a Lagrange multiplier.",
+    )
+    a(
+        "--lagrange_init",
+        type=ranged(float, "(0, inf)"),
+        default=1.0,
+        help="Initial value of the entropy / KL Lagrange multipliers.",
+    )
 
 
 def check_actor_critic(parser: argparse.ArgumentParser, flags: argparse.Namespace) -> None:
@@ -148,8 +147,8 @@ def continuous(p: argparse.ArgumentParser) -> None:
         help="tanh-squash the Gaussian policy into the env's bounds (else the env server clips).",
     )
     a("--std_kind", default="softplus", choices=["softplus", "exp"], help="Policy std from its parameter.")
-    a("--min_std", type=float, default=1e-3, help="Minimum policy std.")
-    a("--initial_std", type=float, default=1.0, help="Initial policy std.")
+    a("--min_std", type=ranged(float, "(0, inf)"), default=1e-3, help="Minimum policy std.")
+    a("--initial_std", type=ranged(float, "(0, inf)"), default=1.0, help="Initial policy std.")
     a(
         "--state_dependent_std",
         action=argparse.BooleanOptionalAction,
@@ -163,20 +162,20 @@ def replay(p: argparse.ArgumentParser) -> None:
     a = p.add_argument_group("replay (r2d2: sequences; sac: transitions)").add_argument
     a(
         "--replay_buffer_size",
-        type=int,
+        type=ranged(int, "[1, inf)"),
         default=2000,
         help="Replay capacity: r2d2 in sequences (Procgen: 1.5 MB a sequence of 121 steps, DMLab 2.5 MB; Atari "
         "keeps each frame once, 0.87 MB), sac in transitions; the log's replay_mb shows the allocation.",
     )
     a(
         "--replay_buffer_min_size",
-        type=int,
+        type=ranged(int, "[1, inf)"),
         default=100,
         help="Replay content before learning starts: r2d2 sequences, sac transitions.",
     )
     a(
         "--replay_ratio",
-        type=float,
+        type=ranged(float, "(0, inf)"),
         default=1.5,
         help="Trained steps (r2d2: batch_size x unroll_length per learner step; sac: batch_size transitions) per "
         "env step inserted, held in both directions: the learner waits for data, acting waits for a learner "

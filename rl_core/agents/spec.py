@@ -30,7 +30,8 @@ class AgentSpec:
     env package (a package's presets go over them).  ``flag_groups``: the functions adding the flags it reads
     (groups shared with other agents are added once; every registered agent's flags are in every parser, so
     that a package's presets may set any of them).  ``check``: its flags' consistency, refused with
-    ``parser.error`` in one line; ``flag_ranges``: its own numeric flags' ranges (``rl_core/config/flag_ranges.py``).  ``rnd``: whether ``--rnd`` may wrap it.
+    ``parser.error`` in one line (its numeric flags' ranges are declared with them: ``rl_core/flag_types.py``).
+    ``rnd``: whether ``--rnd`` may wrap it.
     ``unread``: flags of its groups and of the runtime's loss group that it never reads (``--dry_run`` leaves
     them out).
     """
@@ -43,7 +44,6 @@ class AgentSpec:
     defaults: dict = field(default_factory=dict)
     flag_groups: tuple[FlagGroup, ...] = ()
     check: FlagCheck | None = None
-    flag_ranges: dict[str, str] = field(default_factory=dict)
     rnd: bool = False
     unread: tuple[str, ...] = ()
 

@@ -32,8 +32,8 @@ class EnvPackageModule(Protocol):
 
 
 REQUIRED = ("add_flags", "make_env")
-# What it may define: functions, and five constants (FLAG_RANGES: flag -> range, checked at parse time;
-# ENVS_PER_SERVER: the envs one server process steps when the launcher sizes a run to the machine;
+# What it may define: functions, and four constants (its numeric flags' ranges are declared with them,
+# type=ranged(kind, interval): rl_core/flag_types.py; ENVS_PER_SERVER: the envs one server process steps when the launcher sizes a run to the machine;
 # SERVER_SPLITS: the --server_splits the sizing gives such a process, where measured to pay; SERVER_CORES: the share
 # of a core one server process keeps busy beside a CPU learner, which the learner's torch threads leave it (1 without
 # it; rl_core/runtime/device.py: auto_torch_threads); ACTION_KIND:
@@ -106,6 +106,11 @@ class EnvPackage:
                 f"env package {name}: {' and '.join(dict.fromkeys(old))} is now a table: define PRESETS, rows of "
                 f"rl_core.config.presets.Preset, in {package_of(module)}/presets.py (rl_core/config/presets.py)"
             )
+        if hasattr(module, "FLAG_RANGES"):
+            raise UserError(
+                f"env package {name}: FLAG_RANGES is now declared with each flag: "
+                f'add_argument(..., type=ranged(int, "[1, inf)")) (rl_core/flag_types.py)'
+            )
         tables = [m for m in (module, presets) if m is not None and hasattr(m, "PRESETS")]
         if len(tables) == 2 and tables[0].PRESETS is not tables[1].PRESETS:
             raise UserError(
@@ -118,7 +123,6 @@ class EnvPackage:
         self.module = module
         # the package whose polybeast_env module runs a server
         self.package = getattr(module, "__package__", None) or name
-        self.FLAG_RANGES: dict | None = getattr(module, "FLAG_RANGES", None)
         self.ENVS_PER_SERVER: int | None = getattr(module, "ENVS_PER_SERVER", None)
         self.SERVER_SPLITS: int = getattr(module, "SERVER_SPLITS", 1)
         self.SERVER_CORES: float = getattr(module, "SERVER_CORES", 1.0)

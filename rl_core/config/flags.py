@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import sys
+from rl_core.flag_types import ranged
 
 
 class DefaultsHelpFormatter(argparse.HelpFormatter):
@@ -122,10 +123,16 @@ def make_parser(prog: str | None = None) -> argparse.ArgumentParser:
     )
     a("--xpid", default=None, help="Experiment id (default: env-date-time).")
     a("--savedir", default="~/logs/torchbeast", help="Root dir where experiment data will be saved.")
-    a("--seed", type=int, default=1, help="Seeds torch, numpy and every environment.")
+    a("--seed", type=ranged(int, "[0, inf)"), default=1, help="Seeds torch, numpy and every environment.")
     a("--disable_checkpoint", action="store_true", help="Disable saving checkpoint.")
-    a("--checkpoint_every", type=float, default=10.0, metavar="MINUTES", help="Checkpoint period.")
-    a("--log_interval", type=float, default=5.0, metavar="SECONDS", help="Console line and logs.csv row period.")
+    a("--checkpoint_every", type=ranged(float, "(0, inf)"), default=10.0, metavar="MINUTES", help="Checkpoint period.")
+    a(
+        "--log_interval",
+        type=ranged(float, "(0, inf)"),
+        default=5.0,
+        metavar="SECONDS",
+        help="Console line and logs.csv row period.",
+    )
     a(
         "--deterministic",
         action=argparse.BooleanOptionalAction,
@@ -139,7 +146,7 @@ def make_parser(prog: str | None = None) -> argparse.ArgumentParser:
     )
     a(
         "--log_step_interval",
-        type=int,
+        type=ranged(int, "[1, inf)"),
         default=10_000,
         metavar="STEPS",
         help="With --deterministic: a console line and logs.csv row after the learner batch that crosses each "
@@ -149,36 +156,54 @@ def make_parser(prog: str | None = None) -> argparse.ArgumentParser:
     g = p.add_argument_group("dashboards, validation and the final test")
     g.add_argument("--use_wandb", action="store_true", help="Log to Weights & Biases (WANDB_MODE=offline works).")
     g.add_argument("--project_name", default="torchbeast", help="wandb project.")
-    g.add_argument("--validate_every", type=float, default=0.0, metavar="MINUTES", help="Validate this often (0: off).")
+    g.add_argument(
+        "--validate_every",
+        type=ranged(float, "[0, inf)"),
+        default=0.0,
+        metavar="MINUTES",
+        help="Validate this often (0: off).",
+    )
     g.add_argument(
         "--validate_step_every",
-        type=int,
+        type=ranged(int, "[0, inf)"),
         default=0,
         metavar="STEPS",
         help="Validate each time the step count crosses a multiple of this (0: off).",
     )
     g.add_argument("--disable_validation", action="store_true", help="No validation during training.")
-    g.add_argument("--valid_num_episodes", type=int, default=10, help="Episodes per validation.")
+    g.add_argument("--valid_num_episodes", type=ranged(int, "[1, inf)"), default=10, help="Episodes per validation.")
     g.add_argument(
         "--valid_sample", action="store_true", help="Sample actions in validation and test (default: greedy)."
     )
     g.add_argument(
         "--save_extra_checkpoint",
-        type=int,
+        type=ranged(int, "[0, inf)"),
         default=0,
         metavar="STEPS",
         help="Keep model_extra.tar from when the step count first reaches this (0: off).",
     )
     g.add_argument("--record_video", action="store_true", help="Save the first validation and test episodes as video.")
     g.add_argument("--disable_final_test", action="store_true", help="Skip the final test when training ends.")
-    g.add_argument("--test_runs", type=int, default=0, help="Final test: runs per group (0: the protocol's).")
-    g.add_argument("--test_episodes", type=int, default=0, help="Final test: episodes per run (0: the protocol's).")
-    g.add_argument("--test_num_envs", type=int, default=8, help="Envs played in parallel in validation and test.")
+    g.add_argument(
+        "--test_runs", type=ranged(int, "[0, inf)"), default=0, help="Final test: runs per group (0: the protocol's)."
+    )
+    g.add_argument(
+        "--test_episodes",
+        type=ranged(int, "[0, inf)"),
+        default=0,
+        help="Final test: episodes per run (0: the protocol's).",
+    )
+    g.add_argument(
+        "--test_num_envs",
+        type=ranged(int, "[1, inf)"),
+        default=8,
+        help="Envs played in parallel in validation and test.",
+    )
 
     g = p.add_argument_group("actors and env servers")
     g.add_argument(
         "--num_actors",
-        type=int,
+        type=ranged(int, "[1, inf)"),
         default=8,
         metavar="N",
         help="Total number of environments. Not given, polybeast sizes it (and --num_servers, and "
@@ -187,7 +212,7 @@ def make_parser(prog: str | None = None) -> argparse.ArgumentParser:
     )
     g.add_argument(
         "--num_servers",
-        type=int,
+        type=ranged(int, "[1, inf)"),
         default=2,
         metavar="S",
         help="Env servers; each hosts num_actors/num_servers envs over its own connection, in a process of "
@@ -195,7 +220,7 @@ def make_parser(prog: str | None = None) -> argparse.ArgumentParser:
     )
     g.add_argument(
         "--server_splits",
-        type=int,
+        type=ranged(int, "[1, inf)"),
         default=1,
         metavar="H",
         help="Env servers per process, stepped in turn: one steps its envs while the others' actions are "
@@ -209,7 +234,12 @@ def make_parser(prog: str | None = None) -> argparse.ArgumentParser:
         "polybeast: unix:/tmp/polybeast-<its pid>, its own per run; polybeast_env and "
         "polybeast_learner started apart: unix:/tmp/polybeast, where they meet.",
     )
-    g.add_argument("--server_index", type=int, default=None, help="polybeast_env: run only this server (default: all).")
+    g.add_argument(
+        "--server_index",
+        type=ranged(int, "[0, inf)"),
+        default=None,
+        help="polybeast_env: run only this server (default: all).",
+    )
     g.add_argument(
         "--server_secret",
         default=None,
@@ -217,20 +247,25 @@ def make_parser(prog: str | None = None) -> argparse.ArgumentParser:
     )
     g.add_argument(
         "--connect_timeout",
-        type=float,
+        type=ranged(float, "(0, inf)"),
         default=60.0,
         metavar="SECONDS",
         help="How long the learner retries connecting to a server.",
     )
     g.add_argument(
         "--env_timeout",
-        type=float,
+        type=ranged(float, "(0, inf)"),
         default=300.0,
         metavar="SECONDS",
         help="A server that has not answered an action for this long (an env's step or reset hangs) "
         "ends the run naming it; a warning comes at half of it, and the server logs the slot.",
     )
-    g.add_argument("--max_message_bytes", type=int, default=256 * 1024 * 1024, help="Larger messages are refused.")
+    g.add_argument(
+        "--max_message_bytes",
+        type=ranged(int, "[1, inf)"),
+        default=256 * 1024 * 1024,
+        help="Larger messages are refused.",
+    )
     g.add_argument(
         "--shared_memory",
         action=argparse.BooleanOptionalAction,
@@ -240,16 +275,33 @@ def make_parser(prog: str | None = None) -> argparse.ArgumentParser:
         "as over TCP).",
     )
     g.add_argument(
-        "--num_actions", type=int, default=None, help="Default: from the env; a different value is an error."
+        "--num_actions",
+        type=ranged(int, "[1, inf)"),
+        default=None,
+        help="Default: from the env; a different value is an error.",
     )
 
     g = p.add_argument_group("learner")
     g.add_argument(
-        "--total_steps", type=int, default=100_000, metavar="T", help="Total environment steps to train for."
+        "--total_steps",
+        type=ranged(int, "[1, inf)"),
+        default=100_000,
+        metavar="T",
+        help="Total environment steps to train for.",
     )
-    g.add_argument("--batch_size", type=int, default=32, metavar="B", help="Learner batch size (unrolls).")
-    g.add_argument("--unroll_length", type=int, default=20, metavar="T", help="The unroll length (time dimension).")
-    g.add_argument("--num_learner_threads", type=int, default=1, metavar="N", help="Number of learner threads.")
+    g.add_argument(
+        "--batch_size", type=ranged(int, "[1, inf)"), default=32, metavar="B", help="Learner batch size (unrolls)."
+    )
+    g.add_argument(
+        "--unroll_length",
+        type=ranged(int, "[1, inf)"),
+        default=20,
+        metavar="T",
+        help="The unroll length (time dimension).",
+    )
+    g.add_argument(
+        "--num_learner_threads", type=ranged(int, "[1, inf)"), default=1, metavar="N", help="Number of learner threads."
+    )
     g.add_argument(
         "--acting_loop",
         action=argparse.BooleanOptionalAction,
@@ -267,11 +319,23 @@ def make_parser(prog: str | None = None) -> argparse.ArgumentParser:
         "inference runs on the CPU in one process (not under torchrun, not --deterministic); CPU inference only.",
     )
     g.add_argument(
-        "--num_inference_threads", type=int, default=1, metavar="N", help="With --no-acting_loop: inference threads."
+        "--num_inference_threads",
+        type=ranged(int, "[1, inf)"),
+        default=1,
+        metavar="N",
+        help="With --no-acting_loop: inference threads.",
     )
-    g.add_argument("--max_inference_batch_size", type=int, default=0, help="Envs per inference batch (0: all of them).")
     g.add_argument(
-        "--inference_batch_timeout_ms", type=float, default=1.0, help="How long a batch waits for more requests."
+        "--max_inference_batch_size",
+        type=ranged(int, "[0, inf)"),
+        default=0,
+        help="Envs per inference batch (0: all of them).",
+    )
+    g.add_argument(
+        "--inference_batch_timeout_ms",
+        type=ranged(float, "[0, inf)"),
+        default=1.0,
+        help="How long a batch waits for more requests.",
     )
     g.add_argument(
         "--inference_precision",
@@ -285,7 +349,7 @@ def make_parser(prog: str | None = None) -> argparse.ArgumentParser:
     )
     g.add_argument(
         "--max_learner_queue_size",
-        type=int,
+        type=ranged(int, "[1, inf)"),
         default=None,
         metavar="N",
         help="Unroll chunks queued for the learner (default: 2 batches).",
@@ -299,7 +363,7 @@ def make_parser(prog: str | None = None) -> argparse.ArgumentParser:
     )
     g.add_argument(
         "--torch_threads",
-        type=int,
+        type=ranged(int, "[0, inf)"),
         default=0,
         help="torch intra-op threads in the learner process (0: the cores that local env servers leave).",
     )
@@ -334,10 +398,10 @@ def make_parser(prog: str | None = None) -> argparse.ArgumentParser:
         help="No recurrent core, where the package's defaults for --agent give one (R2D2 on Atari: "
         "an LSTM, as the paper's agent).",
     )
-    g.add_argument("--hidden_size", type=int, default=256, help="Recurrent core size.")
+    g.add_argument("--hidden_size", type=ranged(int, "[1, inf)"), default=256, help="Recurrent core size.")
     g.add_argument(
         "--forget_bias",
-        type=float,
+        type=ranged(float, "finite"),
         default=0.0,
         help="Added to the recurrent core's forget-gate bias at initialisation (Gers et al. 2000; "
         "Jozefowicz et al. 2015 use 1): a positive value lets memory last longer from the start.",
@@ -366,24 +430,33 @@ def make_parser(prog: str | None = None) -> argparse.ArgumentParser:
     )
 
     g = p.add_argument_group("loss")
-    g.add_argument("--entropy_cost", type=float, default=0.0006, help="Entropy cost/multiplier.")
-    g.add_argument("--baseline_cost", type=float, default=0.5, help="Baseline cost/multiplier.")
-    g.add_argument("--discounting", type=float, default=0.99, help="Discounting factor.")
+    g.add_argument("--entropy_cost", type=ranged(float, "[0, inf)"), default=0.0006, help="Entropy cost/multiplier.")
+    g.add_argument("--baseline_cost", type=ranged(float, "[0, inf)"), default=0.5, help="Baseline cost/multiplier.")
+    g.add_argument("--discounting", type=ranged(float, "[0, 1]"), default=0.99, help="Discounting factor.")
     g.add_argument("--reward_clipping", default="abs_one", choices=["abs_one", "none"], help="Reward clipping.")
-    g.add_argument("--clip_rho_threshold", type=float, default=1.0, help="V-trace rho-bar.")
-    g.add_argument("--clip_pg_rho_threshold", type=float, default=1.0, help="V-trace rho-bar for the policy gradient.")
-    g.add_argument("--clip_c_threshold", type=float, default=1.0, help="V-trace c-bar.")
-    g.add_argument("--vtrace_lambda", type=float, default=1.0, help="V-trace lambda.")
+    g.add_argument("--clip_rho_threshold", type=ranged(float, "(0, inf)"), default=1.0, help="V-trace rho-bar.")
+    g.add_argument(
+        "--clip_pg_rho_threshold",
+        type=ranged(float, "(0, inf)"),
+        default=1.0,
+        help="V-trace rho-bar for the policy gradient.",
+    )
+    g.add_argument("--clip_c_threshold", type=ranged(float, "(0, inf)"), default=1.0, help="V-trace c-bar.")
+    g.add_argument("--vtrace_lambda", type=ranged(float, "[0, 1]"), default=1.0, help="V-trace lambda.")
 
     g = p.add_argument_group("optimizer")
-    g.add_argument("--learning_rate", type=float, default=0.00048, metavar="LR", help="Learning rate.")
-    g.add_argument("--alpha", type=float, default=0.99, help="RMSProp smoothing constant.")
-    g.add_argument("--momentum", type=float, default=0, help="RMSProp momentum.")
-    g.add_argument("--epsilon", type=float, default=0.01, help="RMSProp epsilon.")
-    g.add_argument("--grad_norm_clipping", type=float, default=40.0, help="Global gradient norm clip (0: off).")
+    g.add_argument(
+        "--learning_rate", type=ranged(float, "[0, inf)"), default=0.00048, metavar="LR", help="Learning rate."
+    )
+    g.add_argument("--alpha", type=ranged(float, "[0, 1]"), default=0.99, help="RMSProp smoothing constant.")
+    g.add_argument("--momentum", type=ranged(float, "[0, 1]"), default=0, help="RMSProp momentum.")
+    g.add_argument("--epsilon", type=ranged(float, "[0, inf)"), default=0.01, help="RMSProp epsilon.")
+    g.add_argument(
+        "--grad_norm_clipping", type=ranged(float, "[0, inf)"), default=40.0, help="Global gradient norm clip (0: off)."
+    )
     g.add_argument(
         "--recycle_period",
-        type=int,
+        type=ranged(int, "[0, inf)"),
         default=0,
         metavar="N",
         help="Every N learner batches recycle the stem's dormant units (ReDo, Sokar et al. 2023: fresh "
@@ -391,7 +464,7 @@ def make_parser(prog: str | None = None) -> argparse.ArgumentParser:
     )
     g.add_argument(
         "--recycle_tau",
-        type=float,
+        type=ranged(float, "[0, 1)"),
         default=0.025,
         metavar="TAU",
         help="--recycle_period: a unit is dormant when its mean |activation| is at most TAU times its "
@@ -399,7 +472,7 @@ def make_parser(prog: str | None = None) -> argparse.ArgumentParser:
     )
     g.add_argument(
         "--publish_interval",
-        type=int,
+        type=ranged(int, "[1, inf)"),
         default=1,
         metavar="K",
         help="Publish the learner's weights to the inference model after every K-th learner batch: "
@@ -416,7 +489,7 @@ def make_parser(prog: str | None = None) -> argparse.ArgumentParser:
 
 def check(parser: argparse.ArgumentParser, flags: argparse.Namespace) -> None:
     """Inconsistent flags end with one line naming the cause (parser.error exits 2); each numeric
-    flag's own range is checked before, by ``rl_core.config.flag_ranges``."""
+    flag's own range (declared with it, ``rl_core/flag_types.py``) is checked before, by ``rl_core.config.flag_ranges``."""
     if flags.num_actors % flags.num_servers:
         parser.error(
             f"--num_actors ({flags.num_actors}) must be a multiple of --num_servers ({flags.num_servers}): "

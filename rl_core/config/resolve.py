@@ -170,11 +170,10 @@ def resolve(
         parser.print_help()
         sys.exit(0)
     flags = argparse.Namespace(**values)
-    from rl_core import agents
     from rl_core.config.flag_ranges import check_ranges
 
     if checks:
-        check_ranges(parser, flags, dict(agents.flag_ranges(), **(env_pkg.FLAG_RANGES or {})))
+        check_ranges(parser, flags)
         flags_lib.check(parser, flags)
         env_pkg.check_flags(parser, flags)
         check_action_kind(env_pkg, parser, flags)

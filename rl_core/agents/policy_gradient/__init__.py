@@ -12,6 +12,7 @@ import argparse
 from rl_core.agents import shared_flags
 from rl_core.agents.spec import AgentSpec
 from rl_core.agents.traits import AgentTraits
+from rl_core.flag_types import ranged
 
 ON_POLICY = ("vpg", "ppo", "awr", "vmpo", "vtrace")
 SUMMARIES = {
@@ -22,20 +23,10 @@ SUMMARIES = {
     "vtrace": "V-trace policy gradient",
 }
 
-RANGES = {
-    "ppo_clip": "(0, inf)",
-    "awr_beta": "(0, inf)",
-    "awr_max_weight": "(0, inf)",
-    "vmpo_eps_eta": "(0, inf)",
-    "vmpo_eps_alpha": "(0, inf)",
-    "vmpo_init_temperature": "(0, inf)",
-    "vmpo_init_alpha": "(0, inf)",
-}
-
 
 def add_flags(p: argparse.ArgumentParser) -> None:
     a = p.add_argument_group("on-policy losses (ppo, awr, vmpo)").add_argument
-    a("--ppo_clip", type=float, default=0.2, help="PPO's clipping epsilon.")
+    a("--ppo_clip", type=ranged(float, "(0, inf)"), default=0.2, help="PPO's clipping epsilon.")
     a(
         "--ppo_clip_decay",
         default="none",
@@ -43,12 +34,17 @@ def add_flags(p: argparse.ArgumentParser) -> None:
         help="PPO's clipping epsilon: constant, or decaying linearly to 0 over --total_steps with the learning "
         "rate's schedule (rl-baselines3-zoo's clip_range: lin_0.2).",
     )
-    a("--awr_beta", type=float, default=1.0, help="AWR temperature beta in exp(A / beta).")
-    a("--awr_max_weight", type=float, default=20.0, help="AWR weight clip.")
-    a("--vmpo_eps_eta", type=float, default=0.01, help="V-MPO: bound epsilon_eta of the temperature's dual.")
-    a("--vmpo_eps_alpha", type=float, default=0.005, help="V-MPO: KL bound epsilon_alpha.")
-    a("--vmpo_init_temperature", type=float, default=1.0, help="V-MPO: initial temperature eta.")
-    a("--vmpo_init_alpha", type=float, default=5.0, help="V-MPO: initial KL multiplier alpha.")
+    a("--awr_beta", type=ranged(float, "(0, inf)"), default=1.0, help="AWR temperature beta in exp(A / beta).")
+    a("--awr_max_weight", type=ranged(float, "(0, inf)"), default=20.0, help="AWR weight clip.")
+    a(
+        "--vmpo_eps_eta",
+        type=ranged(float, "(0, inf)"),
+        default=0.01,
+        help="V-MPO: bound epsilon_eta of the temperature's dual.",
+    )
+    a("--vmpo_eps_alpha", type=ranged(float, "(0, inf)"), default=0.005, help="V-MPO: KL bound epsilon_alpha.")
+    a("--vmpo_init_temperature", type=ranged(float, "(0, inf)"), default=1.0, help="V-MPO: initial temperature eta.")
+    a("--vmpo_init_alpha", type=ranged(float, "(0, inf)"), default=5.0, help="V-MPO: initial KL multiplier alpha.")
 
 
 def check_flags(parser: argparse.ArgumentParser, flags: argparse.Namespace) -> None:
@@ -100,7 +96,6 @@ SPECS = tuple(
         action_kinds=("discrete", "box"),
         flag_groups=(shared_flags.learning, shared_flags.actor_critic, add_flags, shared_flags.continuous),
         check=check_flags,
-        flag_ranges=RANGES,
         rnd=True,
     )
     for name in ON_POLICY

@@ -10,6 +10,7 @@ import argparse
 from rl_core.agents import shared_flags
 from rl_core.agents.spec import AgentSpec
 from rl_core.agents.traits import AgentTraits
+from rl_core.flag_types import ranged
 
 # R2D2's published settings (Kapturowski et al. 2019, Table 2; SEED RL's Atari R2D2): Adam 1e-4 with
 # eps 1e-3, gradient norm clip 40, batches of 64 sequences of 80 steps after a 40-step burn-in,
@@ -57,53 +58,68 @@ R2D2_SMALL_TASK_DEFAULTS = dict(
     validate_step_every=250_000,
 )
 
-RANGES = {
-    "burn_in": "[0, inf)",
-    "sequence_stride": "[0, inf)",
-    "priority_exponent": "[0, inf)",
-    "importance_sampling_exponent": "[0, 1]",
-    "priority_eta": "[0, 1]",
-    "n_steps": "[1, inf)",
-    "value_function_rescaling_epsilon": "[0, inf)",
-    "target_update_period": "[1, inf)",
-    "eval_epsilon": "[0, 1]",
-    "epsilon_base": "[0, 1]",
-    "epsilon_alpha": "[0, inf)",
-    "dueling_hidden_size": "[1, inf)",
-}
-
 
 def add_flags(p: argparse.ArgumentParser) -> None:
     a = p.add_argument_group("r2d2 (prioritized sequence replay)").add_argument
     a(
         "--burn_in",
-        type=int,
+        type=ranged(int, "[0, inf)"),
         default=40,
         help="Steps before each training sequence of --unroll_length that only warm up the recurrent state "
         "(no gradient); a stored sequence holds burn_in + unroll_length + 1 steps.",
     )
     a(
         "--sequence_stride",
-        type=int,
+        type=ranged(int, "[0, inf)"),
         default=0,
         help="New steps between consecutive stored sequences of an env (0: unroll_length / 2, so that training "
         "sequences overlap by half, as in R2D2).",
     )
-    a("--priority_exponent", type=float, default=0.9, help="Priority exponent alpha: P(i) ~ p_i^alpha.")
+    a(
+        "--priority_exponent",
+        type=ranged(float, "[0, inf)"),
+        default=0.9,
+        help="Priority exponent alpha: P(i) ~ p_i^alpha.",
+    )
     a(
         "--importance_sampling_exponent",
-        type=float,
+        type=ranged(float, "[0, 1]"),
         default=0.6,
         help="Importance-sampling exponent beta: w_i ~ (N P(i))^-beta, normalized by the batch's maximum.",
     )
-    a("--priority_eta", type=float, default=0.9, help="Sequence priority eta max|delta| + (1 - eta) mean|delta|.")
-    a("--n_steps", type=int, default=5, help="n of the n-step double-Q targets.")
-    a("--value_function_rescaling_epsilon", type=float, default=1e-3, help="epsilon of h(x) (0: no epsilon x).")
-    a("--target_update_period", type=int, default=2500, help="Learner steps between target network copies.")
-    a("--eval_epsilon", type=float, default=1e-3, help="epsilon-greedy rate of validation and the final test.")
-    a("--epsilon_base", type=float, default=0.4, help="Env i of N explores with base^(1 + alpha i / (N - 1)).")
-    a("--epsilon_alpha", type=float, default=7.0, help="alpha of the per-env epsilons (Ape-X).")
-    a("--dueling_hidden_size", type=int, default=512, help="Hidden layer of each dueling stream.")
+    a(
+        "--priority_eta",
+        type=ranged(float, "[0, 1]"),
+        default=0.9,
+        help="Sequence priority eta max|delta| + (1 - eta) mean|delta|.",
+    )
+    a("--n_steps", type=ranged(int, "[1, inf)"), default=5, help="n of the n-step double-Q targets.")
+    a(
+        "--value_function_rescaling_epsilon",
+        type=ranged(float, "[0, inf)"),
+        default=1e-3,
+        help="epsilon of h(x) (0: no epsilon x).",
+    )
+    a(
+        "--target_update_period",
+        type=ranged(int, "[1, inf)"),
+        default=2500,
+        help="Learner steps between target network copies.",
+    )
+    a(
+        "--eval_epsilon",
+        type=ranged(float, "[0, 1]"),
+        default=1e-3,
+        help="epsilon-greedy rate of validation and the final test.",
+    )
+    a(
+        "--epsilon_base",
+        type=ranged(float, "[0, 1]"),
+        default=0.4,
+        help="Env i of N explores with base^(1 + alpha i / (N - 1)).",
+    )
+    a("--epsilon_alpha", type=ranged(float, "[0, inf)"), default=7.0, help="alpha of the per-env epsilons (Ape-X).")
+    a("--dueling_hidden_size", type=ranged(int, "[1, inf)"), default=512, help="Hidden layer of each dueling stream.")
     a(
         "--replay_frame_stack",
         action=argparse.BooleanOptionalAction,
@@ -146,6 +162,5 @@ SPECS = (
         defaults=R2D2_DEFAULTS,
         flag_groups=(shared_flags.learning, shared_flags.replay, add_flags),
         check=check_flags,
-        flag_ranges=RANGES,
     ),
 )

@@ -7,6 +7,7 @@ Its configuration (torch-free, read by the flags' parser); the wrapper is ``agen
 from __future__ import annotations
 
 import argparse
+from rl_core.flag_types import ranged
 
 # RND's published settings that hold whatever the environment (Burda et al. 2018, Table 5 and
 # Section 2.3): the extrinsic return discounted by 0.999 (the intrinsic one by
@@ -16,16 +17,6 @@ import argparse
 RND_DEFAULTS = dict(discounting=0.999, rnd_init_steps=51_200)
 RND_RANK_SHARES = ("rnd_init_steps",)  # --rnd's run totals (its random start), beside the inner agent's
 MAKE = "rl_core.agents.rnd.agent:RNDAgent"
-
-RANGES = {
-    "rnd_init_steps": "[0, inf)",
-    "intrinsic_discounting": "[0, 1]",
-    "ext_coef": "[0, inf)",
-    "int_coef": "[0, inf)",
-    "rnd_update_proportion": "(0, 1]",
-    "rnd_channels": "[0, inf)",
-    "rnd_feature_size": "[1, inf)",
-}
 
 
 def add_flags(p: argparse.ArgumentParser) -> None:
@@ -41,33 +32,48 @@ def add_flags(p: argparse.ArgumentParser) -> None:
     )
     a(
         "--rnd_init_steps",
-        type=int,
+        type=ranged(int, "[0, inf)"),
         default=0,
         help="A fresh --rnd run first acts uniformly at random for this many steps (all envs together), training "
         "nothing: they initialise the observation statistics.",
     )
     a(
         "--intrinsic_discounting",
-        type=float,
+        type=ranged(float, "[0, 1]"),
         default=0.99,
         help="gamma_I of the intrinsic return (non-episodic) and of the forward filter that normalizes the reward.",
     )
-    a("--ext_coef", type=float, default=2.0, help="Weight of the extrinsic advantage (0: curiosity alone).")
-    a("--int_coef", type=float, default=1.0, help="Weight of the intrinsic advantage (0: extrinsic reward alone).")
+    a(
+        "--ext_coef",
+        type=ranged(float, "[0, inf)"),
+        default=2.0,
+        help="Weight of the extrinsic advantage (0: curiosity alone).",
+    )
+    a(
+        "--int_coef",
+        type=ranged(float, "[0, inf)"),
+        default=1.0,
+        help="Weight of the intrinsic advantage (0: extrinsic reward alone).",
+    )
     a(
         "--rnd_update_proportion",
-        type=float,
+        type=ranged(float, "(0, 1]"),
         default=0.25,
         help="Share of each batch the predictor trains on (OpenAI's proportion_of_exp_used_for_predictor_update).",
     )
     a(
         "--rnd_channels",
-        type=int,
+        type=ranged(int, "[0, inf)"),
         default=0,
         help="Image observations: RND sees the newest this many channels (the newest frame of a stack; Atari: 1), "
         "0: all of them.",
     )
-    a("--rnd_feature_size", type=int, default=512, help="Output size of the target and the predictor.")
+    a(
+        "--rnd_feature_size",
+        type=ranged(int, "[1, inf)"),
+        default=512,
+        help="Output size of the target and the predictor.",
+    )
     a(
         "--rnd_mlp_sizes",
         default="64,64,64",

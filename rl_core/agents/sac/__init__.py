@@ -10,6 +10,7 @@ import argparse
 from rl_core.agents import shared_flags
 from rl_core.agents.spec import AgentSpec
 from rl_core.agents.traits import AgentTraits
+from rl_core.flag_types import ranged
 
 # SAC's published settings (Haarnoja et al. 2018, "Soft Actor-Critic Algorithms and Applications",
 # Table 1): Adam 3e-4 for the actor, the critics and the temperature, batches of 256 transitions,
@@ -56,13 +57,6 @@ SAC_DISCRETE_IMAGE_DEFAULTS = dict(
     reward_clipping="abs_one",
 )
 
-RANGES = {
-    "polyak_tau": "(0, 1]",
-    "random_init_steps": "[0, inf)",
-    "initial_temperature": "(0, inf)",
-    "target_entropy_ratio": "[0, 1]",
-}
-
 
 def add_flags(p: argparse.ArgumentParser) -> None:
     a = p.add_argument_group(
@@ -71,13 +65,13 @@ def add_flags(p: argparse.ArgumentParser) -> None:
     ).add_argument
     a(
         "--polyak_tau",
-        type=float,
+        type=ranged(float, "(0, 1]"),
         default=0.005,
         help="Target critics move by tau towards the critics every learner step.",
     )
     a(
         "--random_init_steps",
-        type=int,
+        type=ranged(int, "[0, inf)"),
         default=0,
         help="A fresh run's first steps (all envs together) take uniformly random actions.",
     )
@@ -87,10 +81,15 @@ def add_flags(p: argparse.ArgumentParser) -> None:
         default=True,
         help="Learn alpha towards --target_entropy (else alpha is --entropy_cost).",
     )
-    a("--initial_temperature", type=float, default=1.0, help="alpha at the start when it is learned.")
+    a(
+        "--initial_temperature",
+        type=ranged(float, "(0, inf)"),
+        default=1.0,
+        help="alpha at the start when it is learned.",
+    )
     a(
         "--target_entropy_ratio",
-        type=float,
+        type=ranged(float, "[0, 1]"),
         default=0.98,
         help="Discrete actions: the target entropy is this times log|A| unless --target_entropy is given "
         "(box actions: -|A|).",
@@ -139,6 +138,5 @@ SPECS = (
             add_flags,
         ),
         check=check_flags,
-        flag_ranges=RANGES,
     ),
 )
