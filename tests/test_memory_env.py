@@ -213,6 +213,16 @@ def test_minigrid_gets_impalas_defaults_for_rewards_once_an_episode_over_popgyms
     assert ppo.sources["entropy_cost"] != grid.sources["entropy_cost"]  # the other agents keep their own
 
 
+def test_impala_feeds_repeat_firsts_card_straight_into_the_core():
+    first = entry.parse_command_line(memory_env, ["--env", "popgym-RepeatFirstMedium-v0", "--use_lstm"])
+    assert first.flags.mlp_sizes == "" and first.flags.discounting == 0.0
+    assert first.sources["mlp_sizes"] == "torchbeast_memory: --agent impala on --env popgym-RepeatFirstMedium-v0"
+    previous = entry.parse_command_line(memory_env, ["--env", "popgym-RepeatPreviousEasy-v0", "--use_lstm"])
+    assert previous.flags.mlp_sizes == "256"  # the stem stays where it was measured to learn
+    given = entry.parse_command_line(memory_env, ["--env", "popgym-RepeatFirstEasy-v0", "--mlp_sizes", "64"])
+    assert given.flags.mlp_sizes == "64"
+
+
 @pytest.mark.parametrize(
     "env, discount",
     [
