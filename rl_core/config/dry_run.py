@@ -67,9 +67,16 @@ def sentinel_note(parser, dest: str, value) -> str:
     """What a sentinel value means, from the flag's help: ``--test_episodes=0`` -> "the protocol's"."""
     action = next((a for a in parser._actions if a.dest == dest), None)
     for written, meaning in SENTINEL.findall(getattr(action, "help", None) or ""):
-        if str(value) in (written, "0.0" if written == "0" else written, "None" if written == "none" else written):
+        if value is None if written == "none" else _equal(value, written):
             return f"  ({written}: {meaning})"
     return ""
+
+
+def _equal(value, written: str) -> bool:
+    try:
+        return float(value) == float(written)
+    except (TypeError, ValueError):
+        return False
 
 
 def page(parser, flags, sources: dict[str, str], sizing, env_pkg, raw_argv: list[str]) -> str:

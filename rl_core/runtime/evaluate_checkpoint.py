@@ -13,19 +13,10 @@ from rl_core.evaluation import episodes
 from rl_core.data.env_spec import EnvSpec
 from rl_core.errors import UserError
 from rl_core.config.flags import RENAMED
+from rl_core.config.resolve import written_dests
 from rl_core.records.run_log import setup_logging
 
 log = logging.getLogger("test_mode")
-
-
-def explicit_dests(parser, argv: list[str]) -> set[str]:
-    """The flags written on the command line (the rest may come from the checkpoint)."""
-    given = set()
-    for action in parser._actions:
-        for option in action.option_strings:
-            if any(arg == option or arg.startswith(option + "=") for arg in argv):
-                given.add(action.dest)
-    return given
 
 
 def local_spec(env) -> EnvSpec:
@@ -38,7 +29,7 @@ def evaluate_checkpoint(flags, env_pkg, parser, argv: list[str]) -> int:
     setup_logging(None)
     try:
         saved = checkpoint_file.load(flags.checkpoint, fix="pass --checkpoint the model.tar of a run of this project")
-        given = explicit_dests(parser, argv)
+        given = set(written_dests(parser, argv))  # the rest may come from the checkpoint
         for key, value in saved.get("flags", {}).items():
             key = RENAMED.get(key, key)  # a checkpoint saved under a flag's old name
             if key not in given and hasattr(flags, key) and key not in ("mode", "checkpoint"):
