@@ -99,10 +99,19 @@ def test_run_passes_only_the_runs_identity_and_skips_finished_runs(suite, tmp_pa
     (rundir(copy, 2) / "final_test.json").unlink()
     resumed = suite_run(copy, tmp_path / "resumed", "2")
     assert resumed.returncode == 0, resumed.stdout[-3000:]
-    assert "seed 2: resumed at logged step 8,000" in resumed.stdout and "without final_test.json" in resumed.stdout
+    assert "seed 2: resumed (logged to step 8,000)" in resumed.stdout and "without final_test.json" in resumed.stdout
     assert "1 run, 0 skipped, 0 failed" in resumed.stdout
     tested, original = (json.loads((rundir(d, 2) / "final_test.json").read_text()) for d in (copy, savedir))
     assert tested["groups"] == original["groups"] and tested["step"] == original["step"]  # greedy, same test seeds
+
+    # Killed before its first checkpoint (logs.csv written, no model.tar): the run starts over, and says so.
+    lost = tmp_path / "lost"
+    shutil.copytree(rundir(savedir, 2), rundir(lost, 2))
+    for name in ("model.tar", "final_test.json"):
+        (rundir(lost, 2) / name).unlink()
+    over = suite_run(lost, tmp_path / "over", "2")
+    assert over.returncode == 0, over.stdout[-3000:]
+    assert "seed 2: started over: no model.tar (logs.csv had reached step 8,000)" in over.stdout
 
 
 def expected_row(savedir, score: float, step_at: int) -> dict:

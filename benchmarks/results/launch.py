@@ -159,7 +159,12 @@ def final_test_of_checkpoint(package: str, plan: Plan, signals: Signals) -> tupl
 def run_one(package: str, plan: Plan, head: str, signals: Signals) -> int:
     """Start or resume the run, then test its checkpoint if it ended at its budget without a final test."""
     step = logged_step(plan.rundir)
-    how = "started" if step is None else f"resumed at logged step {step:,}"
+    if step is None:
+        how = "started"
+    elif os.path.exists(os.path.join(plan.rundir, "model.tar")):
+        how = f"resumed (logged to step {step:,})"
+    else:  # killed before its first checkpoint: the run starts over (the results read its new rows: last_history)
+        how = f"started over: no model.tar (logs.csv had reached step {step:,})"
     print(
         f"{head} {how}, {plan.total_steps:,} steps, run directory {plan.rundir}: python -m "
         f"{package}.polybeast {shlex.join(plan.args)}",
