@@ -225,15 +225,18 @@ def test_bad_directories_and_flags_are_one_line(tmp_path):
     assert "unrecognized arguments: --no_such_flag 1" in result.stdout and not (tmp_path / "runs").exists()
 
 
-def test_a_resumed_runs_rows_keep_its_last_history_and_sum_its_wall_time():
+def test_a_resumed_runs_rows_keep_its_last_history_and_its_training_seconds():
     """A resume restarts logs.csv's clock and repeats the steps past its checkpoint (here rows of a run stopped at
-    step 300, resumed from its checkpoint at 200): the table's steps increase and its seconds add up the starts."""
+    step 300, resumed from its checkpoint at 200): the table's steps increase, and its seconds are those behind the
+    rows kept (the stretch from 200 to 300 that the resume redid counts once)."""
     from benchmarks.results import load
 
-    times = [1.0, 2.0, 3.0, 0.5, 1.5]
-    assert load.wall_seconds(times) == [1.0, 2.0, 3.0, 3.5, 4.5]
-    rows = [(100, 1.0), (200, 2.0), (300, 3.0), (250, 3.5), (350, 4.5)]
-    assert load.last_history(rows) == [(100, 1.0), (200, 2.0), (250, 3.5), (350, 4.5)]
+    rows = [(100, 1.0, 0.1), (200, 2.0, 0.2), (300, 3.0, 0.3), (250, 0.5, 0.4), (350, 1.5, 0.5)]
+    assert load.history_with_wall_seconds(rows) == [(100, 1.0, 0.1), (200, 2.0, 0.2), (250, 2.5, 0.4), (350, 3.5, 0.5)]
+    # a start killed before its first checkpoint: the run started over, and its seconds are the new start's alone
+    lost = [(100, 1.0, 0.1), (200, 2.0, 0.2), (100, 1.5, 0.3), (200, 2.5, 0.4)]
+    assert load.history_with_wall_seconds(lost) == [(100, 1.5, 0.3), (200, 2.5, 0.4)]
+    assert load.last_history([(100, 1.0), (200, 2.0), (150, 3.0)]) == [(100, 1.0), (150, 3.0)]
 
 
 def test_a_seed_run_twice_is_counted_as_runs_not_seeds():

@@ -79,7 +79,7 @@ ONE_PASS = dict(num_actors=16, num_servers=1, unroll_length=20, batch_size=8)
 
 # AWR at a temperature of 3 over its normalised advantages (the paper's 1 collapsed its policy on Freeway, whose
 # rewards are rare: entropy 1.79 -> 0.0008 by 0.63M, return 0 at 5M; at 3 the policy kept its entropy near 1 and
-# reached 24.6 at 0.9M): docs/experiments/minatar.md (AWR's temperature).
+# reached 25.2 at 1M): docs/experiments/minatar.md (AWR's temperature).
 AWR = dict(awr_beta=3.0)
 
 

@@ -74,15 +74,23 @@ class Run:
         return f"{self.agent} [{self.label}]" if self.label else self.agent
 
 
-def wall_seconds(times: list[float]) -> list[float]:
-    """logs.csv's ``time`` restarts when a run resumes: seconds since the first start, summed over the starts."""
-    out, offset, last = [], 0.0, 0.0
-    for t in times:
-        if t < last:
-            offset += last
-        last = t
-        out.append(offset + t)
-    return out
+def history_with_wall_seconds(rows: list[tuple[float, ...]]) -> list[tuple[float, ...]]:
+    """``(step, time, ...)`` rows of logs.csv in file order -> the kept history (``last_history``) with ``time`` as
+    the seconds of training behind each kept row.  logs.csv's clock restarts at each start of the run; a start's
+    seconds add on to those of the last row kept before it (its checkpoint's, near enough), so the stretch past the
+    checkpoint that the resume redid, or a whole start killed before its first checkpoint, is not counted twice."""
+    kept: list[tuple[float, ...]] = []
+    offset, last_time, last_step = 0.0, -math.inf, -math.inf
+    for step, t, *rest in rows:
+        if t < last_time or step <= last_step:  # a new start: its clock from 0
+            while kept and kept[-1][0] >= step:
+                kept.pop()
+            offset = kept[-1][1] if kept else 0.0
+        last_time, last_step = t, step
+        while kept and kept[-1][0] >= step:
+            kept.pop()
+        kept.append((step, offset + t, *rest))
+    return kept
 
 
 def last_history(rows: list[tuple[float, ...]]) -> list[tuple[float, ...]]:
@@ -136,8 +144,7 @@ def load_run(run_dir: str) -> Run:
     if not rows:
         raise UserError(f"{run_dir}/logs.csv has no rows yet: wait for the run's first row (--log_interval)")
     meta = read_json(run_dir, "meta.json")
-    seconds = wall_seconds([row[1] for row in rows])
-    history = last_history([(row[0], t, row[2]) for row, t in zip(rows, seconds)])
+    history = history_with_wall_seconds(rows)
     steps, secs, returns = (np.array(column) for column in zip(*history))
     flags = meta["flags"]
     final = final_test_summary(run_dir)
