@@ -18,7 +18,9 @@ measured alone.
 
 Given several --num_servers, every repeat runs each layout in turn, and the last lines give each one's
 steps/s against the first layout's run of the same repeat (paired, so that a shared host's drift between
-minutes cancels): `--num_servers 2 1 --repeats 3`.
+minutes cancels): `--num_servers 2 1 --repeats 3`.  A layout ``SxH`` is S servers, H to a process
+(``--server_splits H``: double-buffered sampling): `--num_servers 1 2x2` sets one process stepping its 16 envs
+at once against one process stepping two halves in turn.
 
 Run through benchmarks/atari_throughput.py, benchmarks/procgen_throughput.py or
 benchmarks/football_throughput.py.
@@ -219,7 +221,7 @@ def end_to_end(
     setup: Setup,
     model: str,
     num_actors: int,
-    num_servers: int,
+    num_servers: str,
     T: int,
     B: int,
     seconds: float,
@@ -237,7 +239,7 @@ def end_to_end(
             f"--env={setup.env}",
             f"--model={model}",
             f"--num_actors={num_actors}",
-            f"--num_servers={num_servers}",
+            *layout_flags(num_servers),
             *shape,
             "--total_steps=1000000000",
             f"--pipes_basename=unix:{tmp}/pipe",
@@ -280,9 +282,9 @@ def main(setup: Setup, default_model: str, default_T: int, argv=None, default_se
     parser.add_argument(
         "--num_servers",
         nargs="+",
-        type=int,
-        default=[2],
-        help="Env server processes; several: each layout in turn within every repeat (same minute), "
+        type=layout,
+        default=["2"],
+        help="Env servers (S, or SxH: H to a process); several: each layout in turn within every repeat (same minute), "
         "and a paired summary of their steps/s against the first.",
     )
     parser.add_argument("--unroll_length", type=int, default=default_T)
@@ -404,7 +406,22 @@ def main(setup: Setup, default_model: str, default_T: int, argv=None, default_se
             print(f"[{device}] {line}")
 
 
-def layout_summary(speeds: dict[tuple[int, int], list[float]], servers: list[int]) -> list[str]:
+def layout(text: str) -> str:
+    """An env-server layout: ``S`` servers, or ``SxH``, S servers of which H share a process."""
+    servers, x, splits = text.partition("x")
+    if not servers.isdigit() or int(servers) < 1 or (x and not (splits.isdigit() and int(splits) >= 1)):
+        raise argparse.ArgumentTypeError(f"{text!r}: give S or SxH, H dividing S (e.g. 2 or 2x2)")
+    if x and int(servers) % int(splits):
+        raise argparse.ArgumentTypeError(f"{text!r}: give S or SxH, H dividing S (e.g. 2 or 2x2)")
+    return text
+
+
+def layout_flags(text: str) -> list[str]:
+    servers, _, splits = text.partition("x")
+    return [f"--num_servers={servers}", *([f"--server_splits={splits}"] if splits else [])]
+
+
+def layout_summary(speeds: dict[tuple[int, str], list[float]], servers: list[str]) -> list[str]:
     """Each layout's steps/s against the first one's run just before it (same repeat, same minute): the
     median and range of those paired ratios.  ``speeds[(num_actors, num_servers)]`` lists one figure per
     repeat, in order."""

@@ -2,22 +2,32 @@
 
 import pytest
 
-from benchmarks.throughput import layout_summary
+import argparse
+
+from benchmarks.throughput import layout, layout_flags, layout_summary
 
 
 def test_each_layout_is_paired_with_the_first_layouts_run_of_the_same_repeat():
     # repeat 1 on a fast minute, repeat 2 on a slow one: the pairs cancel the drift
-    speeds = {(56, 2): [800.0, 600.0], (56, 1): [840.0, 660.0], (16, 2): [500.0], (16, 1): [450.0]}
-    lines = layout_summary(speeds, [2, 1])
+    speeds = {(56, "2"): [800.0, 600.0], (56, "1"): [840.0, 660.0], (16, "2"): [500.0], (16, "1"): [450.0]}
+    lines = layout_summary(speeds, ["2", "1"])
     assert len(lines) == 2
     assert lines[0].startswith("56 envs, 1 servers against 2: steps/s x1.075 ")  # median of 1.05 and 1.10
     assert "1.050-1.100 over 2 repeats" in lines[0] and "750 against 700" in lines[0]
     assert lines[1].startswith("16 envs, 1 servers against 2: steps/s x0.900 ")
 
 
-@pytest.mark.parametrize("servers", [[2], []])
+@pytest.mark.parametrize("servers", [["2"], []])
 def test_one_layout_has_nothing_to_pair(servers):
-    assert layout_summary({(56, 2): [800.0]}, servers) == []
+    assert layout_summary({(56, "2"): [800.0]}, servers) == []
+
+
+def test_a_layout_is_servers_or_servers_x_servers_per_process():
+    assert layout_flags(layout("2")) == ["--num_servers=2"]
+    assert layout_flags(layout("4x2")) == ["--num_servers=4", "--server_splits=2"]
+    for bad in ("0", "3x2", "2x", "x2", "two"):
+        with pytest.raises(argparse.ArgumentTypeError, match="give S or SxH"):
+            layout(bad)
 
 
 @pytest.mark.multiprocess
