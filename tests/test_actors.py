@@ -1,6 +1,8 @@
 """Actor thread, inference batcher and unroll batching against a real env server."""
 
 import queue
+import selectors
+import socket
 import threading
 import time
 import types
@@ -536,3 +538,29 @@ def test_the_acting_loop_holds_back_a_server_whose_unroll_the_full_queue_refuses
     assert not thread.is_alive()
     for server_stop in servers:
         server_stop.set()
+
+
+def test_waiting_for_the_rest_of_a_batch_does_not_spin_on_a_server_already_arrived():
+    """One server's step is in, the other's is not: the loop waits up to the batch's timeout for it asleep in the
+    selector, not by asking again and again a level-triggered selector that still finds the first readable."""
+
+    class Server:  # what the wait reads of an ActorThread
+        def __init__(self, conn):
+            self.conn, self.K = conn, K
+
+    pairs = [socket.socketpair() for _ in range(2)]
+    actors = [Server(ours) for ours, _ in pairs]
+    loop = ActingLoop(actors, None, queue.Queue(), threading.Event(), 2 * K, 0.2, None)
+    for actor in actors:
+        loop.in_flight[actor] = (None, time.monotonic())
+        loop.selector.register(actor.conn, selectors.EVENT_READ, actor)
+    pairs[0][1].send(b"step")  # the first server's message has begun to arrive
+    cpu, wall = time.thread_time(), time.monotonic()
+    arrived = loop._wait()
+    cpu, wall = time.thread_time() - cpu, time.monotonic() - wall
+    assert arrived == [actors[0]] and wall >= 0.19  # it waited the batch's 0.2 s for the second server ...
+    assert cpu < 0.05, f"{cpu:.3f} s of CPU in a 0.2 s wait"  # ... asleep
+    assert [key.data for key in loop.selector.get_map().values()] == [actors[1]]  # the arrived one is out
+    for a, b in pairs:
+        a.close()
+        b.close()

@@ -117,7 +117,7 @@ class ActingLoop:
                 self.stop.wait(HELD_POLL_S if self.held else POLL_S)  # (reconnections under way, or held)
             return []
         timeout = 0.0 if self.ready else (HELD_POLL_S if self.held else POLL_S)
-        arrived = [key.data for key, _ in self.selector.select(timeout)]
+        arrived = self._arrivals(timeout)
         if arrived and self.batch_wait_s > 0 and len(arrived) < len(self.in_flight):
             deadline = time.monotonic() + self.batch_wait_s
             envs = sum(actor.K for actor in arrived) + sum(actor.K for actor in self.ready)
@@ -125,14 +125,21 @@ class ActingLoop:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break
-                more = [key.data for key, _ in self.selector.select(left) if key.data not in arrived]
+                more = self._arrivals(left)
                 arrived.extend(more)
                 envs += sum(actor.K for actor in more)
         return arrived
 
-    def _receive(self, arrived: list[ActorThread]) -> None:
+    def _arrivals(self, timeout: float) -> list[ActorThread]:
+        """The servers whose message has begun to arrive within ``timeout``, taken out of the selector at once: the
+        selector is level-triggered, so one left in would answer every later wait for the batch at once (a spin)."""
+        arrived = [key.data for key, _ in self.selector.select(timeout)]
         for actor in arrived:
             self.selector.unregister(actor.conn)
+        return arrived
+
+    def _receive(self, arrived: list[ActorThread]) -> None:
+        for actor in arrived:  # (out of the selector already: _arrivals)
             result, _ = self.in_flight.pop(actor)
             try:
                 finished = actor.receive(*result)
