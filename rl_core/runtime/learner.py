@@ -123,8 +123,7 @@ class StepStats:
             for k in self.keys:
                 v = stats[k]
                 values.append(v if isinstance(v, torch.Tensor) else torch.tensor(float(v), device=loss.device))
-            if any(v.dtype != torch.float32 for v in values):
-                values = [v.float() for v in values]
+            values = [v if v.dtype == torch.float32 else v.float() for v in values]  # (a cast of each other one)
             row = torch.stack([v.reshape(()) if v.dim() else v for v in values])
         self.last_numbers = {k: float(v) for k, v in stats.items() if not isinstance(v, torch.Tensor)}
         for k, v in self.last_numbers.items():
