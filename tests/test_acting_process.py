@@ -195,3 +195,69 @@ def test_too_little_shared_memory_for_the_slots_is_one_line(tmp_path):
         raise AssertionError("not refused")
     except UserError as e:
         assert "--acting_process needs" in str(e) and "--shm-size" in str(e) and "\n" not in str(e)
+
+
+def test_the_servers_are_shared_out_evenly_among_the_acting_processes():
+    from rl_core.runtime.parts import acting_shares
+
+    assert acting_shares(list(range(4)), 2) == [[0, 1], [2, 3]]
+    assert acting_shares(list(range(5)), 2) == [[0, 1], [2, 3, 4]]
+    assert acting_shares(list(range(3)), 3) == [[0], [1], [2]]
+    assert acting_shares(list(range(2)), 1) == [[0, 1]]
+
+
+@pytest.mark.multiprocess
+def test_two_acting_processes_each_act_for_their_share_and_a_killed_learner_leaves_neither(tmp_path):
+    """--acting_processes 2 over 4 servers: two children named actor-loop-0 and -1, each for two servers (their
+    env ids, hence their seeds and exploration, those of the servers' places in the run); the run learns and a
+    SIGINT ends it cleanly; kill -9 of the learner leaves neither child."""
+    out = str(tmp_path / "out")
+    proc = start(GYM, *flags(tmp_path, num_servers=4, acting_processes=2, total_steps=10**9), output=out)
+    try:
+        rows_path = str(tmp_path / "runs" / "run" / "logs.csv")
+        wait_for(lambda: csv_rows(rows_path) and int(csv_rows(rows_path)[-1]["step"]) >= 40_000, 120, "training")
+        acting = sorted(k for k in children(proc.pid) if comm(k).startswith("actor-loop"))
+        assert sorted(comm(k) for k in acting) == ["actor-loop-0", "actor-loop-1"]
+        assert len(server_pids(proc.pid)) == 4
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    text = read(out)
+    assert proc.returncode == 0, text[-3000:]
+    for i, servers in enumerate(("0, 1", "2, 3")):
+        assert f"acting and central inference for env servers {servers} in process {acting[i]} " in text
+    assert "Traceback" not in text and not any(alive(p) for p in acting)
+    rows = csv_rows(rows_path)
+    assert float(rows[-1]["return_last_100"]) > 40  # learning: a random policy's CartPole return is about 22
+    assert 2 < float(rows[-1]["inference_batch"]) <= 4  # each child batches its own two servers' 2 + 2 envs alone
+
+    (tmp_path / "b").mkdir()
+    proc = start(GYM, *flags(tmp_path / "b", num_servers=4, acting_processes=2, total_steps=10**9), output=out + "b")
+    try:
+        rows_path = str(tmp_path / "b" / "runs" / "run" / "logs.csv")
+        wait_for(lambda: csv_rows(rows_path) and int(csv_rows(rows_path)[-1]["step"]) > 0, 60, "training to start")
+        acting = [k for k in children(proc.pid) if comm(k).startswith("actor-loop")]
+        proc.kill()
+        proc.wait(timeout=10)
+        wait_for(lambda: not any(alive(p) for p in acting), 15, "the acting processes to exit by themselves")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert len(acting) == 2
+
+
+@pytest.mark.parametrize(
+    "extra, words",
+    [
+        (["--acting_processes=3", "--num_servers=2"], "--acting_processes 3 is more than the run's 2 env servers"),
+        (["--acting_processes=2", "--deterministic"], "--acting_processes 2 needs the acting process"),
+        (["--acting_processes=2", "--no-acting_process"], "--acting_processes 2 needs the acting process"),
+    ],
+)
+def test_acting_processes_it_cannot_have_are_one_line(tmp_path, extra, words):
+    result = run(GYM, *flags(tmp_path, total_steps=1000)[1:], *extra, output=str(tmp_path / "out"), timeout=60)
+    assert result.returncode == 2, result.stdout[-2000:]
+    lines = [line for line in result.stdout.splitlines() if "error" in line]
+    assert len(lines) == 1 and words in lines[0], result.stdout[-2000:]

@@ -319,6 +319,15 @@ def make_parser(prog: str | None = None) -> argparse.ArgumentParser:
         "inference runs on the CPU in one process (not under torchrun, not --deterministic); CPU inference only.",
     )
     g.add_argument(
+        "--acting_processes",
+        type=ranged(int, "[1, inf)"),
+        default=1,
+        metavar="N",
+        help="With --acting_process: N acting processes, each the acting loop and central inference for its share of "
+        "the env servers (at most one each), on the one copy of the weights in shared memory: more than one where a "
+        "single process's acting and inference cannot keep up with the servers (a machine of many cores, no GPU).",
+    )
+    g.add_argument(
         "--num_inference_threads",
         type=ranged(int, "[1, inf)"),
         default=1,

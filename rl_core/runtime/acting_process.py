@@ -2,9 +2,9 @@
 
 In one process the learner's update and acting's per-step Python (the servers' messages, the stores, the
 inference batches) take turns on one GIL.  With ``--acting_process`` the learner process starts one child
-(``multiprocessing``'s spawn) that runs ``ActingLoop`` over the servers' connections (their sockets passed
-to it) with the inference copy of the model in shared memory, as sample-factory's policy workers read
-theirs:
+(``multiprocessing``'s spawn; ``--acting_processes N``: N children, each for a contiguous share of the servers)
+that runs ``ActingLoop`` over the servers' connections (their sockets passed to it) with the inference copy of
+the model in shared memory, as sample-factory's policy workers read theirs:
 
 - the learner publishes into those shared tensors, and the weights' version into a shared scalar, under a
   lock both processes take (``FileLock``: flock on a file both opened, unlinked once the child is ready;
@@ -150,9 +150,11 @@ class SlotQueue:
         return [s.take_episodes(), *change, batches, envs]
 
 
-def _acting_main(flags, spec, addresses, sockets, secret, model, lock, control, slots, free, out, logs) -> None:
-    """The child: the acting loop over the passed connections until ``control`` says stop or closes (the learner
-    process is gone); its log lines on the console and in ``logs`` (the learner process's log files: out.log)."""
+def _acting_main(flags, spec, addresses, sockets, secret, model, lock, control, slots, free, out, index, logs) -> None:
+    """The child: the acting loop over the passed connections (``addresses``: each server's index in the run and
+    address) until ``control`` says stop or closes (the learner process is gone); its log lines on the console and in
+    ``logs`` (the learner process's log files: out.log).  ``index``: its number among several acting processes (None:
+    the one)."""
     from rl_core.agents import make_agent
     from rl_core.records.run_log import setup_logging
     from rl_core.runtime import transport as tp
@@ -167,7 +169,7 @@ def _acting_main(flags, spec, addresses, sockets, secret, model, lock, control, 
         handler.setFormatter(logging.getLogger().handlers[0].formatter)
         logging.getLogger().addHandler(handler)
     torch.set_num_threads(1)
-    name_os_thread("actor-loop")
+    name_os_thread("actor-loop" if index is None else f"actor-loop-{index}")
     stop = threading.Event()
 
     def watch_learner():  # a word from the learner process, or its end
@@ -188,7 +190,7 @@ def _acting_main(flags, spec, addresses, sockets, secret, model, lock, control, 
         counts[1] += sum(r.size for r in requests)
 
     actors = []
-    for i, (address, sock) in enumerate(zip(addresses, sockets)):
+    for (i, address), sock in zip(addresses, sockets):  # (i: the server's index in the run)
         link = ServerLink(
             tp.Connection(sock, max_bytes=flags.max_message_bytes, poll_s=0.5),
             spec,
@@ -237,15 +239,16 @@ def _error_from(name: str, text: str) -> BaseException:
 
 
 class ActingProcess:
-    """The learner process's side: the child started with the servers' sockets, the receiver thread."""
+    """The learner process's side of acting process ``index``: the child started with the sockets of its share of the
+    servers (``actors``: their ActorThreads, all of them with one acting process), the receiver thread."""
 
-    def __init__(self, parts, flags, stop: threading.Event):
-        self.parts, self.flags, self.stop = parts, flags, stop
+    def __init__(self, parts, actors: list, index: int, flags, stop: threading.Event):
+        self.parts, self.actors, self.index, self.flags, self.stop = parts, actors, index, flags, stop
         p, ctx = parts, mp.get_context("spawn")
-        actor = p.actors[0]
+        actor = actors[0]
         template = p.inference_model.initial_state(actor.K)
         fields = {**step_fields(actor.spec), **p.agent.unroll_fields()}
-        n = p.learner_queue.maxsize + 2 * len(p.actors)
+        n = p.learner_queue.maxsize + 2 * len(actors)
         check_shared_memory(fields, actor.length, actor.K, n)
         self.slots = UnrollSlots(fields, actor.length, actor.K, template, n)
         free_r, self.free = ctx.Pipe(duplex=False)
@@ -259,8 +262,8 @@ class ActingProcess:
             args=(
                 flags,
                 actor.spec,
-                [a.address for a in p.actors],
-                [a.conn.conn.sock for a in p.actors],
+                [(a.index, a.address) for a in actors],
+                [a.conn.conn.sock for a in actors],
                 actor.secret,
                 p.inference_model,
                 p.inference_lock,
@@ -268,6 +271,7 @@ class ActingProcess:
                 self.slots,
                 free_r,
                 out_w,
+                index if flags.acting_processes > 1 else None,
                 [h.baseFilename for h in logging.getLogger().handlers if isinstance(h, logging.FileHandler)],
             ),
             daemon=True,
@@ -279,19 +283,28 @@ class ActingProcess:
         self.process.start()
         for end in self._child_ends:  # the child holds its own now: an exit of either closes the pipes
             end.close()
-        for actor in self.parts.actors:  # ... and its own copies of the sockets
+        for actor in self.actors:  # ... and its own copies of the sockets
             actor.conn.close()
         message = self._next(startup=True)
         if message[0] != "ready":
             self._raise(message)
-        log.info("acting and central inference in process %d (--acting_process)", self.process.pid)
+        if self.flags.acting_processes > 1:
+            log.info(
+                "acting and central inference for env servers %s in process %d (--acting_processes %d)",
+                ", ".join(str(a.index) for a in self.actors),
+                self.process.pid,
+                self.flags.acting_processes,
+            )
+        else:
+            log.info("acting and central inference in process %d (--acting_process)", self.process.pid)
 
         def pass_stop_on():  # at once: the servers are stopped right after the run's stop, before the joins
             self.stop.wait()
             self._stop_child()
 
         threading.Thread(target=pass_stop_on, name="acting-stop", daemon=True).start()
-        return [start_thread("actor-receiver", self.receive)]
+        suffix = f"-{self.index}" if self.flags.acting_processes > 1 else ""
+        return [start_thread(f"actor-receiver{suffix}", self.receive)]
 
     def _stop_child(self) -> None:
         try:

@@ -231,6 +231,20 @@ def _infer(parts: Parts):
 def wants_acting_process(flags, device: torch.device, group) -> bool:
     """Acting in a process of its own: --acting_process, or unset where central inference runs on the CPU in one
     process; never under --deterministic (its lockstep thread acts).  Asked for where it cannot run: one line."""
+    wanted = _wants_acting_process(flags, device, group)
+    n = flags.acting_processes
+    if n > 1 and not wanted:
+        why = "--deterministic acts in its one thread" if flags.deterministic else "the acting process is off here"
+        raise UserError(f"--acting_processes {n} needs the acting process, and {why}: drop --acting_processes")
+    if n > flags.num_servers:
+        raise UserError(
+            f"--acting_processes {n} is more than the run's {flags.num_servers} env servers (each acting process acts "
+            f"for at least one): give at most {flags.num_servers}, or more --num_servers"
+        )
+    return wanted
+
+
+def _wants_acting_process(flags, device: torch.device, group) -> bool:
     if flags.deterministic:
         return False
     if flags.acting_process is None:
@@ -242,12 +256,21 @@ def wants_acting_process(flags, device: torch.device, group) -> bool:
     return flags.acting_process
 
 
+def acting_shares(actors: list, n: int) -> list[list]:
+    """The servers' connections in ``n`` contiguous shares as even as they go (at most one share per connection)."""
+    n = min(n, len(actors))
+    bounds = [round(i * len(actors) / n) for i in range(n + 1)]
+    return [actors[a:b] for a, b in zip(bounds, bounds[1:])]
+
+
 def start_threads(parts: Parts, flags, errors, stop: threading.Event) -> list[threading.Thread]:
     """The asynchronous runtime: acting (one loop for every server, or --no-acting_loop: an actor thread per
     server and inference threads), the data source's and the learner's threads."""
     p, threads = parts, []
     if p.acting_process:
-        threads.extend(ActingProcess(p, flags, stop).start(lambda name, target: start_thread(name, target, errors)))
+        for i, share in enumerate(acting_shares(p.actors, flags.acting_processes)):
+            process = ActingProcess(p, share, i, flags, stop)
+            threads.extend(process.start(lambda name, target: start_thread(name, target, errors)))
     elif flags.acting_loop:
         loop = ActingLoop(
             p.actors,
