@@ -14,6 +14,7 @@ defaults), ``null`` (the one-process ceiling: an env and a model that cost nothi
 benchmarks/null_env.py and an MLP of 8 units).
 
     python benchmarks/data_path.py [--cases cartpole pong null] [--seconds 40] [--repeats 2]
+    python benchmarks/data_path.py --cases null --paths proc --acting_processes 2 4 --extra --num_servers=8 --num_actors=64
 """
 
 from __future__ import annotations
@@ -70,6 +71,13 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
+def path_flags(path: str) -> list[str]:
+    """A path's flags: one of PATHS, or ``procN``, the acting process split N ways (``--acting_processes N``)."""
+    if path in PATHS:
+        return PATHS[path]
+    return [*PATHS["proc"], f"--acting_processes={int(path[len('proc') :])}"]
+
+
 def measure(case: str, path: str, seconds: float, extra: list[str]) -> dict:
     """One run: steps/s and core-us per agent step of the learner process and of the servers."""
     package, flags = CASES[case]
@@ -79,7 +87,7 @@ def measure(case: str, path: str, seconds: float, extra: list[str]) -> dict:
             "-m",
             f"{package}.polybeast",
             *flags,
-            *PATHS[path],
+            *path_flags(path),
             "--total_steps=1000000000",
             f"--pipes_basename=unix:{tmp}/pipe",
             f"--savedir={tmp}",
@@ -130,8 +138,18 @@ def main(argv=None) -> None:
     parser.add_argument("--seconds", type=float, default=40.0, help="Length of each run; the second half is measured.")
     parser.add_argument("--repeats", type=int, default=2, help="Runs of every path per case.")
     parser.add_argument("--paths", nargs="+", default=list(PATHS), choices=list(PATHS), help="old is always run.")
+    parser.add_argument(
+        "--acting_processes",
+        nargs="+",
+        type=int,
+        default=[],
+        metavar="N",
+        help="Also the proc path with N acting processes (path procN; each needs N env servers: give them to every "
+        "path alike, e.g. --extra --num_servers=8 --num_actors=64).",
+    )
     parser.add_argument("--extra", nargs=argparse.REMAINDER, default=[], help="Flags passed to every run.")
     args = parser.parse_args(argv)
+    args.paths = [*args.paths, *(f"proc{n}" for n in args.acting_processes if n > 1)]
     print(f"machine: {len(os.sched_getaffinity(0))} cores; {args.seconds:g} s a run, the second half measured")
     print(
         f"{'case':<9} {'path':<7} {'steps/s':>8} {'learner us/st':>14} {'acting us/st':>13} {'servers us/st':>14} "
