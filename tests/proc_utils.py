@@ -72,6 +72,15 @@ def server_pids(pid: int) -> list[int]:
     return found
 
 
+def comm(pid: int) -> str:
+    """The process's name (/proc/PID/comm; "" once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
 def alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as f:

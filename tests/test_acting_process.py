@@ -16,7 +16,7 @@ import torch.multiprocessing as mp
 from rl_core.runtime.acting_process import FileLock, SlotQueue, UnrollSlots, _error_from, _recv, _send
 from rl_core.runtime.actors import RunStats
 from rl_core.errors import EnvServerError, RunFailure, UserError
-from tests.proc_utils import alive, children, csv_rows, read, run, server_pids, sockets_left, start, wait_for
+from tests.proc_utils import alive, children, comm, csv_rows, read, run, server_pids, sockets_left, start, wait_for
 
 GYM = "torchbeast_gym.polybeast"
 
@@ -36,14 +36,6 @@ def flags(tmp_path, **overrides):
     }
     values.update(overrides)
     return ["--acting_process", *[f"--{k}={v}" for k, v in values.items()]]
-
-
-def comm(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/comm") as f:
-            return f.read().strip()
-    except OSError:
-        return ""
 
 
 def acting_and_servers(pid: int) -> tuple[list[int], list[int]]:

@@ -17,6 +17,7 @@ from rl_core.config.env_package import installed_env_packages
 from tests.proc_utils import (
     alive,
     children,
+    comm,
     csv_rows,
     free_port,
     read,
@@ -478,7 +479,7 @@ def test_doubled_sigint_is_one_request(tmp_path):
         kids = children(proc.pid)  # the env servers, the acting process and multiprocessing's resource tracker
         ended_by_the_launcher = [
             *server_pids(proc.pid),
-            *(k for k in kids if read(f"/proc/{k}/comm") == "actor-loop\n"),
+            *(k for k in kids if comm(k) == "actor-loop"),
         ]
         proc.send_signal(signal.SIGINT)
         time.sleep(gap)

@@ -82,13 +82,11 @@ def history_with_wall_seconds(rows: list[tuple[float, ...]]) -> list[tuple[float
     kept: list[tuple[float, ...]] = []
     offset, last_time, last_step = 0.0, -math.inf, -math.inf
     for step, t, *rest in rows:
-        if t < last_time or step <= last_step:  # a new start: its clock from 0
+        if t < last_time or step <= last_step:  # a new start: its clock from 0, its steps from its checkpoint's
             while kept and kept[-1][0] >= step:
                 kept.pop()
             offset = kept[-1][1] if kept else 0.0
         last_time, last_step = t, step
-        while kept and kept[-1][0] >= step:
-            kept.pop()
         kept.append((step, offset + t, *rest))
     return kept
 
