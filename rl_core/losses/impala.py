@@ -21,8 +21,12 @@ def policy_gradient_loss(logits: torch.Tensor, actions: torch.Tensor, advantages
     ``logits`` ``[T, B, A]``, ``actions`` int64 ``[T, B]``, ``advantages``
     ``[T, B]`` (detached here: only the policy receives this gradient).
     """
-    neg_log_probs = -vtrace.action_log_probs(logits, actions)
-    return torch.sum(neg_log_probs * advantages.detach())
+    return policy_gradient_loss_from_log_probs(vtrace.action_log_probs(logits, actions), advantages)
+
+
+def policy_gradient_loss_from_log_probs(log_probs: torch.Tensor, advantages: torch.Tensor) -> torch.Tensor:
+    """:func:`policy_gradient_loss` from ``log_probs`` = log pi(a_t|x_t) ``[T, B]``."""
+    return torch.sum(-log_probs * advantages.detach())
 
 
 def baseline_loss(advantages: torch.Tensor) -> torch.Tensor:
@@ -35,7 +39,11 @@ def entropy_loss(logits: torch.Tensor) -> torch.Tensor:
 
     Minimising it maximises the policy entropy.
     """
-    log_policy = F.log_softmax(logits, dim=-1)
+    return entropy_loss_from_log_policy(F.log_softmax(logits, dim=-1))
+
+
+def entropy_loss_from_log_policy(log_policy: torch.Tensor) -> torch.Tensor:
+    """:func:`entropy_loss` from ``log_policy`` = log pi(.|x_t) ``[T, B, A]``."""
     return torch.sum(torch.exp(log_policy) * log_policy)
 
 
@@ -86,7 +94,9 @@ def multi_head_impala_loss(
     """
     from rl_core.losses.policy_gradient import explained_variance
 
-    target_log_probs = vtrace.action_log_probs(target_policy_logits, actions)
+    # log pi once: the importance weights, the policy gradient and the entropy all read it
+    target_log_policy = F.log_softmax(target_policy_logits, dim=-1)
+    target_log_probs = target_log_policy.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
     behavior_log_probs = vtrace.action_log_probs(behavior_policy_logits, actions)
     log_rhos = (target_log_probs - behavior_log_probs).detach()
     pg_advantages = None
@@ -110,9 +120,9 @@ def multi_head_impala_loss(
         baseline = baseline + baseline_loss(out.vs - head.values)
         vs_first = out.vs if vs_first is None else vs_first
         explained[f"{head.name}_explained_variance"] = explained_variance(head.values, out.vs)
-    pg = policy_gradient_loss(target_policy_logits, actions, pg_advantages)
+    pg = policy_gradient_loss_from_log_probs(target_log_probs, pg_advantages)
     baseline = baseline_cost * baseline
-    neg_entropy = entropy_loss(target_policy_logits)  # sum_{t,b} sum_a pi log pi
+    neg_entropy = entropy_loss_from_log_policy(target_log_policy)  # sum_{t,b} sum_a pi log pi
     entropy = entropy_cost * neg_entropy
     total_loss = pg + baseline + entropy
     stats = {

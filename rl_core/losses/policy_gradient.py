@@ -49,6 +49,10 @@ def explained_variance(
     """1 - Var[G - V] / Var[G] over the masked-in steps (1: V explains the targets, 0: no better than
     their mean, < 0: worse); NaN where the targets do not vary.  A 0-dim float64 tensor (no host sync)."""
     values, returns = values.detach().double(), returns.detach().double()
+    if mask is None:  # (the same arithmetic in fewer ops: two-pass variances)
+        var_returns = returns.var(correction=0)
+        ratio = 1.0 - (returns - values).var(correction=0) / var_returns.clamp(min=torch.finfo(torch.float64).tiny)
+        return torch.where(var_returns > 0, ratio, torch.full_like(ratio, float("nan")))
     mean = masked_mean(returns, mask)
     var_returns = masked_mean((returns - mean) ** 2, mask)
     error = returns - values

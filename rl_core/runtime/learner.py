@@ -314,7 +314,9 @@ class Learner:
             try:
                 for loss, stats in self.agent.updates(self.model, batch, state):
                     n = len(steps.rows)
-                    self.optimizer.zero_grad(set_to_none=True)
+                    for group in self.optimizer.param_groups:  # zero_grad(set_to_none=True), without its profiling
+                        for p in group["params"]:
+                            p.grad = None
                     loss.backward()
                     if self.group is not None:  # every rank takes the step of the ranks' mean gradient
                         loss = self.group.average_gradients(self._trained, loss)
