@@ -5,7 +5,9 @@ Paths: ``old`` (every array on the socket, an actor thread per server beside an 
 ``proc`` (that loop in a process of its own: the defaults on a CPU learner; the learner process's figure is
 then its learning alone, the acting process's under "acting us/st").  Per case and path, a real training run
 through the package's launcher with its defaults for --seconds; over the run's second half, from /proc: agent
-steps/s, the learner process's core-us per agent step (all its threads) and the env servers'.  The paths
+steps/s, the learner process's core-us per agent step (all its threads) and the env servers', and the one-process
+ceiling: 1e6 over the busiest single process's core-us per agent step, the steps/s that process allows given a core
+of its own (on a machine of few cores the steps/s is the cores' limit, not a process's).  The paths
 alternate within each repeat, so a shared host's drift touches them alike; the last lines give each against
 old per case (paired medians).
 
@@ -104,11 +106,10 @@ def measure(case: str, path: str, seconds: float, extra: list[str]) -> dict:
                 kids = _children(proc.pid)
                 servers = [k for k in kids if "polybeast_env" in _cmdline(k)]
                 others = [k for k in kids if k not in servers]  # the acting process (and multiprocessing's tracker)
-                learner0, t0 = _cpu_seconds(proc.pid), time.monotonic()
-                servers0, others0 = sum(map(_cpu_seconds, servers)), sum(map(_cpu_seconds, others))
+                pids = [proc.pid, *kids]
+                cpu0, t0 = {p: _cpu_seconds(p) for p in pids}, time.monotonic()
                 time.sleep(seconds / 2)
-                learner1, t1 = _cpu_seconds(proc.pid), time.monotonic()
-                servers1, others1 = sum(map(_cpu_seconds, servers)), sum(map(_cpu_seconds, others))
+                cpu1, t1 = {p: _cpu_seconds(p) for p in pids}, time.monotonic()
             finally:
                 proc.terminate()
                 proc.wait(30)
@@ -122,13 +123,17 @@ def measure(case: str, path: str, seconds: float, extra: list[str]) -> dict:
                 raise RuntimeError(f"{case} {path}: too few logs.csv rows; its output ends:\n{f.read()[-2000:]}")
     sps = (int(rows[-1]["step"]) - int(rows[0]["step"])) / (float(rows[-1]["time"]) - float(rows[0]["time"]))
     wall = t1 - t0
+    us = {p: max(cpu1[p] - cpu0[p], 0.0) / wall / sps * 1e6 for p in pids}  # each process's core-us per agent step
     return {
         "sps": sps,
-        "learner_us": (learner1 - learner0) / wall / sps * 1e6,
-        "servers_us": (servers1 - servers0) / wall / sps * 1e6,
-        "acting_us": (others1 - others0) / wall / sps * 1e6,
-        "learner_cores": (learner1 - learner0) / wall,
+        "learner_us": us[proc.pid],
+        "servers_us": sum(us[p] for p in servers),
+        "acting_us": sum(us[p] for p in others),
+        "learner_cores": us[proc.pid] * sps / 1e6,
         "servers": len(servers),
+        # the one-process ceiling: the agent steps/s that the run's busiest process allows, given a core each (what
+        # one process's core-us per agent step caps the run at on a machine of many cores)
+        "ceiling": 1e6 / max(us.values()),
     }
 
 
@@ -153,7 +158,7 @@ def main(argv=None) -> None:
     print(f"machine: {len(os.sched_getaffinity(0))} cores; {args.seconds:g} s a run, the second half measured")
     print(
         f"{'case':<9} {'path':<7} {'steps/s':>8} {'learner us/st':>14} {'acting us/st':>13} {'servers us/st':>14} "
-        f"{'learner cores':>14}"
+        f"{'learner cores':>14} {'1-proc ceiling':>15}"
     )
     results: dict[tuple[str, str], list[dict]] = {}
     for case in args.cases:
@@ -164,7 +169,7 @@ def main(argv=None) -> None:
                 print(
                     f"{case:<9} {path:<7} {r['sps']:>8,.0f} {r['learner_us']:>14,.1f} {r['acting_us']:>13,.1f} "
                     f"{r['servers_us']:>14,.1f} "
-                    f"{r['learner_cores']:>14.2f}",
+                    f"{r['learner_cores']:>14.2f} {r['ceiling']:>15,.0f}",
                     flush=True,
                 )
     print("against old, paired within each repeat: median (range): new's median against old's")
@@ -172,7 +177,12 @@ def main(argv=None) -> None:
         old = results[(case, "old")]
         for path in [p for p in args.paths if p != "old"]:
             runs = results[(case, path)]
-            for key, label in (("sps", "steps/s"), ("learner_us", "learner core-us/st"), ("servers_us", "servers")):
+            for key, label in (
+                ("sps", "steps/s"),
+                ("learner_us", "learner core-us/st"),
+                ("servers_us", "servers"),
+                ("ceiling", "one-process ceiling"),
+            ):
                 ratios = [n[key] / o[key] for o, n in zip(old, runs)]
                 print(
                     f"  {case:<9} {path:<4} {label:<19} x{np.median(ratios):.3f} ({min(ratios):.3f}-{max(ratios):.3f}): "

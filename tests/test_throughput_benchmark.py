@@ -44,4 +44,10 @@ def test_the_data_path_benchmark_measures_old_and_the_acting_process_in_one_run(
     sps, learner_us, acting_us = (float(rows["proc2"][i].replace(",", "")) for i in (2, 3, 4))
     assert sps > 0 and learner_us > 0 and acting_us > 0  # the children's share is measured apart
     assert float(rows["old"][4]) == 0.0  # no acting process on the old path
+    # the one-process ceiling: 1e6 over the busiest process's core-us per step, so at most the learner's figure's
+    # and (two acting processes sharing acting_us, the busier holding at least half) 2e6 / acting_us
+    ceiling = {path: float(row[7].replace(",", "")) for path, row in rows.items()}
+    assert 0 < ceiling["old"] <= 1e6 / float(rows["old"][3].replace(",", "")) * 1.01
+    assert 0 < ceiling["proc2"] <= min(1e6 / learner_us, 2e6 / acting_us) * 1.01
+    assert "null      proc2 one-process ceiling" in out
     assert "null      proc2 steps/s" in out
