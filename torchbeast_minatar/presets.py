@@ -60,7 +60,7 @@ R2D2 = dict(R2D2_SMALL_TASK_DEFAULTS, use_lstm=True, valid_num_episodes=16)
 # MLP after the stem) at MinAtar's replay (100k transitions, learning from 5,000), each transition sampled 4 times, a
 # lower target entropy, and uniform random actions for the first 100k steps (MinAtar DQN's epsilon goes from 1 to 0.1
 # over them).  With 5,000 random steps Freeway's rare crossings never reached the critic before the policy narrowed:
-# 0.00 at 0.73M; with 100k, 33.7 at 1M: docs/experiments/minatar.md (SAC).
+# 0.00 by 0.71M; with 100k, 33.7 at 1M: docs/experiments/minatar.md (SAC).
 SAC = dict(
     SAC_DISCRETE_IMAGE_DEFAULTS,
     num_actors=16,
