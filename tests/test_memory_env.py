@@ -223,6 +223,22 @@ def test_impala_feeds_repeat_firsts_card_straight_into_the_core():
     assert given.flags.mlp_sizes == "64"
 
 
+def test_r2d2_trains_the_memory_rooms_on_99_layouts_and_nothing_else_does():
+    """R2D2 in MiniGrid's Memory rooms trains on 99 fixed layouts (its validation and final test play fresh ones);
+    POPGym, the other MiniGrid envs and the other agents keep fresh layouts, and a flag given wins."""
+    rooms = entry.parse_command_line(memory_env, ["--env", "MiniGrid-MemoryS9-v0", "--agent", "r2d2", "--use_lstm"])
+    assert rooms.flags.num_levels == 99
+    assert rooms.sources["num_levels"] == "torchbeast_memory: --agent r2d2 on --env MiniGrid-MemoryS9-v0"
+    for argv in (
+        ["--env", "MiniGrid-MemoryS9-v0", "--agent", "impala"],
+        ["--env", "MiniGrid-MemoryS9-v0", "--agent", "ppo"],
+        ["--env", "MiniGrid-DoorKey-5x5-v0", "--agent", "r2d2"],
+        ["--env", "popgym-RepeatPreviousEasy-v0", "--agent", "r2d2"],
+        ["--env", "MiniGrid-MemoryS9-v0", "--agent", "r2d2", "--num_levels", "0"],
+    ):
+        assert entry.parse_command_line(memory_env, argv).flags.num_levels == 0, argv
+
+
 @pytest.mark.parametrize(
     "env, discount",
     [
