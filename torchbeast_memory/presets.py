@@ -59,15 +59,17 @@ R2D2_DEFAULTS = dict(
 # R2D2 in MiniGrid's Memory rooms, over the above: trained on 99 fixed layouts (recurrent-ppo-truncated-bptt's
 # training set; validation and the final test play fresh ones).  On fresh layouts only the episodes that start in
 # front of the cue (1 in 6 on MemoryS9) reward remembering it, and in 750k steps (MemoryS9, 3x3 view) the choice after
-# the cue stayed at chance (P(success | seen) 0.48-0.53); on 99 layouts the start itself hints at the answer, so
-# carrying it pays in every episode: P(success | seen) 0.85 at 200k, the look back learned by 400k (the cue seen in
-# 84% of episodes), the greedy validation on fresh layouts 0.88 at 500k: docs/experiments/r2d2.md (MemoryS9).
+# the cue stayed at chance (P(success | seen) 0.48-0.53); on 99 layouts the start cell hints at the answer (its
+# layouts' majority is right in 59% of them), so carrying what the start showed pays in every episode: P(success |
+# seen) 0.85 at 200k, the look back learned by 400k (the cue seen in 84% of episodes), the greedy validation on fresh
+# layouts 0.88 at 500k: docs/experiments/r2d2.md (MemoryS9).
 MINIGRID_MEMORY_R2D2_DEFAULTS = dict(num_levels=99)
 
 
 # IMPALA's and R2D2's values for memory tasks; IMPALA's on MiniGrid's envs, where rewards come once an episode, R2D2's
 # in its Memory rooms, and IMPALA's and R2D2's on POPGym's card tasks, whose deal does not depend on the answers (a
-# Q-value is the answer's own reward).  The other agents get only the shared ones (their papers' where rl_core/agents gives them).
+# Q-value is the answer's own reward).  The other agents get only the shared ones (their papers' where rl_core/agents
+# gives them).
 PRESETS = (
     Preset(IMPALA_DEFAULTS, agents="impala"),
     Preset(R2D2_DEFAULTS, agents="r2d2"),
