@@ -105,11 +105,22 @@ def score_cell(group: list) -> str:
     return f"{text} ({which_cell([r for r, _, _ in scored], [k for _, _, k in scored])})"
 
 
+def run_steps_text(last_step: int, summary: dict, steps_text=None) -> str:
+    """The agent steps a run reached (``steps_text``: how to write them; ``short_steps`` unless given), and where it
+    ended short of its own --total_steps ``1.23M of 5M, stopped`` (``running when collected`` where its summary has a
+    start and no end)."""
+    total = summary.get("total_steps")
+    if total is None or last_step >= total:
+        return (steps_text or short_steps)(last_step)
+    how = "running when collected" if summary.get("start") and not summary.get("end") else "stopped"
+    return f"{short_steps(last_step)} of {short_steps(total)}, {how}"
+
+
 def steps_cell(group: list, info: dict[str, dict]) -> str:
-    """The agent steps the seeds reached (the smallest), ``of N, stopped`` where a run ended short of its budget."""
-    steps = min(run.last_step for run in group)
-    total = max(info[run.run_dir].get("total_steps") or 0 for run in group)
-    return short_steps(steps) + (f" of {short_steps(total)}, stopped" if steps < total else "")
+    """The agent steps each seed reached, once where they are the same (``run_steps_text``: a run short of its own
+    budget says so)."""
+    texts = [run_steps_text(run.last_step, info[run.run_dir]) for run in group]
+    return texts[0] if len(set(texts)) == 1 else " / ".join(texts)
 
 
 def published_cell(anchors: dict, env: str, agent: str, steps: int) -> str:

@@ -671,6 +671,9 @@ def test_an_unfinished_run_says_how_far_it_got_and_a_missing_final_test_is_a_das
     assert row["steps to anchor score"] == "18: not reached / not reached / not reached"
     row = dict(zip(render_rows.RENDER_HEADER, render_rows.render_row(runs[:1], info, load.load_anchors(), "agent")))
     assert row["agent steps"] == "1.23M of 5M, stopped" and row["final test"] == "-"
+    # the summary says it per seed too: a seed that reached its own smaller budget is not "stopped"
+    assert summary_table.steps_cell([runs[0], runs[2]], info) == "1.23M of 5M, stopped / 2M"
+    assert summary_table.steps_cell(runs[2:], info) == "2M"
     steps = (5_000_000, 1_234_560, 844_800, 999)
     assert [summary_table.short_steps(n) for n in steps] == ["5M", "1.23M", "844.8k", "999"]
 

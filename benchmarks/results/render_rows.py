@@ -12,7 +12,7 @@ import numpy as np
 from benchmarks import page_rows
 from benchmarks.results.groups import collapsed, final_test_cell, known_values, last_returns, mean_std, per_seed
 from benchmarks.results.load import REPO, TRANSCRIBED_MARK, Run, anchor_score, first_reached
-from benchmarks.summary_table import markdown_table, short_steps
+from benchmarks.summary_table import markdown_table, run_steps_text, short_steps
 
 EXPERIMENTS = os.path.join(REPO, "docs", "experiments")
 
@@ -33,18 +33,10 @@ def steps_text(steps: int, short: bool = False) -> str:
 
 def steps_cell(group: list[Run], info: dict[str, dict], short: bool = False) -> str:
     """The agent steps each run reached (``short``: in millions); ``1.23M of 5M, stopped`` for one that ended short
-    of its --total_steps (``running when collected`` where it had not ended when it was collected: meta.json had no
-    end yet)."""
-    texts = []
-    for run in group:
-        summary = info[run.run_dir]
-        total = summary.get("total_steps")
-        if total is None or run.last_step >= total:
-            texts.append(steps_text(run.last_step, short))
-            continue
-        how = "running when collected" if summary.get("start") and not summary.get("end") else "stopped"
-        texts.append(f"{short_steps(run.last_step)} of {short_steps(total)}, {how}")
-    return collapsed(texts)
+    of its --total_steps (``summary_table.run_steps_text``)."""
+    return collapsed(
+        [run_steps_text(run.last_step, info[run.run_dir], lambda n: steps_text(n, short)) for run in group]
+    )
 
 
 def reached_cell(group: list[Run], info: dict[str, dict], score: float | None, short: bool = False) -> str:
