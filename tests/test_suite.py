@@ -990,3 +990,20 @@ def test_collect_marks_a_variant_and_render_moves_it_into_the_experiments_page(s
     variants = region_rows(impala.replace("suite:variants:", "suite:"))
     assert [(r["seeds"], r["what differs"]) for r in variants] == [("1", "a probe")]
     assert "[1][impala.md variants]" in (docs / "results.md").read_text()
+
+
+def test_a_source_whose_anchors_name_different_agents_is_listed_once_with_all_of_them():
+    from types import SimpleNamespace
+
+    from benchmarks.results import render
+
+    anchors = {
+        "sources": {"paper": {"name": "A paper", "url": "https://example.org/paper"}},
+        "anchors": [
+            {"env": "A-v0", "agents": ["impala", "ppo"], "source": "paper"},
+            {"env": "B-v0", "agents": ["r2d2", "ppo"], "source": "paper"},
+        ],
+    }
+    runs = [SimpleNamespace(env="A-v0", agent="impala"), SimpleNamespace(env="B-v0", agent="r2d2")]
+    line = render.anchors_line(runs, anchors)
+    assert line == "Anchors: [A paper](https://example.org/paper) for impala, ppo, r2d2."

@@ -158,15 +158,18 @@ def variants_alone(package: str, page: PageRuns, info: dict, experiments: str, r
 
 
 def anchors_line(runs: list[Run], anchors: dict) -> str:
-    """The sources of the anchors drawn beside the runs."""
+    """The sources of the anchors drawn beside the runs, each once with the agents of all its anchors."""
     used = {
         (a["source"], tuple(a["agents"]))
         for env in {r.env for r in runs}
         for a in anchors_of(anchors, env, {r.agent for r in runs})
     }
+    agents_of_source: dict[str, dict[str, None]] = {}
+    for source, agents in sorted(used):
+        agents_of_source.setdefault(source, {}).update(dict.fromkeys(agents))
     sources = [
         f"[{anchors['sources'][s]['name']}]({anchors['sources'][s]['url']}) for {', '.join(agents)}"
-        for s, agents in sorted(used)
+        for s, agents in agents_of_source.items()
     ]
     return prose("Anchors: " + ("; ".join(sources) if sources else "none for these envs") + ".")
 
