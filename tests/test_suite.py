@@ -9,6 +9,7 @@ import os
 import re
 import shlex
 import shutil
+import subprocess
 
 import numpy as np
 import pytest
@@ -804,7 +805,9 @@ def test_the_committed_summaries_render_a_page_a_researcher_reads_in_minutes(tmp
     assert text.index("## Summary") < text.index("## Results per package")
     region = text.split("<!-- suite:begin -->")[1].split("<!-- suite:end -->")[0]
     commands = "\n".join(re.findall(r"```sh\n(.*?)\n```", region, re.S))
-    assert commands.count("python -m torchbeast_") >= len(region_rows(text)) > 0
+    loops = re.findall(r"^for env in (.*); do$", commands, re.M)  # one command per env it names
+    named = sum(len(envs.split()) for envs in loops) + len(re.findall(r"^python -m torchbeast_", commands, re.M))
+    assert named >= len(region_rows(text)) > 0
     for word in ("/work/", "/tmp/", "--savedir", "--pipes_basename", "--xpid"):
         assert word not in commands, word
     # every image and reference link the region names is there
@@ -1007,3 +1010,43 @@ def test_a_source_whose_anchors_name_different_agents_is_listed_once_with_all_of
     runs = [SimpleNamespace(env="A-v0", agent="impala"), SimpleNamespace(env="B-v0", agent="r2d2")]
     line = render.anchors_line(runs, anchors)
     assert line == "Anchors: [A paper](https://example.org/paper) for impala, ppo, r2d2."
+
+
+def test_commands_that_differ_in_their_env_alone_are_one_loop_that_runs_each(tmp_path):
+    """The same agent, seeds and flags on several envs: one ``for env in`` loop whose comment names each env's commit;
+    run in bash it gives each env's own command.  A command with other flags stays on its own."""
+    from benchmarks.results import load, render_rows
+
+    def run_of(env: str, seed: int, commit: str, extra: str = ""):
+        summary = summary_of("torchbeast_minatar", env, "vpg", seed, [1.0], None, extra)
+        summary["git_commit"] = commit * 40
+        return load.run_of_summary(f"{env}_{seed}_{extra}", summary), summary
+
+    made = [
+        [run_of("MinAtar/Breakout-v0", 1, "a"), run_of("MinAtar/Breakout-v0", 2, "b")],
+        [run_of("MinAtar/Freeway-v0", 1, "a"), run_of("MinAtar/Freeway-v0", 2, "b")],
+        [run_of("MinAtar/Asterix-v0", 1, "c"), run_of("MinAtar/Asterix-v0", 2, "c")],
+        [run_of("MinAtar/SpaceInvaders-v0", 1, "a", "--entropy_cost 0.02")],
+    ]
+    groups = [[r for r, _ in group] for group in made]
+    info = {r.run_dir: s for group in made for r, s in group}
+    block = render_rows.command_block(groups, info)
+    assert block == [
+        "```sh",
+        "# vpg, seed 1 (seed 2 the same with its own --seed), on each of 3 envs, at commits aaaaaaa / bbbbbbb "
+        "(Breakout-v0,",
+        "#   Freeway-v0), ccccccc (Asterix-v0)",
+        "for env in MinAtar/Breakout-v0 MinAtar/Freeway-v0 MinAtar/Asterix-v0; do",
+        '    python -m torchbeast_minatar.polybeast --env "$env" --agent vpg --seed 1; done',
+        "# MinAtar/SpaceInvaders-v0 vpg, seed 1, at commit aaaaaaa",
+        "python -m torchbeast_minatar.polybeast --env MinAtar/SpaceInvaders-v0 --agent vpg --entropy_cost 0.02 --seed 1",
+        "```",
+    ]
+    script = 'python() { echo "python $*"; }\n' + "\n".join(block[1:-1])
+    ran = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True).stdout.splitlines()
+    assert ran == [
+        f"python -m torchbeast_minatar.polybeast --env MinAtar/{game}-v0 --agent vpg --seed 1"
+        for game in ("Breakout", "Freeway", "Asterix")
+    ] + [
+        "python -m torchbeast_minatar.polybeast --env MinAtar/SpaceInvaders-v0 --agent vpg --entropy_cost 0.02 --seed 1"
+    ]

@@ -218,28 +218,85 @@ def wrapped_command(command: str) -> list[str]:
     return lines + [line]
 
 
+ENV_SLOT = "ENVSLOT"  # the --env value of a command run on several envs, written "$env" in its loop
+
+
 def command_block(groups: list[list[Run]], info: dict[str, dict], command_of=page_rows.page_command) -> list[str]:
     """The runs' commands (``command_of`` a summary) as a shell block: per group the first seed's, and each other
-    seed's that differs in more than its --seed; each with the commit it ran at."""
-    lines = ["```sh"]
+    seed's that differs in more than its --seed; each with the commit it ran at.  Commands that differ in their
+    --env alone (the same agent, seeds and flags on several envs) are one ``for env in ...`` loop."""
+    entries: dict[tuple, list[tuple[str, list[Run]]]] = {}
     for group in groups:
         kinds: dict[tuple[str, ...], list[Run]] = {}
         for run in group:
             kinds.setdefault(tuple(without_seed(command_of(info[run.run_dir]))), []).append(run)
         for runs in kinds.values():
-            summary = info[runs[0].run_dir]
-            world = (summary.get("distributed") or {}).get("world_size")
-            others = [str(r.seed) for r in runs[1:]]
-            commits = list(dict.fromkeys(c[:7] for r in runs if (c := info[r.run_dir].get("git_commit"))))
-            lines.append(
-                f"# {runs[0].env} {runs[0].name}, seed {runs[0].seed}"
-                + (
-                    f" (seed{'s' if len(others) > 1 else ''} {', '.join(others)} the same with its own --seed)"
-                    if others
-                    else ""
-                )
-                + (f", under torchrun, world size {world}" if world else "")
-                + (f", at commit {' / '.join(commits)}" if commits else "")
+            command = command_of(info[runs[0].run_dir])
+            key = (runs[0].name, tuple(r.seed for r in runs), env_free(command, runs[0].env))
+            entries.setdefault(key if key[2] else (id(runs),), []).append((command, runs))
+    lines = ["```sh"]
+    for same in sorted(entries.values(), key=lambda same: same[0][1][0].name):
+        command, runs = same[0]
+        summary = info[runs[0].run_dir]
+        world = (summary.get("distributed") or {}).get("world_size")
+        others = [str(r.seed) for r in runs[1:]]
+        commits = {env_runs[0].env: run_commits(env_runs, info) for _, env_runs in same}
+        lines += comment_lines(
+            f"# {runs[0].env + ' ' if len(same) == 1 else ''}{runs[0].name}, seed {runs[0].seed}"
+            + (
+                f" (seed{'s' if len(others) > 1 else ''} {', '.join(others)} the same with its own --seed)"
+                if others
+                else ""
             )
-            lines += wrapped_command(command_of(summary))
+            + (f", on each of {len(same)} envs" if len(same) > 1 else "")
+            + (f", under torchrun, world size {world}" if world else "")
+            + commits_text(commits)
+        )
+        if len(same) == 1:
+            lines += wrapped_command(command)
+            continue
+        body = wrapped_command(env_free(command, runs[0].env))
+        lines.append(f"for env in {' '.join(shlex.quote(env) for env in commits)}; do")
+        lines += ["    " + line.replace(ENV_SLOT, '"$env"') for line in body[:-1]]
+        lines.append("    " + body[-1].replace(ENV_SLOT, '"$env"') + "; done")
     return lines + ["```"]
+
+
+def env_free(command: str, env: str) -> str:
+    """The command with its ``--env`` value written ENV_SLOT; "" where it names no ``--env`` of that value."""
+    words = shlex.split(command)
+    for i, word in enumerate(words[:-1]):
+        if word == "--env" and words[i + 1] == env:
+            return shlex.join([*words[: i + 1], ENV_SLOT, *words[i + 2 :]])
+    return ""
+
+
+def run_commits(runs: list[Run], info: dict[str, dict]) -> str:
+    """The commits the runs ran at (each once, in the runs' order), ``a / b``."""
+    return " / ".join(dict.fromkeys(c[:7] for r in runs if (c := info[r.run_dir].get("git_commit"))))
+
+
+def commits_text(commits: dict[str, str]) -> str:
+    """``, at commit C`` where every env ran at the same; else each commit with the envs that ran at it (their names
+    after the last ``/``)."""
+    at = {}
+    for env, commit in commits.items():
+        if commit:
+            at.setdefault(commit, []).append(env.rsplit("/", 1)[-1])
+    if not at:
+        return ""
+    if len(at) == 1:
+        return f", at commit {next(iter(at))}"
+    return ", at commits " + ", ".join(f"{commit} ({', '.join(envs)})" for commit, envs in at.items())
+
+
+def comment_lines(text: str) -> list[str]:
+    """A shell comment in lines of at most COMMAND_WIDTH characters, each continued line starting ``#   ``."""
+    lines, line = [], ""
+    for word in text.split(" "):
+        if line and len(line) + 1 + len(word) > COMMAND_WIDTH:
+            lines.append(line)
+            line = "#   " + word
+        else:
+            line = f"{line} {word}" if line else word
+    return lines + [line]
