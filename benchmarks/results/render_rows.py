@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import os
 import shlex
+import textwrap
 
 import numpy as np
 
@@ -292,11 +293,4 @@ def commits_text(commits: dict[str, str]) -> str:
 
 def comment_lines(text: str) -> list[str]:
     """A shell comment in lines of at most COMMAND_WIDTH characters, each continued line starting ``#   ``."""
-    lines, line = [], ""
-    for word in text.split(" "):
-        if line and len(line) + 1 + len(word) > COMMAND_WIDTH:
-            lines.append(line)
-            line = "#   " + word
-        else:
-            line = f"{line} {word}" if line else word
-    return lines + [line]
+    return textwrap.wrap(text, COMMAND_WIDTH, subsequent_indent="#   ", break_long_words=False, break_on_hyphens=False)
