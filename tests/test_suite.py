@@ -9,12 +9,13 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 
 import numpy as np
 import pytest
 
-from tests.proc_utils import REPO, csv_rows, last_line, run
+from tests.proc_utils import REPO, children, csv_rows, last_line, read, run, start, wait_for
 
 SUITE = "benchmarks.suite"
 STEPS = 8_000
@@ -113,6 +114,32 @@ def test_run_passes_only_the_runs_identity_and_skips_finished_runs(suite, tmp_pa
     over = suite_run(lost, tmp_path / "over", "2")
     assert over.returncode == 0, over.stdout[-3000:]
     assert "seed 2: started over: no model.tar (logs.csv had reached step 8,000)" in over.stdout
+
+
+@pytest.mark.multiprocess
+def test_a_launcher_interrupted_on_its_own_short_of_its_budget_is_left_to_resume_not_tested(tmp_path):
+    """A signal to the launcher alone (not to the suite) ends it with status 0 short of --total_steps: the suite
+    says so and runs no --mode test on a checkpoint that is not the run's last (it would fail after a long test)."""
+    savedir, output = tmp_path / "runs", tmp_path / "out"
+    proc = start(
+        SUITE, "run", "--package", "torchbeast_gym", "--envs", "CartPole-v1", "--agents", "impala", "--seeds", "3",
+        "--total_steps", "50000000", "--savedir", str(savedir), "--", *EXTRA, output=str(output),
+    )  # fmt: skip
+    try:
+        logs = savedir / "CartPole-v1_impala_seed3" / "logs.csv"
+        wait_for(lambda: logs.exists() and len(csv_rows(str(logs))) >= 2, 120, "the run's first logs.csv rows")
+        (launcher,) = children(proc.pid)
+        os.kill(launcher, signal.SIGINT)
+        proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    out = read(str(output))
+    step = int(csv_rows(str(logs))[-1]["step"])
+    assert proc.returncode == 0, out[-3000:]
+    assert f"seed 3: stopped at step {step:,} of 50,000,000, its launcher interrupted" in out, out[-3000:]
+    assert "--mode test" not in out and not (logs.parent / "final_test.json").exists()
+    assert (logs.parent / "model.tar").exists()  # the launcher's own checkpoint on SIGINT: the resume's start
 
 
 def expected_row(savedir, score: float, step_at: int) -> dict:

@@ -6,7 +6,8 @@ env, agent and seed, one run after another: every other flag is the package's de
 is measured.  A run whose directory finished (logs.csv reached the run's --total_steps and final_test.json exists)
 is skipped and an unfinished one resumes from its model.tar (the launcher's --xpid resume), so the same command
 continues an interrupted benchmark; a run that reached its budget without a final test (one cut short) gets it from
-``--mode test`` on its model.tar.  A run's console is its run directory's out.log.  ``--games`` is ``--envs``.
+``--mode test`` on its model.tar; one whose launcher alone was signalled, short of its budget, is left for the same
+command to resume.  A run's console is its run directory's out.log.  ``--games`` is ``--envs``.
 """
 
 from __future__ import annotations
@@ -172,6 +173,15 @@ def run_one(package: str, plan: Plan, head: str, signals: Signals) -> int:
     )
     start = time.monotonic()
     status, last = launch(package, plan.args, signals)
+    step = logged_step(plan.rundir) or 0
+    if status == 0 and signals.signum is None and step < plan.total_steps:
+        # its launcher was stopped on its own (a signal to it, not to the suite): nothing to test yet
+        print(
+            f"{head} stopped at step {step:,} of {plan.total_steps:,}, its launcher interrupted: "
+            "the same command resumes it",
+            flush=True,
+        )
+        return status
     if status == 0 and signals.signum is None and not finished(plan):
         print(
             f"{head} at step {logged_step(plan.rundir) or 0:,} without final_test.json: --mode test on its model.tar",
