@@ -184,7 +184,7 @@ def run_one(package: str, plan: Plan, head: str, signals: Signals) -> int:
         return status
     if status == 0 and signals.signum is None and not finished(plan):
         print(
-            f"{head} at step {logged_step(plan.rundir) or 0:,} without final_test.json: --mode test on its model.tar",
+            f"{head} at step {step:,} without final_test.json: --mode test on its model.tar",
             flush=True,
         )
         status, last = final_test_of_checkpoint(package, plan, signals)
