@@ -253,16 +253,20 @@ def test_usable_cores_override(monkeypatch):
 
 def test_the_learner_takes_the_cores_its_servers_leave(monkeypatch):
     """auto_torch_threads: cores less those the server processes keep busy (their package's SERVER_CORES each):
-    Atari's servers leave a 2-core learner one thread; Procgen's, idle beside a CPU learner, leave it both."""
+    Atari's servers leave a 2-core learner one thread; Procgen's, idle beside a CPU learner, leave it both; under
+    --deterministic a package with LOCKSTEP_CORES (Atari's) gives its learner every core, the others as before."""
     from argparse import Namespace
 
     from rl_core.config.env_package import EnvPackage
     from rl_core.runtime.device import auto_torch_threads
 
-    def threads(name, cores, basename="unix:/tmp/x", num_servers=8, server_splits=1):
+    def threads(name, cores, basename="unix:/tmp/x", num_servers=8, server_splits=1, deterministic=False):
         monkeypatch.setenv(sizing.CORES_ENV, str(cores))
-        flags = Namespace(pipes_basename=basename, num_servers=num_servers, server_splits=server_splits)
-        return auto_torch_threads(flags, EnvPackage(package(name)).SERVER_CORES)
+        flags = Namespace(
+            pipes_basename=basename, num_servers=num_servers, server_splits=server_splits, deterministic=deterministic
+        )
+        pkg = EnvPackage(package(name))
+        return auto_torch_threads(flags, pkg.SERVER_CORES, pkg.LOCKSTEP_CORES)
 
     assert EnvPackage(package("torchbeast_atari")).SERVER_CORES == 1.0  # the default: a core per server
     assert threads("torchbeast_atari", 2, num_servers=2) == 1
@@ -272,6 +276,10 @@ def test_the_learner_takes_the_cores_its_servers_leave(monkeypatch):
     assert threads("torchbeast_procgen", 16) == 16
     assert threads("torchbeast_procgen", 2, num_servers=32) == 1  # 1.6 cores busy: rounded to 2
     assert threads("torchbeast_atari", 2, basename="10.0.0.2:4000") == 2  # TCP servers run elsewhere
+    assert threads("torchbeast_atari", 2, num_servers=2, deterministic=True) == 2  # PPO's Atari default
+    assert threads("torchbeast_atari", 16, num_servers=8, deterministic=True) == 16
+    assert threads("torchbeast_minatar", 2, num_servers=2, deterministic=True) == 1  # MinAtar PPO's: not its
+    assert threads("torchbeast_gym", 2, num_servers=1, deterministic=True) == 1
 
 
 def test_a_resumed_run_keeps_what_it_was_sized_with(tmp_path, monkeypatch):

@@ -579,6 +579,10 @@ ENVS_PER_SERVER = 32
 # splits x 16 envs at 0.86-0.91 of the agent steps/s of 14 x 32 unsplit (benchmarks/gpu_suite.py's splits stage,
 # docs/experiments/throughput.md): the learner process, not the servers, bounds the run there.
 SERVER_SPLITS = 1
+# Under --deterministic (PPO's default here) the learner's torch threads take every core: its servers idle while it
+# infers and learns.  On 2 cores PPO Pong's lockstep ran 1.36-1.48x the steps/s on 2 threads than on 1, where
+# MinAtar's net ran 0.78-0.83x and CartPole's MLP 0.45x (docs/experiments/throughput.md), so it is this package's.
+LOCKSTEP_CORES = True
 
 
 ACTION_KIND = "discrete"  # its envs' actions, known before one is made (rl_core/config/env_package.py)

@@ -172,7 +172,7 @@ class Training:
             self.device = select_device(f)
         else:
             announce_rank(self.group, self.device, f, self.global_flags)
-        set_torch_threads(f, self.device, self.env_pkg.SERVER_CORES)
+        set_torch_threads(f, self.device, self.env_pkg.SERVER_CORES, self.env_pkg.LOCKSTEP_CORES)
         traits = agent_traits(self.global_flags)
         announce_sizing(self.global_flags, self.sizing, traits.replays)
         log.info("%s", describe_core(f, traits.recurrent))
