@@ -580,8 +580,8 @@ ENVS_PER_SERVER = 32
 # docs/experiments/throughput.md): the learner process, not the servers, bounds the run there.
 SERVER_SPLITS = 1
 # Under --deterministic (PPO's default here) the learner's torch threads take every core: its servers idle while it
-# infers and learns.  On 2 cores PPO Pong's lockstep ran 1.36-1.48x the steps/s on 2 threads than on 1, where
-# MinAtar's net ran 0.78-0.83x and CartPole's MLP 0.45x (docs/experiments/throughput.md), so it is this package's.
+# infers and learns.  On 2 cores PPO Pong's lockstep ran 1.36-1.49x the steps/s on 2 threads than on 1, where
+# MinAtar's net ran 0.78-0.83x and CartPole's MLP 0.46x (docs/experiments/throughput.md), so it is this package's.
 LOCKSTEP_CORES = True
 
 
