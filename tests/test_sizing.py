@@ -278,7 +278,7 @@ def test_the_learner_takes_the_cores_its_servers_leave(monkeypatch):
     assert threads("torchbeast_atari", 2, basename="10.0.0.2:4000") == 2  # TCP servers run elsewhere
     assert threads("torchbeast_atari", 2, num_servers=2, deterministic=True) == 2  # PPO's Atari default
     assert threads("torchbeast_atari", 16, num_servers=8, deterministic=True) == 16
-    assert threads("torchbeast_minatar", 2, num_servers=2, deterministic=True) == 1  # MinAtar PPO's: not its
+    assert threads("torchbeast_minatar", 2, num_servers=2, deterministic=True) == 1  # its small net loses
     assert threads("torchbeast_gym", 2, num_servers=1, deterministic=True) == 1
 
 

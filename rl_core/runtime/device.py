@@ -58,7 +58,7 @@ def auto_torch_threads(flags, server_cores: float = 1.0, lockstep_cores: bool = 
     world = distributed.world_from_environ()
     if world is not None:  # the ranks on this host share its cores
         cores = max(1, cores // max(1, world.local_world_size))
-    if lockstep_cores and getattr(flags, "deterministic", False):
+    if lockstep_cores and flags.deterministic:
         return cores
     if tp.parse_address(flags.pipes_basename).kind == "unix":
         busy = round(flags.num_servers // flags.server_splits * server_cores)  # the server processes' cores
