@@ -1,6 +1,6 @@
 """The GPU suite: a (GPU) machine's figures in one command, within a time budget: the env ceiling, IMPALA Pong with
 no flag but ``--env`` (stopped at a last-100 of 18), the sizing's env servers against the same envs split in two,
-every agent's Atari throughput, then PPO and R2D2 on Pong and PPO on Breakout, each stage a child given a share of
+acting in the learner process against acting processes that infer on the GPU, every agent's Atari throughput, then PPO and R2D2 on Pong and PPO on Breakout, each stage a child given a share of
 ``--budget_s``; its markdown tables are printed and written to ``<savedir>/gpu_suite.md``.  The stages, the budget,
 the output, and how to run it on a machine without a package registry (carrying wheels): docs/experiments/throughput.md,
 "Running the GPU suite".  Its library is benchmarks/gpu/ (budget, children, stages, tables).
@@ -20,9 +20,16 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from benchmarks.gpu.budget import MARGIN_S, STAGES, allot, plan  # noqa: E402
+from benchmarks.gpu.budget import MARGIN_S, STAGES, acting_counts, allot, plan  # noqa: E402
 from benchmarks.gpu.children import Stopper  # noqa: E402
-from benchmarks.gpu.stages import Context, stage_agents, stage_ceiling, stage_splits, stage_training  # noqa: E402
+from benchmarks.gpu.stages import (  # noqa: E402
+    Context,
+    stage_acting,
+    stage_agents,
+    stage_ceiling,
+    stage_splits,
+    stage_training,
+)
 from benchmarks.gpu.tables import PROG, markdown  # noqa: E402
 
 
@@ -91,6 +98,18 @@ def make_parser() -> argparse.ArgumentParser:
         default=75.0,
         help="Each of the splits stage's two IMPALA runs (wall seconds from its launch).",
     )
+    p.add_argument(
+        "--acting_seconds",
+        type=float,
+        default=75.0,
+        help="Each of the acting stage's IMPALA runs (wall seconds from its launch).",
+    )
+    p.add_argument(
+        "--acting_counts",
+        default="1,2",
+        help="The acting stage's runs beside acting in the learner process: --acting_process with each number of "
+        "--acting_processes (comma-separated).",
+    )
     p.add_argument("--agents_seconds", type=float, default=30.0, help="Each agent's end-to-end run (seconds).")
     p.add_argument("--agents_repeats", type=int, default=10, help="Learner batches timed alone per agent.")
     return p
@@ -104,8 +123,14 @@ def main(argv=None) -> int:
     if unknown or not stages:
         parser.error(f"--stages {args.stages}: give some of {','.join(STAGES)}")
     stages = [s for s in STAGES if s in stages]
-    if args.budget_s <= 0 or args.splits_seconds <= 0:
-        parser.error("--budget_s and --splits_seconds must be positive")
+    if args.budget_s <= 0 or args.splits_seconds <= 0 or args.acting_seconds <= 0:
+        parser.error("--budget_s, --splits_seconds and --acting_seconds must be positive")
+    try:
+        counts = acting_counts(args)
+    except ValueError:
+        counts = [0]
+    if any(n < 1 for n in counts):
+        parser.error(f"--acting_counts {args.acting_counts}: give numbers of acting processes, e.g. 1,2")
     start = time.monotonic()
     stopper = Stopper()  # first: a Ctrl-C during torch's import is one line too
     savedir = os.path.abspath(
@@ -151,6 +176,8 @@ def main(argv=None) -> int:
             result = stage_agents(ctx, share)
         elif stage == "splits":
             result = stage_splits(ctx, share)
+        elif stage == "acting":
+            result = stage_acting(ctx, share)
         else:
             result = stage_training(ctx, stage, share)
         if result["status"] != "stopped by signal":  # nothing measured: an earlier result stays

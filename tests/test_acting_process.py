@@ -1,8 +1,10 @@
 """--acting_process (rl_core/runtime/acting_process.py): acting and inference in a child process, through the real
 launcher, env servers and sockets; its slots and statistics in process."""
 
+import argparse
 import math
 import os
+import pickle
 import queue
 import signal
 import subprocess
@@ -14,7 +16,17 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-from rl_core.runtime.acting_process import FileLock, SlotQueue, UnrollSlots, _error_from, _recv, _send
+from rl_core.runtime.acting_process import (
+    DeviceSyncedLock,
+    FileLock,
+    SlotQueue,
+    UnrollSlots,
+    _error_from,
+    _recv,
+    _send,
+    weights_lock,
+)
+from rl_core.runtime.parts import wants_acting_process
 from rl_core.runtime.actors import RunStats
 from rl_core.errors import EnvServerError, RunFailure, UserError
 from tests.proc_utils import alive, children, comm, csv_rows, read, run, server_pids, sockets_left, start, wait_for
@@ -96,6 +108,39 @@ def test_the_weights_lock_excludes_another_process_and_leaves_no_file():
         held = subprocess.run([sys.executable, "-c", probe, lock.path], capture_output=True, text=True, timeout=30)
     free = subprocess.run([sys.executable, "-c", probe, lock.path], capture_output=True, text=True, timeout=30)
     assert (held.stdout.strip(), free.stdout.strip()) == ("held", "taken")
+
+
+def test_on_a_gpu_the_weights_lock_waits_for_its_holders_kernels_before_letting_go(monkeypatch):
+    """Across processes a device's streams order nothing: the learner's copy of the weights and the child's forward
+    must be finished on the GPU while the lock is still held (a CPU run's lock does not sync)."""
+    events = []
+
+    class Recording:
+        def __enter__(self):
+            events.append("acquire")
+
+        def __exit__(self, *exc):
+            events.append("release")
+
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: events.append(f"sync {device}"))
+    with DeviceSyncedLock(Recording(), "cuda:1"):
+        events.append("forward")
+    assert events == ["acquire", "forward", "sync cuda:1", "release"]
+    assert type(weights_lock(torch.device("cpu"))) is FileLock
+    lock = weights_lock(torch.device("cuda", 0))
+    assert type(lock) is DeviceSyncedLock and lock.device == "cuda:0"
+    # the child gets it pickled: its own open of the learner's lock file, the same device
+    theirs = pickle.loads(pickle.dumps(lock))
+    assert (type(theirs.lock), theirs.lock.path, theirs.device) == (FileLock, lock.lock.path, "cuda:0")
+
+
+@pytest.mark.parametrize(
+    "given, device, wanted",
+    [(None, "cpu", True), (None, "cuda", False), (True, "cuda", True), (False, "cpu", False)],
+)
+def test_a_gpu_learner_acts_in_its_own_process_when_asked(given, device, wanted):
+    flags = argparse.Namespace(acting_process=given, acting_processes=1, deterministic=False, num_servers=2)
+    assert wants_acting_process(flags, torch.device(device), None) is wanted
 
 
 def test_the_childs_errors_are_raised_as_their_own_classes():

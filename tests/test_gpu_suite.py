@@ -25,14 +25,15 @@ def args(*argv):
 
 def test_each_stage_gets_its_share_and_what_does_not_fit_is_skipped():
     a = args()
-    # 16 cores, the default 25 minutes: the ceiling's 5 measurements of 5 + 4 s, IMPALA its 12 minutes at most,
-    # the splits 2 x (75 + 20) s, the 6 agents 75 s each, the rest to PPO on Pong (halves would be too short)
+    # 16 cores, the default 25 minutes: the ceiling's 5 measurements of 5 + 4 s, the splits 2 x (75 + 20) s, the
+    # acting runs 3 x (75 + 20) s and the 6 agents 75 s each, IMPALA what they leave (at most 12 minutes)
     assert budget.plan(1500, list(budget.STAGES), a, 16) == {
         "ceiling": 45.0,
-        "impala_pong": 720.0,
+        "impala_pong": 515.0,
         "splits": 190.0,
+        "acting": 285.0,
         "agents": 450.0,
-        "ppo_pong": 80.0,
+        "ppo_pong": 0.0,
         "r2d2_pong": 0.0,
         "ppo_breakout": 0.0,
     }
@@ -41,6 +42,7 @@ def test_each_stage_gets_its_share_and_what_does_not_fit_is_skipped():
         "ceiling": 18.0,
         "impala_pong": 67.0,
         "splits": 0.0,
+        "acting": 0.0,
         "agents": 0.0,
         "ppo_pong": 0.0,
         "r2d2_pong": 0.0,
@@ -60,6 +62,7 @@ def test_each_stage_gets_its_share_and_what_does_not_fit_is_skipped():
             assert all(v == 0 or v >= budget.TRAIN_MIN_S for s, v in shares.items() if s in budget.TRAINING)
             assert shares["impala_pong"] <= a.impala_max_s
             assert shares["splits"] in (0.0, 190.0)
+            assert shares["acting"] in (0.0, 285.0)
 
 
 def test_the_splits_stage_gets_its_two_runs_or_is_skipped():
@@ -254,6 +257,8 @@ FAKE_LAUNCHER = textwrap.dedent("""
     p.add_argument("--disable_final_test", action="store_true")
     for name in ("num_servers", "num_actors", "batch_size", "server_splits"):
         p.add_argument("--" + name, type=int)
+    p.add_argument("--acting_process", action="store_true", default=None)
+    p.add_argument("--acting_processes", type=int, default=1)
     f = p.parse_args(sys.argv[2:])
     sized = {"16": (28, 448, 56, 2), "2": (2, 16, 32, 1)}[sys.argv[1]]
     given = (f.num_servers, f.num_actors, f.batch_size, f.server_splits)
@@ -261,13 +266,16 @@ FAKE_LAUNCHER = textwrap.dedent("""
     rundir = os.path.join(f.savedir, f.xpid)
     os.makedirs(rundir)
     flags = {"env": f.env, "agent": "impala", "rnd": False, "seed": 1, "num_servers": servers, "num_actors": actors,
-             "batch_size": batch, "server_splits": splits, "unroll_length": 20}
+             "batch_size": batch, "server_splits": splits, "unroll_length": 20, "deterministic": False,
+             "acting_process": f.acting_process, "acting_processes": f.acting_processes}
     record = {"num_servers": servers, "num_actors": actors, "batch_size": batch, "server_splits": splits,
-              "auto": [] if f.num_servers else ["num_servers", "num_actors", "batch_size"], "reason": ""}
+              "auto": [] if f.num_servers else ["num_servers", "num_actors", "batch_size"], "reason": "",
+              "gpu": sys.argv[1] == "16"}
     with open(os.path.join(rundir, "meta.json"), "w") as out:
         json.dump({"argv": [os.path.join(os.getcwd(), "torchbeast_atari", "polybeast.py")], "flags": flags,
                    "sizing": record}, out)
     per_row = {1: 50_000, 2: 60_000}[splits] * (1 if actors > 16 else 0.01)  # agent steps in 4 s
+    per_row *= 1 + 0.25 * f.acting_processes if f.acting_process else 1
     signal.signal(signal.SIGINT, lambda *_: sys.exit(0))
     with open(os.path.join(rundir, "logs.csv"), "w") as out:
         out.write("step,time,return_last_100\\n")
@@ -323,6 +331,52 @@ def test_the_splits_stage_compares_the_sized_layout_with_the_other(tmp_path, mon
             "| 2 x 1 x 8 | 16, B=32 | the sizing's | 500 | 1.00 | 0.62 |",
             "| 2 x 2 x 4 | 16, B=32 | given | 600 | 1.20 | 0.75 |",
         ]
+
+
+@pytest.mark.multiprocess
+def test_the_acting_stage_compares_acting_in_the_learner_process_with_acting_processes(tmp_path, monkeypatch):
+    monkeypatch.setattr(stages, "polybeast_cmd", lambda argv: [sys.executable, "-c", FAKE_LAUNCHER, "16", *argv])
+    savedir = str(tmp_path)
+    ctx = stages.Context(
+        args("--acting_seconds", "2", "--acting_counts", "1,2"),
+        savedir,
+        time.monotonic() + 100,
+        children.Stopper(install=False),
+    )
+    start = time.monotonic()
+    result = stages.stage_acting(ctx, budget.acting_need_s(ctx.args))
+    assert time.monotonic() - start < 45
+    assert result["status"] == "done", result
+    first, one, two = result["runs"]
+    assert [r["acting_processes"] for r in result["runs"]] == [0, 1, 2]  # a GPU run's default acts in-process
+    assert "--acting_process" not in first["command"] and "--num_servers" not in first["command"]
+    assert one["command"].endswith("--acting_process --acting_processes 1")
+    assert two["command"].endswith("--acting_process --acting_processes 2")
+    assert "--savedir SAVEDIR --xpid acting_p2" in two["command"]
+    rows = [
+        line
+        for line in tables.markdown({"acting": {**result, "date": "d", "machine": "m"}}, "m").splitlines()
+        if line.startswith("| ")
+    ]
+    # the sizing's 14 x 2 x 16 every time; 60k agent steps a row in the learner process, 75k and 90k with 1 and 2
+    assert rows[1:] == [
+        "| in the learner process | 14 x 2 x 16 | 448, B=56 | 60,000 | 1.00 | - |",
+        "| 1 acting process | 14 x 2 x 16 | 448, B=56 | 75,000 | 1.25 | - |",
+        "| 2 acting processes | 14 x 2 x 16 | 448, B=56 | 90,000 | 1.50 | - |",
+    ]
+    # on a CPU learner the package's defaults already act in a process of their own
+    assert (
+        stages.acting_processes(
+            {"acting_process": None, "acting_processes": 1, "deterministic": False, "num_servers": 2}, gpu=False
+        )
+        == 1
+    )
+    assert (
+        stages.acting_processes(
+            {"acting_process": None, "acting_processes": 1, "deterministic": False, "num_servers": 2}, gpu=True
+        )
+        == 0
+    )
 
 
 def test_the_splits_table_without_a_ceiling_or_a_second_run():

@@ -6,7 +6,7 @@ from __future__ import annotations
 from benchmarks.agents import configs
 from benchmarks.env_ceiling import default_procs
 
-STAGES = ("ceiling", "impala_pong", "splits", "agents", "ppo_pong", "r2d2_pong", "ppo_breakout")
+STAGES = ("ceiling", "impala_pong", "splits", "acting", "agents", "ppo_pong", "r2d2_pong", "ppo_breakout")
 PACKAGE = "torchbeast_atari"
 PONG, BREAKOUT = "PongNoFrameskip-v4", "BreakoutNoFrameskip-v4"
 TRAINING = {
@@ -39,14 +39,26 @@ def splits_need_s(args) -> float:
     return 2 * (args.splits_seconds + STOP_GRACE_S)
 
 
+def acting_counts(args) -> list[int]:
+    """--acting_counts: the numbers of acting processes the acting stage runs beside acting in the learner process."""
+    return [int(n) for n in str(args.acting_counts).split(",") if n.strip()]
+
+
+def acting_need_s(args) -> float:
+    """A run of --acting_seconds with acting in the learner process and one per count, each with its stop's grace."""
+    return (1 + len(acting_counts(args))) * (args.acting_seconds + STOP_GRACE_S)
+
+
 def allot(stage: str, left: float, later: list[str], args, cores: int) -> float:
     """The seconds ``stage`` gets of the ``left`` the budget still holds, ``later`` being the stages after it;
-    0: skipped for the budget.  The ceiling, the splits and the agents get what they need (the agents: as many
-    as fit), IMPALA up to --impala_max_s and never the share of the splits and of the agents that would fit
-    beside its minimum, the PPO runs an equal part of what is left."""
+    0: skipped for the budget.  The ceiling, the splits, the acting runs and the agents get what they need (the
+    agents: as many as fit), IMPALA up to --impala_max_s and never the share of the splits, the acting runs and
+    the agents that would fit beside its minimum, the PPO runs an equal part of what is left."""
     left = max(left, 0.0)
-    if stage in ("ceiling", "splits"):
-        need = ceiling_need_s(args, cores) if stage == "ceiling" else splits_need_s(args)
+    fixed = {"ceiling": lambda: ceiling_need_s(args, cores), "splits": lambda: splits_need_s(args)}
+    fixed["acting"] = lambda: acting_need_s(args)
+    if stage in fixed:
+        need = fixed[stage]()
         return need if left >= need else 0.0
     if stage == "agents":
         return min(len(AGENTS), int(left // agent_need_s(args))) * agent_need_s(args)
@@ -54,8 +66,9 @@ def allot(stage: str, left: float, later: list[str], args, cores: int) -> float:
         return 0.0
     if stage == "impala_pong":
         reserve = 0.0
-        if "splits" in later and left - TRAIN_MIN_S >= splits_need_s(args):
-            reserve = splits_need_s(args)
+        for runs in ("splits", "acting"):
+            if runs in later and left - TRAIN_MIN_S - reserve >= fixed[runs]():
+                reserve += fixed[runs]()
         if "agents" in later:
             reserve += min(len(AGENTS), int((left - TRAIN_MIN_S - reserve) // agent_need_s(args))) * agent_need_s(args)
         return min(args.impala_max_s, left - reserve)

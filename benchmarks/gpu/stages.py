@@ -14,9 +14,10 @@ import sys
 import time
 
 import numpy as np
+import torch
 
 from benchmarks.agents import COLUMNS, last_line
-from benchmarks.gpu.budget import AGENTS, PACKAGE, PONG, STOP_GRACE_S, TARGET, TRAINING, agent_need_s
+from benchmarks.gpu.budget import AGENTS, PACKAGE, PONG, STOP_GRACE_S, TARGET, TRAINING, acting_counts, agent_need_s
 from benchmarks.gpu.children import REPO, Ended, Stopper, run_child
 from benchmarks.results.load import first_reached, load_run
 from rl_core.errors import UserError
@@ -196,11 +197,25 @@ SPLIT_KEYS = ("num_servers", "num_actors", "batch_size", "server_splits")
 
 def run_layout(rundir: str) -> dict:
     """The run's num_servers, num_actors, batch_size and server_splits: meta.json's ``sizing`` record (the values
-    used, whether sized or given), its flags where a record lacks one."""
+    used, whether sized or given), its flags where a record lacks one; and its acting processes (0: acting in the
+    learner process, as a GPU run's default)."""
     with open(os.path.join(rundir, "meta.json")) as f:
         meta = json.load(f)
     record, flags = meta.get("sizing") or {}, meta.get("flags", {})
-    return {k: int(record.get(k, flags.get(k, 1))) for k in SPLIT_KEYS}
+    values = {k: int(record.get(k, flags.get(k, 1))) for k in SPLIT_KEYS}
+    values["acting_processes"] = acting_processes(flags, bool(record.get("gpu")))
+    return values
+
+
+def acting_processes(flags: dict, gpu: bool) -> int:
+    """The acting processes a run's flags (meta.json's) had, by the launcher's own rule; 0: acting in the learner
+    process (a record without the flag: 0)."""
+    if "acting_process" not in flags:
+        return 0
+    from rl_core.runtime.parts import wants_acting_process
+
+    wanted = wants_acting_process(argparse.Namespace(**flags), torch.device("cuda" if gpu else "cpu"), None)
+    return int(flags.get("acting_processes") or 1) if wanted else 0
 
 
 def layout_name(values: dict) -> str:
@@ -221,22 +236,14 @@ def other_layout(sized: dict) -> tuple[dict | None, str]:
     return {**sized, "num_servers": 2 * servers, "server_splits": 2}, ""
 
 
-def splits_run(ctx, xpid: str, given: dict | None, stop_at: float, kill_at: float) -> dict:
-    """One IMPALA Pong run of the splits stage, stopped (SIGINT) at ``stop_at``: its layout and frames/s (the
-    launcher's sizing where ``given`` is None, else those values as flags)."""
+def layout_run(ctx, xpid: str, extra: list[str], stop_at: float, kill_at: float) -> dict:
+    """One IMPALA Pong run with ``extra`` flags (none: the launcher's sizing and defaults), stopped (SIGINT) at
+    ``stop_at``: its layout, how it acted and its frames/s."""
     rundir = os.path.join(ctx.savedir, xpid)
-    extra = [] if given is None else [a for k in SPLIT_KEYS for a in (f"--{k}", str(given[k]))]
     argv = ["--env", PONG, "--savedir", ctx.savedir, "--xpid", xpid, "--disable_final_test", *extra]
     ended = run_child(polybeast_cmd(argv), os.path.join(ctx.savedir, f"{xpid}.out"), stop_at, kill_at, ctx.stopper)
     command = f"python -m {PACKAGE}.polybeast {shlex.join(argv)}".replace(ctx.savedir, "SAVEDIR")
-    out = {
-        "sized": given is None,
-        "rundir": rundir,
-        "command": command,
-        "stopped": ended.why,
-        "exit": ended.status,
-        "wall_s": ended.seconds,
-    }
+    out = {"rundir": rundir, "command": command, "stopped": ended.why, "exit": ended.status, "wall_s": ended.seconds}
     if ended.why == "signal":
         return {**out, "status": "stopped by signal"}
     if ended.status != 0 and ended.why == "exited":
@@ -256,6 +263,13 @@ def splits_run(ctx, xpid: str, given: dict | None, stop_at: float, kill_at: floa
         "frames_s": run.steps_per_s * run.frames_per_step,
         "steady_frames_s": steady_frames_s(run),
     }
+
+
+def splits_run(ctx, xpid: str, given: dict | None, stop_at: float, kill_at: float) -> dict:
+    """One IMPALA Pong run of the splits stage: the launcher's sizing where ``given`` is None, else those values as
+    flags."""
+    extra = [] if given is None else [a for k in SPLIT_KEYS for a in (f"--{k}", str(given[k]))]
+    return {"sized": given is None, **layout_run(ctx, xpid, extra, stop_at, kill_at)}
 
 
 def stage_splits(ctx, share: float) -> dict:
@@ -279,6 +293,28 @@ def stage_splits(ctx, share: float) -> dict:
     if second["status"] == "done" and layout_name(second) != layout_name(given):
         second["status"] = f"no result: it ran {layout_name(second)}, not the {layout_name(given)} given"
     return {**base, "runs": runs, "status": second["status"]}
+
+
+def stage_acting(ctx, share: float) -> dict:
+    """IMPALA Pong for --acting_seconds with the package's defaults (on a GPU learner: acting and inference in the
+    learner process), then as long with ``--acting_process --acting_processes N`` for each of --acting_counts (the
+    acting loops in N child processes, inferring on the GPU): the same sizing, envs and batch."""
+    seconds = ctx.args.acting_seconds
+    stage_end = time.monotonic() + share
+    base = {"game": PONG, "agent": "impala", "seconds": seconds, "share_s": share}
+    runs = []
+    for n in [None, *acting_counts(ctx.args)]:
+        stop_at = min(time.monotonic() + seconds, stage_end - STOP_GRACE_S)
+        extra = [] if n is None else ["--acting_process", "--acting_processes", str(n)]
+        xpid = free_name(ctx.savedir, "acting_in" if n is None else f"acting_p{n}")
+        run = layout_run(ctx, xpid, extra, stop_at, min(stop_at + STOP_GRACE_S, stage_end))
+        runs.append(run)
+        if run["status"] == "done" and n is not None and run["acting_processes"] != n:
+            run["status"] = f"no result: it ran {run['acting_processes']} acting processes, not the {n} given"
+        if n is None and run["status"] != "done":  # the others would compare with nothing
+            break
+    failed = next((r["status"] for r in runs if r["status"] != "done"), None)
+    return {**base, "runs": runs, "status": failed or "done"}
 
 
 def stage_agents(ctx, share: float) -> dict:

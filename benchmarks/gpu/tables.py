@@ -97,6 +97,37 @@ def splits_table(r: dict, ceiling: dict | None) -> list[str]:
     return out
 
 
+def acting_table(r: dict, ceiling: dict | None) -> list[str]:
+    """Acting in the learner process against acting processes, the same sizing: frames/s over each run's second
+    half, against the first run's and the env ceiling's."""
+    ceiling_fps = ceiling["frames_s"] if ceiling and ceiling.get("status") == "done" else None
+    runs = r["runs"]
+    first = runs[0]
+    within = first["steady_frames_s"] if first["status"] == "done" else None
+    against = "".join(f" against `{u['command']}`" for u in runs[1:])
+    how = "" if r["status"] == "done" else f"; {r['status']}"
+    out = [
+        f"**Acting processes** (`--acting_process`, IMPALA Pong, {r['seconds']:g} s a run) {caption(r)}: "
+        f"`{first['command']}` (the package's defaults){against}{how}",
+        "",
+        "| acting | layout (processes x splits x envs) | envs, batch | frames/s (2nd half) | / the first | / ceiling |",
+        "|---|---|---|---|---|---|",
+    ]
+    for u in runs:
+        if u["status"] != "done":
+            out.append(f"| - | - | - | {u['status']} | - | - |")
+            continue
+        n = u["acting_processes"]
+        where = "in the learner process" if n == 0 else f"{n} acting process{'es' if n > 1 else ''}"
+        fps = u["steady_frames_s"]
+        out.append(
+            f"| {where} | {u['layout']} | {u['num_actors']}, B={u['batch_size']} | {fmt(fps)} | "
+            f"{fmt(fps / within if within else None, '.2f')} | "
+            f"{fmt(fps / ceiling_fps if ceiling_fps else None, '.2f')} |"
+        )
+    return out
+
+
 def agents_table(r: dict) -> list[str]:
     how = f"; stopped: {r['unfinished']}" if r.get("unfinished") else ""
     out = [
@@ -156,6 +187,8 @@ def markdown(results: dict, machine: str) -> str:
             out += agent_rows(results) + [""]
         elif stage == "splits" and r.get("runs"):
             out += splits_table(r, results.get("ceiling")) + [""]
+        elif stage == "acting" and r.get("runs"):
+            out += acting_table(r, results.get("ceiling")) + [""]
         elif r["status"] != "done":
             out += [f"**{stage}**: {r['status']} {caption(r)}", ""]
         elif stage == "ceiling":

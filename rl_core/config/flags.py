@@ -316,7 +316,8 @@ def make_parser(prog: str | None = None) -> argparse.ArgumentParser:
         default=None,
         help="Run the acting loop and central inference in a process of their own, the inference weights in shared "
         "memory (rl_core/runtime/acting_process.py): acting off the learner's GIL.  Unset: on where central "
-        "inference runs on the CPU in one process (not under torchrun, not --deterministic); CPU inference only.",
+        "inference runs on the CPU in one process (not under torchrun, not --deterministic).  Given on a GPU learner: "
+        "the acting processes infer on the learner's GPU, on its copy of the weights (CUDA IPC).",
     )
     g.add_argument(
         "--acting_processes",

@@ -21,7 +21,12 @@ The two talk through pipes, one way each (``Pipe(duplex=False)``: slot indices t
 nothing is unpickled after the start) and hold no semaphore, so an exit of either leaves nothing for
 multiprocessing's resource tracker to clean.  The child ends when the run's stop is sent, and by itself when
 the learner process is gone (its pipe's end closes: kill -9 included).
-Central inference on the CPU only: a GPU's model stays in the learner process (--no-acting_process).
+
+On a GPU learner (``--acting_process`` given; unset, a GPU run acts in the learner process) the inference copy
+stays on the GPU and the child gets its tensors through CUDA IPC (``torch.multiprocessing``, as sample-factory's
+policy workers share theirs): one copy of the weights, no host round trip.  The two processes' kernels are not
+ordered by one stream, so the lock is a ``DeviceSyncedLock``: whoever holds it waits for its own kernels on the
+device before letting go (the learner's copy of the weights, the child's forward that reads them).
 """
 
 from __future__ import annotations
@@ -112,6 +117,32 @@ class FileLock:
         self.__init__(state["path"])
 
 
+class DeviceSyncedLock:
+    """``lock``, whose holder waits for its work on a CUDA ``device`` before it lets go: across processes the
+    device's streams order nothing, so a forward would otherwise read weights half copied, or a copy overwrite
+    weights a forward still reads.  Pickled with its lock (the child opens the learner's file anew)."""
+
+    def __init__(self, lock: FileLock, device: str):
+        self.lock, self.device = lock, device
+
+    def __enter__(self):
+        self.lock.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        try:
+            torch.cuda.synchronize(self.device)
+        finally:
+            self.lock.__exit__(*exc)
+
+
+def weights_lock(device: torch.device) -> FileLock | DeviceSyncedLock:
+    """The lock of the inference copy shared with acting processes: a ``FileLock``, on a GPU one that waits for
+    the holder's kernels (``DeviceSyncedLock``)."""
+    lock = FileLock()
+    return DeviceSyncedLock(lock, str(device)) if device.type == "cuda" else lock
+
+
 def _send(conn, *message) -> None:
     conn.send_bytes(json.dumps(message).encode())
 
@@ -154,7 +185,7 @@ def _acting_main(flags, spec, addresses, sockets, secret, model, lock, control, 
     """The child: the acting loop over the passed connections (``addresses``: each server's index in the run and
     address) until ``control`` says stop or closes (the learner process is gone); its log lines on the console and in
     ``logs`` (the learner process's log files: out.log).  ``index``: its number among several acting processes (None:
-    the one)."""
+    the one).  Inference runs where ``model`` is (the CPU, or the learner's GPU through CUDA IPC)."""
     from rl_core.agents import make_agent
     from rl_core.records.run_log import setup_logging
     from rl_core.runtime import transport as tp
@@ -169,6 +200,9 @@ def _acting_main(flags, spec, addresses, sockets, secret, model, lock, control, 
         handler.setFormatter(logging.getLogger().handlers[0].formatter)
         logging.getLogger().addHandler(handler)
     torch.set_num_threads(1)
+    device = next(model.parameters()).device
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
     name_os_thread("actor-loop" if index is None else f"actor-loop-{index}")
     stop = threading.Event()
 
@@ -185,7 +219,7 @@ def _acting_main(flags, spec, addresses, sockets, secret, model, lock, control, 
     slot_queue = SlotQueue(slots, free, out, stats, counts)
 
     def infer(requests):
-        answer(requests, model, lock, "cpu", agent)
+        answer(requests, model, lock, device, agent)
         counts[0] += 1
         counts[1] += sum(r.size for r in requests)
 
@@ -246,7 +280,7 @@ class ActingProcess:
         self.parts, self.actors, self.index, self.flags, self.stop = parts, actors, index, flags, stop
         p, ctx = parts, mp.get_context("spawn")
         actor = actors[0]
-        template = p.inference_model.initial_state(actor.K)
+        template = tuple(s.cpu() for s in p.inference_model.initial_state(actor.K))  # (the slots: host memory)
         fields = {**step_fields(actor.spec), **p.agent.unroll_fields()}
         n = p.learner_queue.maxsize + 2 * len(actors)
         check_shared_memory(fields, actor.length, actor.K, n)

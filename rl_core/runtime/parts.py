@@ -18,7 +18,7 @@ from rl_core.errors import UserError
 from rl_core.runtime import distributed
 from rl_core.runtime import transport as tp
 from rl_core.runtime.acting_loop import ActingLoop
-from rl_core.runtime.acting_process import ActingProcess, FileLock
+from rl_core.runtime.acting_process import ActingProcess, weights_lock
 from rl_core.runtime.actors import ActorThread, RunStats, connect_server, spec_key
 from rl_core.runtime.inference import answer, inference_loop
 from rl_core.runtime.inference import InferenceBatcher
@@ -160,10 +160,10 @@ def build_parts(
         torch.manual_seed(f.seed + group.rank)  # and acts and samples minibatches with its own draws
     acting_process = wants_acting_process(f, device, group)
     if acting_process:
-        # read and written across processes (rl_core/runtime/acting_process.py)
+        # read and written across processes (rl_core/runtime/acting_process.py; a GPU's tensors through CUDA IPC)
         inference_model.share_memory()
         inference_model.policy_version = torch.zeros((), dtype=torch.int64).share_memory_()
-        inference_lock = FileLock()
+        inference_lock = weights_lock(device)
     else:
         inference_lock = threading.Lock()
     publish(model, inference_model, inference_lock, version=learner_steps)
@@ -229,8 +229,9 @@ def _infer(parts: Parts):
 
 
 def wants_acting_process(flags, device: torch.device, group) -> bool:
-    """Acting in a process of its own: --acting_process, or unset where central inference runs on the CPU in one
-    process; never under --deterministic (its lockstep thread acts).  Asked for where it cannot run: one line."""
+    """Acting in a process of its own: --acting_process (on a GPU learner too: the child infers on its GPU), or
+    unset where central inference runs on the CPU in one process; never under --deterministic (its lockstep thread
+    acts).  Asked for where it cannot run: one line."""
     wanted = _wants_acting_process(flags, device, group)
     n = flags.acting_processes
     if n > 1 and not wanted:
@@ -249,8 +250,6 @@ def _wants_acting_process(flags, device: torch.device, group) -> bool:
         return False
     if flags.acting_process is None:
         return device.type == "cpu" and group is None
-    if flags.acting_process and device.type != "cpu":
-        raise UserError("--acting_process runs central inference on the CPU: drop it, or pass --disable_cuda")
     if flags.acting_process and group is not None:
         raise UserError("--acting_process is not available under torchrun yet: drop it")
     return flags.acting_process
