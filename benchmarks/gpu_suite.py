@@ -1,9 +1,9 @@
 """The GPU suite: a (GPU) machine's figures in one command, within a time budget: the env ceiling, IMPALA Pong with
 no flag but ``--env`` (stopped at a last-100 of 18), the sizing's env servers against the same envs split in two,
-acting in the learner process against acting processes that infer on the GPU, every agent's Atari throughput, then PPO and R2D2 on Pong and PPO on Breakout, each stage a child given a share of
-``--budget_s``; its markdown tables are printed and written to ``<savedir>/gpu_suite.md``.  The stages, the budget,
-the output, and how to run it on a machine without a package registry (carrying wheels): docs/experiments/throughput.md,
-"Running the GPU suite".  Its library is benchmarks/gpu/ (budget, children, stages, tables).
+acting in the learner process against acting processes that infer on the GPU, every agent's Atari throughput, then
+PPO and R2D2 on Pong and PPO on Breakout, each stage a child given a share of ``--budget_s``; its markdown tables are
+printed and written to ``<savedir>/gpu_suite.md``.  The stages, the budget, the output, and how to run it on a
+machine without a package registry (carrying wheels): docs/experiments/throughput.md, "Running the GPU suite".  Its library is benchmarks/gpu/ (budget, children, stages, tables).
 """
 
 from __future__ import annotations
@@ -126,10 +126,10 @@ def main(argv=None) -> int:
     if args.budget_s <= 0 or args.splits_seconds <= 0 or args.acting_seconds <= 0:
         parser.error("--budget_s, --splits_seconds and --acting_seconds must be positive")
     try:
-        counts = acting_counts(args)
+        bad_counts = not acting_counts(args) or min(acting_counts(args)) < 1
     except ValueError:
-        counts = [0]
-    if any(n < 1 for n in counts):
+        bad_counts = True
+    if bad_counts:
         parser.error(f"--acting_counts {args.acting_counts}: give numbers of acting processes, e.g. 1,2")
     start = time.monotonic()
     stopper = Stopper()  # first: a Ctrl-C during torch's import is one line too

@@ -469,3 +469,11 @@ def test_a_budget_too_small_for_any_stage_skips_them_all(tmp_path, capsys):
         gpu_suite.main(["--stages", "ceiling,nope", "--savedir", str(tmp_path / "never")])
     assert refused.value.code == 2 and "--stages ceiling,nope: give some of ceiling," in capsys.readouterr().err
     assert not (tmp_path / "never").exists()
+
+
+@pytest.mark.parametrize("counts", ["0", "1,x", ","])
+def test_acting_counts_that_are_not_numbers_of_processes_are_one_line(counts, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        gpu_suite.main(["--stages", "acting", "--acting_counts", counts])
+    assert exit_.value.code == 2
+    assert f"--acting_counts {counts}: give numbers of acting processes" in capsys.readouterr().err
