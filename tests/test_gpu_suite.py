@@ -360,9 +360,9 @@ def test_the_acting_stage_compares_acting_in_the_learner_process_with_acting_pro
     ]
     # the sizing's 14 x 2 x 16 every time; 60k agent steps a row in the learner process, 75k and 90k with 1 and 2
     assert rows[1:] == [
-        "| in the learner process | 14 x 2 x 16 | 448, B=56 | 60,000 | 1.00 | - |",
-        "| 1 acting process | 14 x 2 x 16 | 448, B=56 | 75,000 | 1.25 | - |",
-        "| 2 acting processes | 14 x 2 x 16 | 448, B=56 | 90,000 | 1.50 | - |",
+        "| 14 x 2 x 16 | 448, B=56 | in the learner process | 60,000 | 1.00 | - |",
+        "| 14 x 2 x 16 | 448, B=56 | 1 acting process | 75,000 | 1.25 | - |",
+        "| 14 x 2 x 16 | 448, B=56 | 2 acting processes | 90,000 | 1.50 | - |",
     ]
     # on a CPU learner the package's defaults already act in a process of their own
     assert (

@@ -68,64 +68,70 @@ def impala_table(r: dict, ceiling: dict | None) -> list[str]:
     return out
 
 
-def splits_table(r: dict, ceiling: dict | None) -> list[str]:
-    """The split layout against the unsplit one, the same envs and batch: frames/s over each run's second half."""
+def compared_runs(r: dict, ceiling: dict | None, *, title, flag, first, column, cell, base, base_fps) -> list[str]:
+    """A stage's IMPALA Pong runs side by side (``title``, comparing ``flag``; ``first``: how its first run was
+    chosen): a row per run, ``cell(run)`` in the column ``column``, and its frames/s over its second half against
+    ``base_fps`` (the column ``/ base``) and the env ceiling's."""
     ceiling_fps = ceiling["frames_s"] if ceiling and ceiling.get("status") == "done" else None
     runs = r["runs"]
-    unsplit = next((u["steady_frames_s"] for u in runs if u["status"] == "done" and u["server_splits"] == 1), None)
-    sized = runs[0]["command"]
     against = "".join(f" against `{u['command']}`" for u in runs[1:])
     how = "" if r["status"] == "done" else f"; {r['status']}"
     out = [
-        f"**Split env servers** (`--server_splits`, IMPALA Pong, {r['seconds']:g} s a run) {caption(r)}: "
-        f"`{sized}` (the sizing's){against}{how}",
+        f"**{title}** (`{flag}`, IMPALA Pong, {r['seconds']:g} s a run) {caption(r)}: "
+        f"`{runs[0]['command']}` ({first}){against}{how}",
         "",
-        "| layout (processes x splits x envs) | envs, batch | run | frames/s (2nd half) | / unsplit | / ceiling |",
+        f"| layout (processes x splits x envs) | envs, batch | {column} | frames/s (2nd half) | / {base} | / ceiling |",
         "|---|---|---|---|---|---|",
     ]
     for u in runs:
-        who = "the sizing's" if u["sized"] else "given"
         if u["status"] != "done":
-            out.append(f"| - | - | {who} | {u['status']} | - | - |")
+            out.append(f"| - | - | {cell(u)} | {u['status']} | - | - |")
             continue
         fps = u["steady_frames_s"]
         out.append(
-            f"| {u['layout']} | {u['num_actors']}, B={u['batch_size']} | {who} | {fmt(fps)} | "
-            f"{fmt(fps / unsplit if unsplit else None, '.2f')} | "
+            f"| {u['layout']} | {u['num_actors']}, B={u['batch_size']} | {cell(u)} | {fmt(fps)} | "
+            f"{fmt(fps / base_fps if base_fps else None, '.2f')} | "
             f"{fmt(fps / ceiling_fps if ceiling_fps else None, '.2f')} |"
         )
     return out
+
+
+def splits_table(r: dict, ceiling: dict | None) -> list[str]:
+    """The split layout against the unsplit one, the same envs and batch."""
+    runs = r["runs"]
+    unsplit = next((u["steady_frames_s"] for u in runs if u["status"] == "done" and u["server_splits"] == 1), None)
+    return compared_runs(
+        r,
+        ceiling,
+        title="Split env servers",
+        flag="--server_splits",
+        first="the sizing's",
+        column="run",
+        cell=lambda u: "the sizing's" if u["sized"] else "given",
+        base="unsplit",
+        base_fps=unsplit,
+    )
+
+
+def acting_where(run: dict) -> str:
+    n = run.get("acting_processes")
+    return "-" if n is None else "in the learner process" if n == 0 else f"{n} acting process{'es' if n > 1 else ''}"
 
 
 def acting_table(r: dict, ceiling: dict | None) -> list[str]:
-    """Acting in the learner process against acting processes, the same sizing: frames/s over each run's second
-    half, against the first run's and the env ceiling's."""
-    ceiling_fps = ceiling["frames_s"] if ceiling and ceiling.get("status") == "done" else None
-    runs = r["runs"]
-    first = runs[0]
-    within = first["steady_frames_s"] if first["status"] == "done" else None
-    against = "".join(f" against `{u['command']}`" for u in runs[1:])
-    how = "" if r["status"] == "done" else f"; {r['status']}"
-    out = [
-        f"**Acting processes** (`--acting_process`, IMPALA Pong, {r['seconds']:g} s a run) {caption(r)}: "
-        f"`{first['command']}` (the package's defaults){against}{how}",
-        "",
-        "| acting | layout (processes x splits x envs) | envs, batch | frames/s (2nd half) | / the first | / ceiling |",
-        "|---|---|---|---|---|---|",
-    ]
-    for u in runs:
-        if u["status"] != "done":
-            out.append(f"| - | - | - | {u['status']} | - | - |")
-            continue
-        n = u["acting_processes"]
-        where = "in the learner process" if n == 0 else f"{n} acting process{'es' if n > 1 else ''}"
-        fps = u["steady_frames_s"]
-        out.append(
-            f"| {where} | {u['layout']} | {u['num_actors']}, B={u['batch_size']} | {fmt(fps)} | "
-            f"{fmt(fps / within if within else None, '.2f')} | "
-            f"{fmt(fps / ceiling_fps if ceiling_fps else None, '.2f')} |"
-        )
-    return out
+    """Acting in the learner process (a GPU run's default) against acting processes, the same sizing."""
+    first = r["runs"][0]
+    return compared_runs(
+        r,
+        ceiling,
+        title="Acting processes",
+        flag="--acting_process",
+        first="the package's defaults",
+        column="acting",
+        cell=acting_where,
+        base="the first",
+        base_fps=first["steady_frames_s"] if first["status"] == "done" else None,
+    )
 
 
 def agents_table(r: dict) -> list[str]:
