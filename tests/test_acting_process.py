@@ -152,8 +152,12 @@ def test_the_childs_errors_are_raised_as_their_own_classes():
 
 @pytest.mark.multiprocess
 def test_it_trains_and_a_killed_server_rejoins_while_the_learner_process_only_learns(tmp_path):
+    """... with --cpu_affinity (rl_core/runtime/affinity.py): the learner process on its one torch thread's core,
+    the acting process and the servers, the restarted one too, on the others."""
     out = str(tmp_path / "out")
-    proc = start(GYM, *flags(tmp_path, total_steps=120_000), output=out)
+    proc = start(GYM, *flags(tmp_path, total_steps=120_000), "--cpu_affinity", output=out)
+    cores = sorted(os.sched_getaffinity(0))
+    learner_cores, other_cores = (set(cores[:1]), set(cores[1:])) if len(cores) > 1 else (set(cores), set(cores))
     try:
         rows_path = str(tmp_path / "runs" / "run" / "logs.csv")
         wait_for(lambda: csv_rows(rows_path) and int(csv_rows(rows_path)[-1]["step"]) > 0, 60, "training to start")
@@ -161,8 +165,16 @@ def test_it_trains_and_a_killed_server_rejoins_while_the_learner_process_only_le
             lambda: all(map(len, acting_and_servers(proc.pid))) and acting_and_servers(proc.pid), 10, "the children"
         )
         assert len(acting) == 1 and len(servers) == 2
+        assert {frozenset(os.sched_getaffinity(int(t))) for t in os.listdir(f"/proc/{proc.pid}/task")} == {
+            frozenset(learner_cores)
+        }
+        assert [os.sched_getaffinity(p) for p in acting + servers] == [other_cores] * 3
         os.kill(servers[0], signal.SIGKILL)
         wait_for(lambda: "dropped its unroll in flight; reconnecting" in read(out), 30, "the acting loop to notice")
+        restarted = wait_for(
+            lambda: [p for p in server_pids(proc.pid) if p not in servers], 30, "the server to be restarted"
+        )
+        assert os.sched_getaffinity(restarted[0]) == other_cores
         proc.wait(timeout=240)
     finally:
         if proc.poll() is None:
@@ -170,6 +182,8 @@ def test_it_trains_and_a_killed_server_rejoins_while_the_learner_process_only_le
     text = read(out)
     assert proc.returncode == 0, text[-3000:]
     assert f"acting and central inference in process {acting[0]} (--acting_process)" in text
+    if len(cores) > 1:
+        assert "cpu affinity: the learner process on core " in text
     rows = csv_rows(rows_path)
     assert int(rows[-1]["step"]) >= 120_000
     assert int(rows[-1]["server_restarts"]) == 1 and int(rows[-1]["dropped_unrolls"]) >= 1

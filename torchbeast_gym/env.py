@@ -12,6 +12,10 @@ from rl_core.envs.rendering import render_off_screen
 from rl_core.errors import UserError
 from torchbeast_gym.presets import IMPALA_DEFAULTS
 
+# --cpu_affinity by default: the learner process on its own core, the acting process and the servers on the others;
+# CartPole and an env that costs nothing 1.1-1.2x the steps/s on 2 cores (docs/experiments/throughput.md)
+CPU_AFFINITY = True
+
 
 def add_flags(parser) -> None:
     """CartPole-v1 and IMPALA's defaults for small tasks; per agent, with a core and with --rnd: presets.py."""

@@ -32,13 +32,14 @@ class EnvPackageModule(Protocol):
 
 
 REQUIRED = ("add_flags", "make_env")
-# What it may define: functions, and five constants (its numeric flags' ranges are declared with them,
+# What it may define: functions, and six constants (its numeric flags' ranges are declared with them,
 # type=ranged(kind, interval): rl_core/flag_types.py; ENVS_PER_SERVER: the envs one server process steps when the launcher sizes a run to the machine;
 # SERVER_SPLITS: the --server_splits the sizing gives such a process, where measured to pay; SERVER_CORES: the share
 # of a core one server process keeps busy beside a CPU learner, which the learner's torch threads leave it (1 without
 # it; rl_core/runtime/device.py: auto_torch_threads); LOCKSTEP_CORES: True where the learner's torch threads take
 # every core under --deterministic (its servers idle while it infers and learns), for a model that gains from them;
-# ACTION_KIND:
+# CPU_AFFINITY: True where --cpu_affinity pays by default (its envs cheap beside the learner's update:
+# rl_core/runtime/affinity.py); ACTION_KIND:
 # "discrete" or "box", its envs' actions where known before an env is made, so that an agent that does not take
 # them is refused at parse time; without it the learner refuses the agent once the servers describe their envs).
 OPTIONAL_FUNCTIONS = (
@@ -129,6 +130,7 @@ class EnvPackage:
         self.SERVER_SPLITS: int = getattr(module, "SERVER_SPLITS", 1)
         self.SERVER_CORES: float = getattr(module, "SERVER_CORES", 1.0)
         self.LOCKSTEP_CORES: bool = bool(getattr(module, "LOCKSTEP_CORES", False))
+        self.CPU_AFFINITY: bool = bool(getattr(module, "CPU_AFFINITY", False))
         self.ACTION_KIND: str | None = getattr(module, "ACTION_KIND", None)
 
     def __repr__(self) -> str:

@@ -320,6 +320,15 @@ def make_parser(prog: str | None = None) -> argparse.ArgumentParser:
         "the acting processes infer on the learner's GPU, on its copy of the weights (CUDA IPC).",
     )
     g.add_argument(
+        "--cpu_affinity",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="With acting processes: the learner process on as many cores as its torch threads, the acting processes "
+        "and the local env servers on the others (rl_core/runtime/affinity.py).  Unset: the env package's choice "
+        "(its CPU_AFFINITY: on where its envs are cheap beside the update), but not where $POLYBEAST_CORES sets the "
+        "cores.  Two runs on one machine, or env servers that keep their cores busy: --no-cpu_affinity.",
+    )
+    g.add_argument(
         "--acting_processes",
         type=ranged(int, "[1, inf)"),
         default=1,

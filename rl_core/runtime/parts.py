@@ -117,6 +117,7 @@ class Parts:
     actors: list[ActorThread]
     peers: distributed.Peers | None
     acting_process: bool  # acting and inference in a child process (rl_core/runtime/acting_process.py)
+    acting_pids: list[int] = dataclasses.field(default_factory=list)  # the children, once started
 
 
 def _recycler(flags, model, optimizer) -> Recycler | None:
@@ -270,6 +271,7 @@ def start_threads(parts: Parts, flags, errors, stop: threading.Event) -> list[th
         for i, share in enumerate(acting_shares(p.actors, flags.acting_processes)):
             process = ActingProcess(p, share, i, flags, stop)
             threads.extend(process.start(lambda name, target: start_thread(name, target, errors)))
+            p.acting_pids.append(process.process.pid)
     elif flags.acting_loop:
         loop = ActingLoop(
             p.actors,

@@ -12,6 +12,7 @@ import tempfile
 import time
 
 from rl_core.errors import RunFailure, UserError
+from rl_core.runtime import affinity
 from rl_core.runtime import transport as tp
 from rl_core.runtime.env_server import ENV_ERROR_EXIT_CODE
 
@@ -56,6 +57,7 @@ class ServerSupervisor:
         self._recent: list[list[float]] = [[] for _ in range(num_servers)]
         self._env_error_since: float | None = None
         self._terminated: set[int] = set()  # pids sent SIGTERM
+        self.cpus: list[int] | None = None  # --cpu_affinity's cores for the servers (rl_core/runtime/affinity.py)
 
     def _start(self, i: int) -> None:
         cmd = [sys.executable, "-m", self.module, *self.argv, "--server_index", str(self.first_index + i * self.splits)]
@@ -66,6 +68,11 @@ class ServerSupervisor:
         # entity, so a server in its own session would get the CPU share of the whole
         # learner process (learner, inference and actor threads) under contention.
         self.procs[i] = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, process_group=0)
+        if self.cpus:
+            try:
+                affinity.pin(self.procs[i].pid, self.cpus)
+            except OSError:
+                pass
 
     def _failure_path(self, i: int) -> str:
         return os.path.join(self._failure_dir, f"server{i}")

@@ -17,7 +17,7 @@ from rl_core.agents import agent_traits
 from rl_core.errors import CheckpointWriteError, RunFailure, UserError
 from rl_core.records.run_dir import open_run_dir, put_back_meta, read_meta
 from rl_core.records.run_log import RunLog, setup_logging
-from rl_core.runtime import distributed
+from rl_core.runtime import affinity, distributed
 from rl_core.runtime.allocator import keep_freed_memory
 from rl_core.runtime.checkpointing import Checkpoints
 from rl_core.runtime.device import select_device, set_torch_threads
@@ -62,6 +62,7 @@ class Training:
         self.group: distributed.Group | None = None
         self.env_pkg = env_pkg
         self.supervisor = supervisor
+        self.pinning: affinity.Pinning | None = None  # --cpu_affinity's placement, once applied
         self.sizing = sizing  # rl_core.config.sizing.Sizing: what the launcher chose and why; None: the flags as given
         self.sources = sources or {}  # each flag's source (entry.flag_sources): announced, and kept in meta.json
         self.stop = threading.Event()
@@ -235,6 +236,9 @@ class Training:
             self.threads.append(start_lockstep(parts, f, self.errors, self.stop, self._after_lockstep_batch))
         else:
             self.threads.extend(start_threads(parts, f, self.errors, self.stop))
+            pinning = affinity.plan(f, parts.acting_process, torch.get_num_threads(), self.env_pkg.CPU_AFFINITY)
+            if pinning is not None and pinning.apply(parts.acting_pids, self.supervisor):
+                self.pinning = pinning
         return True
 
     def _after_lockstep_batch(self, before: int, after: int) -> None:
@@ -338,6 +342,8 @@ class Training:
             conn.close()
         if self.supervisor is not None:
             self.supervisor.stop_all()
+        if self.pinning is not None:  # (the final test on every core)
+            self.pinning.release()
 
     def _final_test(self, outcome: Outcome) -> Outcome:
         try:
