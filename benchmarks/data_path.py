@@ -2,9 +2,10 @@
 
 Paths: ``old`` (every array on the socket, an actor thread per server beside an inference thread), ``shm``
 (shared memory, the same threads), ``loop`` (shared memory and one acting loop that also runs inference) and
-``proc`` (that loop in a process of its own; the learner process's figure is then its learning alone, the acting
-process's under "acting us/st") and ``pin`` (proc with ``--cpu_affinity``: the learner process on its threads' cores,
-the acting process and the servers on the others; the defaults on a CPU learner).  Per case and path, a real training run
+``proc`` (that loop in a process of its own, the default on a CPU learner; the learner process's figure is then its
+learning alone, the acting process's under "acting us/st") and ``pin`` (proc with ``--cpu_affinity``: the learner
+process on its threads' cores, the acting process and the servers on the others; torchbeast_gym's default, so the
+cartpole and null cases' defaults).  Per case and path, a real training run
 through the package's launcher with its defaults for --seconds; over the run's second half, from /proc: agent
 steps/s, the learner process's core-us per agent step (all its threads) and the env servers', and the one-process
 ceiling: 1e6 over the busiest single process's core-us per agent step, the steps/s that process allows given a core

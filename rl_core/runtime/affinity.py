@@ -5,7 +5,7 @@ pins its workers (its ``--set_workers_cpu_affinity``).
 An acting process and its servers hand over every step (shared memory, a wake-up each way): on the same cores the
 steps stay in those cores' caches and the wake-ups need no other core, and the learner's update keeps its core's
 caches to itself.  That pays where the envs are cheap beside the learner's update: on 2 cores (docs/experiments/
-throughput.md) CartPole and an env that costs nothing 1.1-1.2x the steps/s unpinned, where Pong lost 0.92x (its
+throughput.md) CartPole and an env that costs nothing 1.1-1.2x the steps/s unpinned, where Pong lost (0.88-0.96x: its
 learner, alone on its core, then bounds the run), so an env package opts in (its ``CPU_AFFINITY``: torchbeast_gym).
 Nothing splits where the learner's threads take every core (Procgen's learner on 2 cores)."""
 
