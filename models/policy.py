@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import torch
 from torch import nn
-from torch.nn import functional as F
 
 
 def core_input_size(stem_out: int, num_actions: int, last_action_input: bool = True) -> int:
@@ -131,7 +130,9 @@ class ActorCritic(nn.Module):
             if self.continuous:
                 last = inputs["last_action"].to(features.dtype).view(T, B, -1)
             else:
-                last = F.one_hot(inputs["last_action"].long(), self.num_actions).to(features.dtype)
+                # one-hot as a comparison: F.one_hot checks the range with two host reads (a sync on a GPU)
+                actions = torch.arange(self.num_actions, device=features.device)
+                last = (inputs["last_action"].unsqueeze(-1) == actions).to(features.dtype)
             extra.append(last * not_done)
         return torch.cat([features, *extra], dim=-1), extra, flat_obs
 

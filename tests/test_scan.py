@@ -74,6 +74,22 @@ def test_a_tiny_memory_budget_chunks_the_columns_and_changes_nothing(T, B, budge
     _close(products, want_p)
 
 
+def test_short_sequences_take_one_window_and_long_ones_the_blocks(monkeypatch):
+    """The one-window form where T^2 B <= DENSE_ELEMENTS (IMPALA's T = 20, B = 8), the two-level one past it;
+    both equal to the loop (the test above runs every SHAPE through whichever form it takes)."""
+    calls = []
+    inner = scan_lib._reverse_scan
+    monkeypatch.setattr(scan_lib, "_reverse_scan", lambda *a: calls.append(a[0].shape) or inner(*a))
+    g = torch.Generator().manual_seed(5)
+    for T, B, blocks in [(20, 8, False), (64, 16, False), (65, 16, True), (80, 32, True)]:
+        calls.clear()
+        x = torch.randn(T, B, generator=g, dtype=torch.float64)
+        f = _factors(g, T, B, "ends")
+        init = torch.randn(B, generator=g, dtype=torch.float64)
+        _close(scan_lib.discounted_scan(x, f, init), ref.scan(x, f, init))
+        assert bool(calls) == blocks == (T * T * B > scan_lib.DENSE_ELEMENTS), (T, B)
+
+
 def _window_reference(x, f, n):
     """S_t = sum_{k<m} (prod_{j<k} f_{t+j}) x_{t+k}, P_t = prod_{j<m} f_{t+j}, m = min(n, T - t)."""
     T, B = x.shape
@@ -253,13 +269,15 @@ def _calls(T, B=32):
 
 
 def test_the_number_of_torch_ops_does_not_grow_with_T():
-    short, long = _calls(16), _calls(512)
+    # T = 16 (T^2 B = 8,192) takes the one-window form, T = 128 and 512 the two-level one
+    short, medium, long = _calls(16), _calls(128), _calls(512)
     for name in short:
         fn, kwargs = short[name]
         counts_16 = aten_op_counts(fn, **kwargs)
+        counts_128 = aten_op_counts(medium[name][0], **medium[name][1])
         counts_512 = aten_op_counts(long[name][0], **long[name][1])
-        assert counts_16 == counts_512, name
-        assert sum(counts_16.values()) < 200, (name, counts_16)
+        assert counts_128 == counts_512, name
+        assert sum(counts_16.values()) <= sum(counts_512.values()) < 200, (name, counts_16, counts_512)
     # the counter sees the loops grow
     loop_16 = aten_op_counts(ref.gae, **short["gae"][1])
     loop_512 = aten_op_counts(ref.gae, **long["gae"][1])

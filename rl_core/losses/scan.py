@@ -45,6 +45,12 @@ kernels (fills, copies, arithmetic), 120 aten calls counting their internals; GA
 no division), so zero factors (episode ends) cut the sums exactly; the result differs from the
 loop's nested form ``x_t + f_t (x_{t+1} + ...)`` by rounding only (float64: ~1e-16 relative).
 
+Short sequences take the exact form instead, which is then the cheaper one: when ``T^2 B`` is at
+most ``DENSE_ELEMENTS`` (2^16; IMPALA's T = 20, B = 8 is 3,200) the sums are
+:func:`discounted_window_sums` with one window of ``T`` steps, ``y_t = S_t + P_t init``: 12 aten ops
+where the two-level form issues 56 (one CPU thread, 2026-12-08: 72-85 us against 216-234 us at
+T = 20, B = 8 or 32; 183 against 236 at T = 80, B = 8; 596 against 297 at T = 80, B = 32).
+
 Memory: the windows of step 1 hold ``B T L`` elements, those of step 2 ``B nb^2`` (together
 253k at T=512, B=32).  When ``B (T L + nb^2)`` exceeds ``max_elements`` (default ``MAX_ELEMENTS``,
 2^24: 128 MiB in float64), the columns are processed in chunks of at most
@@ -59,6 +65,7 @@ from typing import Optional, Tuple
 import torch
 
 MAX_ELEMENTS = 1 << 24
+DENSE_ELEMENTS = 1 << 16  # at most this many T^2 B: one window of T steps (module docstring)
 
 
 def _check(name: str, x: torch.Tensor, factors: torch.Tensor, init: Optional[torch.Tensor] = None) -> None:
@@ -161,6 +168,9 @@ def discounted_scan(
         return x.clone()
     if not reverse:  # the forward recurrence is the reverse one on the time-flipped sequence
         return discounted_scan(x.flip(0), factors.flip(0), init, True, max_elements).flip(0)
+    if T * T * B <= min(DENSE_ELEMENTS, max_elements):
+        sums, products = _window_sums(x, factors, T)
+        return torch.addcmul(sums, products, init)
     L = block_length(T)
     nb = -(-T // L)
     columns = _chunks(B, L * nb * L + nb * nb, max_elements)

@@ -121,17 +121,25 @@ def answer(requests: list, model, lock: threading.Lock, device, agent) -> None:
     its envs' actions, the agent's per-step fields, new state and the version of the weights that ran
     (``learner.Publisher``)."""
     sizes = [r.size for r in requests]
-    inputs = {
-        k: torch.cat([r.inputs[k] for r in requests], dim=1).to(device, non_blocking=True) for k in requests[0].inputs
-    }
+    if len(requests) == 1:  # (one server's envs: its inputs as they are, no concatenation's copy)
+        inputs = {k: v.to(device, non_blocking=True) for k, v in requests[0].inputs.items()}
+    else:
+        inputs = {
+            k: torch.cat([r.inputs[k] for r in requests], dim=1).to(device, non_blocking=True)
+            for k in requests[0].inputs
+        }
     states = requests[0].state
     if len(states):
         states = tuple(torch.cat([r.state[i] for r in requests], dim=0) for i in range(len(states)))
     with lock, torch.inference_mode():
         version = int(model.policy_version)
         action, extras, new_state = agent.act(model, inputs, states)
-    action = action[0].cpu().numpy()
-    extras = {k: v[0].float().cpu().numpy() for k, v in extras.items()}
+    on_host = action.device.type == "cpu"
+    action = action[0].numpy() if on_host else action[0].cpu().numpy()
+    extras = {
+        k: v[0].numpy() if on_host and v.dtype == torch.float32 else v[0].float().cpu().numpy()
+        for k, v in extras.items()
+    }
     split_state = [torch.split(s, sizes, dim=0) for s in new_state] if len(new_state) else []
     start = 0
     for i, (request, size) in enumerate(zip(requests, sizes)):

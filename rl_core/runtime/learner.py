@@ -97,10 +97,11 @@ class GradientNorms:
         return total
 
     def weights(self) -> torch.Tensor:
-        """The parameters' total norm (0-dim)."""
-        if not self.uniform:
-            return nn.utils.get_total_norm(self.params, foreach=True)
-        return self._total(self.params)
+        """The parameters' total norm (0-dim; no autograd graph over the parameters)."""
+        with torch.no_grad():
+            if not self.uniform:
+                return nn.utils.get_total_norm(self.params, foreach=True)
+            return self._total(self.params)
 
 
 class StepStats:
